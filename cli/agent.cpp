@@ -1,0 +1,427 @@
+// The node agent: starts the node's ranks, relays their output and exits, and guarantees
+// that nothing it started outlives it (process groups, PR_SET_PDEATHSIG, child subreaper).
+#include "agent.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core_list.h"
+#include "errors.h"
+#include "process.h"
+#include "protocol.h"
+
+extern char** environ;
+
+namespace dsrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace proto = protocol;
+
+constexpr size_t kMaxLineBytes = 64 * 1024;  // longer lines are relayed in pieces
+
+// A pipe from one rank's stdout or stderr, split into lines.
+struct OutputPipe {
+  int fd = -1;
+  int stream = 1;
+  std::string pending;  // bytes after the last '\n'
+};
+
+struct Rank {
+  proto::RankSpec spec;
+  pid_t pid = -1;  // also its process-group id
+  bool running = false;
+  OutputPipe out, err;
+  int log_fd = -1;
+};
+
+class Agent {
+ public:
+  int run();
+
+ private:
+  void send(const proto::Message& m);
+  void on_plan(proto::NodePlan plan);
+  void start_rank(Rank& rank, const std::string& program, const std::vector<std::string>& argv,
+                  const std::vector<int>& cores);
+  void fail(const std::string& message);
+  void stop(int signal, int grace_ms);
+  void kill_running(int signal);
+  void reap();
+  void read_pipe(Rank& rank, OutputPipe& pipe);
+  void emit_line(Rank& rank, int stream, std::string_view line);
+  void finish();
+  bool all_exited() const;
+  int poll_timeout_ms() const;
+
+  proto::NodePlan plan_;
+  bool have_plan_ = false;
+  std::vector<Rank> ranks_;
+  proto::Decoder decoder_;
+  bool launcher_gone_ = false;  // stdin closed or stdout broken
+  bool stopping_ = false;
+  std::optional<Clock::time_point> kill_deadline_;
+  int signal_fd_ = -1;
+};
+
+void Agent::send(const proto::Message& m) {
+  if (launcher_gone_) return;
+  if (!write_all(STDOUT_FILENO, proto::encode(m))) {
+    launcher_gone_ = true;
+    stop(SIGTERM, have_plan_ ? plan_.kill_grace_ms : 0);
+  }
+}
+
+// Reports a node-level problem and tears the node down.
+void Agent::fail(const std::string& message) {
+  send(proto::Error{fmt::format("{}: {}", plan_.host.empty() ? "agent" : plan_.host, message)});
+  stop(SIGTERM, plan_.kill_grace_ms);
+}
+
+void Agent::kill_running(int signal) {
+  for (auto& r : ranks_)
+    if (r.running) ::kill(-r.pid, signal);
+}
+
+void Agent::stop(int signal, int grace_ms) {
+  if (grace_ms <= 0) {
+    kill_running(SIGKILL);
+    kill_deadline_.reset();
+    stopping_ = true;
+    return;
+  }
+  if (stopping_) return;  // the first stop's signal and deadline stand
+  stopping_ = true;
+  kill_running(signal);
+  kill_deadline_ = Clock::now() + std::chrono::milliseconds(grace_ms);
+}
+
+bool Agent::all_exited() const {
+  for (const auto& r : ranks_)
+    if (r.running) return false;
+  return true;
+}
+
+int Agent::poll_timeout_ms() const {
+  if (!kill_deadline_) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(left) + 1;
+}
+
+void Agent::emit_line(Rank& rank, int stream, std::string_view line) {
+  if (rank.log_fd >= 0) {
+    std::string text(line);
+    text.push_back('\n');
+    write_all(rank.log_fd, text);
+  }
+  send(proto::Output{rank.spec.rank, stream, std::string(line)});
+}
+
+void Agent::read_pipe(Rank& rank, OutputPipe& pipe) {
+  char buf[16384];
+  while (pipe.fd >= 0) {
+    ssize_t n = ::read(pipe.fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {  // EOF (or a read error, treated alike): flush the unterminated tail
+      if (!pipe.pending.empty()) emit_line(rank, pipe.stream, pipe.pending);
+      pipe.pending.clear();
+      ::close(pipe.fd);
+      pipe.fd = -1;
+      return;
+    }
+    pipe.pending.append(buf, static_cast<size_t>(n));
+    size_t start = 0, nl;
+    while ((nl = pipe.pending.find('\n', start)) != std::string::npos) {
+      emit_line(rank, pipe.stream, std::string_view(pipe.pending).substr(start, nl - start));
+      start = nl + 1;
+    }
+    pipe.pending.erase(0, start);
+    while (pipe.pending.size() > kMaxLineBytes) {
+      emit_line(rank, pipe.stream, std::string_view(pipe.pending).substr(0, kMaxLineBytes));
+      pipe.pending.erase(0, kMaxLineBytes);
+    }
+  }
+}
+
+void Agent::reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (auto& r : ranks_) {
+      if (r.pid != pid || !r.running) continue;
+      r.running = false;
+      read_pipe(r, r.out);  // relay what it wrote before its exit is reported
+      read_pipe(r, r.err);
+      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+      int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      send(proto::Exited{r.spec.rank, code, sig});
+      if ((code != 0 || sig != 0) && !stopping_) stop(SIGTERM, plan_.kill_grace_ms);
+    }
+    // Any other pid is a descendant reparented to us (we are a subreaper): reaped, nothing to report.
+  }
+}
+
+// Kills whatever is left of each rank's process group and every process reparented to the agent,
+// then reaps them, so the node holds nothing of the job when Done is sent.
+void Agent::finish() {
+  for (auto& r : ranks_)
+    if (r.pid > 0) ::kill(-r.pid, SIGKILL);
+  pid_t self = ::getpid();
+  if (DIR* proc = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(proc)) {
+      pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0) continue;
+      FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+      if (!f) continue;
+      char buf[512];
+      size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+      std::fclose(f);
+      buf[n] = '\0';
+      const char* after_name = std::strrchr(buf, ')');  // "pid (comm) state ppid ..."
+      char state;
+      int ppid;
+      if (after_name && std::sscanf(after_name + 1, " %c %d", &state, &ppid) == 2 && ppid == self)
+        ::kill(pid, SIGKILL);
+    }
+    ::closedir(proc);
+  }
+  while (::waitpid(-1, nullptr, 0) > 0) {
+  }
+  for (auto& r : ranks_) {
+    for (OutputPipe* p : {&r.out, &r.err}) {
+      set_nonblocking(p->fd);
+      read_pipe(r, *p);
+      if (p->fd >= 0) ::close(p->fd);
+      p->fd = -1;
+    }
+    if (r.log_fd >= 0) ::close(r.log_fd);
+  }
+  send(proto::Done{});
+}
+
+std::vector<std::string> environment_strings(const std::vector<EnvVar>& common, const std::vector<EnvVar>& rank) {
+  std::vector<EnvVar> merged;
+  for (char** e = environ; *e; ++e) {
+    std::string_view entry(*e);
+    size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    merged.push_back({std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1))});
+  }
+  for (const auto& v : common) set_env(merged, v.name, v.value);
+  for (const auto& v : rank) set_env(merged, v.name, v.value);
+  std::vector<std::string> out;
+  out.reserve(merged.size());
+  for (const auto& v : merged) out.push_back(v.name + "=" + v.value);
+  return out;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+void Agent::start_rank(Rank& rank, const std::string& program, const std::vector<std::string>& base_argv,
+                       const std::vector<int>& cores) {
+  std::vector<EnvVar> rank_env = rank.spec.env;
+  if (!cores.empty()) set_env(rank_env, "OMP_NUM_THREADS", std::to_string(cores.size()));
+  std::vector<std::string> env_strings = environment_strings(plan_.env, rank_env);
+  std::vector<std::string> argv = base_argv;
+  if (plan_.pass_local_rank) argv.insert(argv.begin() + 1, fmt::format("--local_rank={}", rank.spec.local_rank));
+  std::vector<char*> c_argv = c_strings(argv), c_env = c_strings(env_strings);
+  cpu_set_t cpu_set;
+  CPU_ZERO(&cpu_set);
+  for (int c : cores) CPU_SET(c, &cpu_set);
+
+  int out[2], err[2], exec_status[2];
+  if (::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC) || ::pipe2(exec_status, O_CLOEXEC))
+    throw LaunchError(fmt::format("pipe: {}", std::strerror(errno)));
+  pid_t agent_pid = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) throw LaunchError(fmt::format("fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    // Child: async-signal-safe calls only until exec.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != agent_pid) ::_exit(137);  // the agent died before the line above took effect
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, STDIN_FILENO);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    if (!cores.empty()) ::sched_setaffinity(0, sizeof(cpu_set), &cpu_set);
+    ::execve(program.c_str(), c_argv.data(), c_env.data());
+    int e = errno;
+    (void)!::write(exec_status[1], &e, sizeof(e));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so kill(-pid) works even before the child ran
+  ::close(out[1]);
+  ::close(err[1]);
+  ::close(exec_status[1]);
+  int exec_errno = 0;
+  ssize_t n;
+  do n = ::read(exec_status[0], &exec_errno, sizeof(exec_errno));
+  while (n < 0 && errno == EINTR);
+  ::close(exec_status[0]);
+  rank.pid = pid;
+  rank.running = true;
+  rank.out = {out[0], 1, {}};
+  rank.err = {err[0], 2, {}};
+  set_nonblocking(out[0]);
+  set_nonblocking(err[0]);
+  if (n > 0) {
+    fail(fmt::format("rank {}: cannot execute '{}': {}", rank.spec.rank, program, std::strerror(exec_errno)));
+    return;
+  }
+  send(proto::Started{rank.spec.rank, pid});
+}
+
+void Agent::on_plan(proto::NodePlan plan) {
+  plan_ = std::move(plan);
+  have_plan_ = true;
+  for (const auto& spec : plan_.ranks) ranks_.push_back(Rank{spec, -1, false, {}, {}, -1});
+  if (plan_.argv.empty()) return fail("no program to run");
+  if (::chdir(plan_.cwd.c_str()) != 0)
+    return fail(fmt::format("working directory '{}' is not usable on this host: {}", plan_.cwd, std::strerror(errno)));
+
+  std::string path_var = ::getenv("PATH") ? ::getenv("PATH") : "/usr/bin:/bin";
+  if (const std::string* p = find_env(plan_.env, "PATH")) path_var = *p;
+  std::string program = find_program(plan_.argv[0], path_var);
+  if (program.empty())
+    return fail(fmt::format("cannot execute '{}': not found or not executable (PATH={})", plan_.argv[0], path_var));
+
+  std::string stamp;
+  if (!plan_.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(plan_.log_dir, ec);
+    if (ec) return fail(fmt::format("cannot create log directory '{}': {}", plan_.log_dir, ec.message()));
+    char buf[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(buf, sizeof(buf), "%Y%m%d%H%M%S", std::localtime(&now));
+    stamp = buf;
+  }
+
+  std::vector<int> cores;
+  if (plan_.bind_cores) cores = plan_.cores.empty() ? physical_cores() : plan_.cores;
+  int local_size = static_cast<int>(ranks_.size());
+  for (auto& r : ranks_) {
+    if (stopping_) break;
+    if (!plan_.log_dir.empty()) {
+      std::string path = fmt::format("{}/{}_rank{}.log", plan_.log_dir, stamp, r.spec.rank);
+      r.log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (r.log_fd < 0) return fail(fmt::format("cannot open log file '{}': {}", path, std::strerror(errno)));
+    }
+    std::vector<int> rank_cores;
+    if (plan_.bind_cores) {
+      try {
+        rank_cores = cores_for_rank(cores, r.spec.local_rank, local_size);
+      } catch (const InputError& e) {
+        return fail(e.what());
+      }
+    }
+    start_rank(r, program, plan_.argv, rank_cores);
+  }
+}
+
+int Agent::run() {
+  ::signal(SIGPIPE, SIG_IGN);
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&handled, s);
+  ::sigprocmask(SIG_BLOCK, &handled, nullptr);
+  signal_fd_ = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+
+  if (!write_all(STDOUT_FILENO, proto::kPreamble)) return 1;
+  send(proto::Hello{proto::kVersion, static_cast<int>(::getpid())});
+  bool stdin_open = true;
+  for (;;) {
+    if (have_plan_ && all_exited()) break;
+    if (!have_plan_ && (launcher_gone_ || !stdin_open)) return 1;
+
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Rank*, OutputPipe*>> pipes;
+    fds.push_back({signal_fd_, POLLIN, 0});
+    if (stdin_open) fds.push_back({STDIN_FILENO, POLLIN, 0});
+    for (auto& r : ranks_)
+      for (OutputPipe* p : {&r.out, &r.err})
+        if (p->fd >= 0) {
+          fds.push_back({p->fd, POLLIN, 0});
+          pipes.push_back({&r, p});
+        }
+    int ready = ::poll(fds.data(), fds.size(), poll_timeout_ms());
+    if (ready < 0 && errno != EINTR) return 1;
+
+    if (kill_deadline_ && Clock::now() >= *kill_deadline_) {
+      kill_running(SIGKILL);
+      kill_deadline_.reset();
+    }
+    size_t i = 0;
+    if (fds[i++].revents) {
+      signalfd_siginfo info;
+      while (::read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo == SIGCHLD) continue;  // reaped below
+        stop(static_cast<int>(info.ssi_signo), have_plan_ ? plan_.kill_grace_ms : 0);
+      }
+      reap();
+    }
+    if (stdin_open && fds[i++].revents) {
+      char buf[65536];
+      ssize_t n = ::read(STDIN_FILENO, buf, sizeof(buf));
+      if (n <= 0 && !(n < 0 && errno == EINTR)) {
+        stdin_open = false;  // the launcher is gone: nobody may outlive it
+        launcher_gone_ = true;
+        stop(SIGTERM, have_plan_ ? plan_.kill_grace_ms : 0);
+      } else if (n > 0) {
+        decoder_.feed(buf, static_cast<size_t>(n));
+        try {
+          while (auto m = decoder_.next()) {
+            if (auto* plan = std::get_if<proto::NodePlan>(&*m)) {
+              if (!have_plan_) on_plan(std::move(*plan));
+            } else if (auto* s = std::get_if<proto::Stop>(&*m)) {
+              stop(s->signal, s->grace_ms);
+            }
+          }
+        } catch (const std::exception& e) {
+          send(proto::Error{fmt::format("agent: {}", e.what())});
+          stop(SIGTERM, have_plan_ ? plan_.kill_grace_ms : 0);
+          stdin_open = false;
+        }
+      }
+    }
+    for (size_t k = 0; k < pipes.size(); ++k, ++i)
+      if (fds[i].revents) read_pipe(*pipes[k].first, *pipes[k].second);
+    reap();
+  }
+  finish();
+  return 0;
+}
+
+}  // namespace
+
+int run_agent() { return Agent().run(); }
+
+}  // namespace dsrun

@@ -1,0 +1,13 @@
+// The node agent (`dsrun agent`): one per host. It reads its node's plan from stdin, starts
+// every local rank in its own process group, streams their output and exits back to the
+// launcher on stdout (protocol.h), and tears all of them down on a rank failure, a Stop
+// message, a signal, or when stdin closes because the launcher is gone. It exits only after
+// every process it started, and every descendant reparented to it, has been reaped.
+#pragma once
+
+namespace dsrun {
+
+// Runs the agent on fds 0 and 1; returns its exit status (0 unless the protocol broke).
+int run_agent();
+
+}  // namespace dsrun

@@ -1,0 +1,15 @@
+// Running a job: connect to every host's agent (all before any rank starts), send each its
+// plan, relay output, and on the first rank failure, agent error or signal stop every rank on
+// every host. Exit status: 0, the first failing rank's status (128+N for signal N), 1 when
+// the job could not be run, 128+N when dsrun itself got signal N.
+#pragma once
+#include "console.h"
+#include "options.h"
+#include "plan.h"
+
+namespace dsrun {
+
+// Runs `plan` to completion and returns dsrun's exit status.
+int run_job(JobPlan plan, const LaunchOptions& options, Console& console);
+
+}  // namespace dsrun

@@ -1,0 +1,107 @@
+// dsrun's entry point: `dsrun agent` runs the node agent; anything else is a launch:
+// options → resources → plan → (dry run | run the job).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "agent.h"
+#include "console.h"
+#include "env_file.h"
+#include "errors.h"
+#include "launcher.h"
+#include "options.h"
+#include "plan.h"
+#include "resources.h"
+
+extern char** environ;
+
+namespace dsrun {
+namespace {
+
+// What every rank gets on top of its host's environment: forwarded launcher variables, then
+// .deepspeed_env from ~ and the cwd (the cwd's wins), then --export.
+std::vector<EnvVar> collect_environment(const LaunchOptions& o) {
+  const auto& reserved = rank_variable_names();
+  std::vector<EnvVar> env = forwarded_environment(environ, reserved);
+  const char* name = std::getenv("DS_ENV_FILE");
+  std::string file = name && *name ? name : ".deepspeed_env";
+  std::vector<std::string> candidates;
+  if (const char* home = std::getenv("HOME")) candidates.push_back(std::filesystem::path(home) / file);
+  candidates.push_back(std::filesystem::absolute(file).string());
+  auto add = [&](const EnvVar& v, const std::string& origin) {
+    for (const auto& r : reserved)
+      if (v.name == r) throw InputError(fmt::format("{}: {} is set by dsrun for each rank and cannot be overridden",
+                                                    origin, v.name));
+    set_env(env, v.name, v.value);
+  };
+  std::error_code ec;
+  for (const auto& path : candidates)
+    if (std::filesystem::is_regular_file(path, ec))
+      for (const auto& v : read_env_file(path)) add(v, path);
+  for (const auto& text : o.exports) add(parse_export(text), "--export");
+  return env;
+}
+
+std::string job_id() {
+  char stamp[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return fmt::format("{}-{}", stamp, ::getpid());
+}
+
+int launch(const LaunchOptions& o) {
+  Resources res = resolve_resources(o);
+  PlanInputs in;
+  in.transport = choose_transport(o, res.selection);
+  in.master_addr = o.master_addr;
+  if (in.master_addr.empty() && in.transport == "local") in.master_addr = "127.0.0.1";
+  if (in.master_addr.empty() && o.dry_run) {  // connects to nothing: the first host's name as written
+    for (const auto& node : res.selection)
+      if (!node.slots.empty()) {
+        in.master_addr = node.host.substr(node.host.find('@') + 1);
+        break;
+      }
+  }
+  in.master_port = o.master_port;
+  in.accelerator = res.accelerator;
+  in.job_id = job_id();
+  in.forwarded = collect_environment(o);
+  in.argv = o.program;
+  JobPlan plan = make_plan(res.selection, in);
+
+  if (o.dry_run) {
+    if (o.format == "json")
+      std::cout << plan_to_json(plan).dump(2) << "\n";
+    else
+      std::cout << plan_to_text(plan);
+    return 0;
+  }
+  Console job_console({o.format == "json", o.quiet, !o.no_prefix, plan.nodes.size() > 1});
+  for (const auto& note : res.notes) job_console.info(note);
+  job_console.info(fmt::format("{} ranks on {} host(s) via {}", plan.world_size, plan.nodes.size(), plan.transport));
+  return run_job(std::move(plan), o, job_console);
+}
+
+}  // namespace
+}  // namespace dsrun
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string_view(argv[1]) == "agent") return dsrun::run_agent();
+  try {
+    dsrun::LaunchOptions options;
+    if (!dsrun::parse_options(argc, argv, options)) return 0;
+    return dsrun::launch(options);
+  } catch (const dsrun::InputError& e) {
+    std::fprintf(stderr, "dsrun: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsrun: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,116 @@
+// Parsing of dsrun's command line with CLI11. Flags keep DeepSpeed's spelling and also accept
+// the dash-spelled aliases; everything from PROGRAM on is passed to the ranks untouched.
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "errors.h"
+
+namespace dsrun {
+namespace {
+
+constexpr const char* kExamples = R"(
+Examples:
+  dsrun hostname                                   one rank per local CPU (or GPU), no hostfile
+  dsrun --num_gpus 2 ./train --config ds.json      two local ranks
+  dsrun -H hosts.txt python3 train.py              every slot of every host in hosts.txt (over SSH)
+  dsrun -H hosts.txt -i 'node-a:0,1@node-b' ./t    slots 0,1 of node-a and all of node-b
+  dsrun -H hosts.txt --num_nodes 2 --num_gpus 4 ./t
+  dsrun -H hosts.txt --dry_run --format json ./t   print the plan (ranks and environment), start nothing
+
+Exit status: the first failing rank's exit code (128+N if it was killed by signal N),
+1 if the job could not be started, 2 for bad input (flags, hostfile, selection).
+Docs: README.md (hostfile and --include grammar, rank environment, --dry_run JSON).
+)";
+
+}  // namespace
+
+bool parse_options(int argc, char** argv, LaunchOptions& o) {
+  CLI::App app{"dsrun: start PROGRAM once per selected slot on every selected host.", "dsrun"};
+
+  app.footer(kExamples);
+  app.prefix_command();  // the first positional and everything after it belong to PROGRAM
+
+  app.add_option("-H,--hostfile", o.hostfile, "Hostfile: 'host slots=N' lines (default /job/hostfile; "
+                                              "if that is missing, run on this machine only)");
+  app.add_option("-i,--include", o.include, "Keep only these resources: host[:slot,slot][@host...]");
+  app.add_option("-e,--exclude", o.exclude, "Drop these resources (same grammar as --include)");
+  app.add_option("--num_nodes,--num-nodes", o.num_nodes, "Use the first N hosts");
+  app.add_option("--num_gpus,--num-gpus,--num_accelerators,--num-accelerators", o.num_gpus,
+                 "Use slots 0..N-1 of each host");
+  app.add_option("--master_addr,--master-addr", o.master_addr,
+                 "Rank 0's address (default: the first host's address as reached over SSH, 127.0.0.1 locally)");
+  app.add_option("--master_port,--master-port", o.master_port, "Rendezvous port (default 29500)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--launcher", o.launcher, "Transport: local or ssh (default: ssh if any host is not this machine)");
+  app.add_option("--launcher_args,--launcher-args,--launcher_arg", o.launcher_args,
+                 "Extra transport options; ssh: -p PORT, -l USER, -i FILE, -o ConnectTimeout=S|Port=|User=|"
+                 "IdentityFile=|UserKnownHostsFile=|StrictHostKeyChecking=yes|accept-new");
+  app.add_option("--ssh_port,--ssh-port", o.ssh_port, "SSH port (default: ~/.ssh/config or 22)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--ssh_identity,--ssh-identity", o.ssh_identity, "Private key for SSH (default: agent, ~/.ssh/id_*)");
+  app.add_option("--ssh_known_hosts,--ssh-known-hosts", o.ssh_known_hosts,
+                 "known_hosts file to check host keys against (default ~/.ssh/known_hosts)");
+  app.add_flag("--ssh_accept_new,--ssh-accept-new", o.ssh_accept_new,
+               "Trust and record host keys seen for the first time (a changed key is still an error)");
+  app.add_option("--ssh_timeout,--ssh-timeout", o.ssh_timeout_s, "SSH connect timeout in seconds (default 10)")
+      ->check(CLI::Range(1, 3600));
+  app.add_option("--remote_dsrun,--remote-dsrun", o.remote_dsrun,
+                 "Path of dsrun on the remote hosts (default: this dsrun's absolute path)");
+  app.add_option("--enable_each_rank_log,--enable-each-rank-log,--log_dir,--log-dir", o.log_dir,
+                 "Also write each rank's output to DIR/<time>_rank<N>.log on its host");
+  app.add_flag("--bind_cores_to_rank,--bind-cores-to-rank", o.bind_cores_to_rank,
+               "Pin each rank to an equal share of its host's physical cores and set OMP_NUM_THREADS");
+  app.add_option("--bind_core_list,--bind-core-list", o.bind_core_list, "Cores to share out, e.g. 0-15,32-47");
+  app.add_option("--export", o.exports, "Set NAME=VALUE in every rank's environment (repeatable)");
+  app.add_flag("--dry_run,--dry-run", o.dry_run, "Print the plan; connect to nothing, start nothing");
+  app.add_option("--format", o.format, "Output: text, or json (the plan with --dry_run, JSON lines otherwise)")
+      ->check(CLI::IsMember({"text", "json"}));
+  app.add_flag("-q,--quiet", o.quiet, "No launcher messages and no [rank N] prefixes");
+  app.add_flag("--no_prefix,--no-prefix", o.no_prefix, "Print rank output without the [rank N] prefix");
+  app.add_flag("--pass_local_rank,--pass-local-rank", o.pass_local_rank,
+               "Pass --local_rank=N as PROGRAM's first argument (DeepSpeed's default; off here)");
+  app.add_option("--kill_grace,--kill-grace", o.kill_grace_s,
+                 "Seconds between SIGTERM and SIGKILL when tearing the job down (default 5)")
+      ->check(CLI::Range(0.0, 3600.0));
+  bool ignored = false;
+  app.add_flag("--no_local_rank,--no-local-rank,--no_python,--no-python,--no_ssh_check,--no-ssh-check", ignored,
+               "Accepted for DeepSpeed compatibility (already dsrun's behaviour)");
+  bool force_multi = false;
+  app.add_flag("--force_multi,--force-multi", force_multi, "Same as --launcher ssh");
+  app.set_version_flag("--version", fmt::format("dsrun {}", DSRUN_VERSION));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    app.exit(e);
+    return false;
+  } catch (const CLI::ParseError& e) {
+    throw InputError(e.what());
+  }
+  o.hostfile_given = app.count("--hostfile") > 0;
+  o.program = app.remaining();
+  if (o.program.empty()) throw InputError("no PROGRAM given (usage: dsrun [options] PROGRAM [ARGS...]; see --help)");
+  if (o.program[0].size() > 1 && o.program[0][0] == '-')
+    throw InputError(fmt::format("unknown option '{}' (see --help)", o.program[0]));
+  if (force_multi) {
+    if (!o.launcher.empty() && o.launcher != "ssh")
+      throw InputError(fmt::format("--force_multi conflicts with --launcher {}", o.launcher));
+    o.launcher = "ssh";
+  }
+  if (!o.launcher.empty() && o.launcher != "local" && o.launcher != "ssh") {
+    bool later = o.launcher == "pdsh" || o.launcher == "openmpi" || o.launcher == "slurm" || o.launcher == "mpich" ||
+                 o.launcher == "impi" || o.launcher == "mvapich";
+    throw InputError(later ? fmt::format("--launcher {}: not supported yet; use ssh (the default) or local", o.launcher)
+                           : fmt::format("--launcher {}: must be local or ssh", o.launcher));
+  }
+  if (o.log_dir == "None") o.log_dir.clear();  // DeepSpeed's spelling of "off"
+  if (!o.bind_core_list.empty() && !o.bind_cores_to_rank)
+    throw InputError("--bind_core_list needs --bind_cores_to_rank");
+  return true;
+}
+
+}  // namespace dsrun

@@ -1,0 +1,38 @@
+// Command-line options of `dsrun [options] PROGRAM [ARGS...]`, with DeepSpeed's flag names.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace dsrun {
+
+struct LaunchOptions {
+  std::string hostfile = "/job/hostfile";
+  bool hostfile_given = false;  // -H was on the command line (a missing file is then an error)
+  std::string include, exclude;
+  int num_nodes = -1, num_gpus = -1;  // -1 = not given
+  std::string master_addr;            // empty = detect
+  int master_port = 29500;
+  std::string launcher;               // empty = choose (local or ssh)
+  std::string launcher_args;          // ssh: OpenSSH-style options (-p, -l, -i, -o Key=Value)
+  int ssh_port = 0;                   // 0 = from ~/.ssh/config or 22
+  std::string ssh_identity, ssh_known_hosts;
+  bool ssh_accept_new = false;
+  int ssh_timeout_s = 10;
+  std::string remote_dsrun;           // empty = this dsrun's absolute path
+  std::string log_dir;                // --enable_each_rank_log; "" or "None" = off
+  bool bind_cores_to_rank = false;
+  std::string bind_core_list;
+  std::vector<std::string> exports;   // --export NAME=VALUE
+  bool dry_run = false;
+  std::string format = "text";        // text | json
+  bool quiet = false, no_prefix = false;
+  bool pass_local_rank = false;
+  double kill_grace_s = 5.0;
+  std::vector<std::string> program;   // PROGRAM and its arguments, untouched
+};
+
+// Parses argv. Returns nullopt-like `false` after printing --help/--version (exit 0);
+// throws InputError on a usage error.
+bool parse_options(int argc, char** argv, LaunchOptions& options);
+
+}  // namespace dsrun

@@ -1,0 +1,60 @@
+// Text helpers shared by the launcher's parsers (see text.h).
+#include "text.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "errors.h"
+
+namespace dsrun {
+namespace {
+
+struct FileCloser {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
+
+}  // namespace
+
+std::string_view trim(std::string_view text) {
+  const size_t first = text.find_first_not_of(kWhitespace);
+  if (first == std::string_view::npos) return {};
+  return text.substr(first, text.find_last_not_of(kWhitespace) - first + 1);
+}
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    const size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end - start));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+std::vector<ContentLine> content_lines(std::string_view text) {
+  std::vector<ContentLine> lines;
+  int number = 0;
+  for (const std::string_view raw : split(text, '\n')) {
+    const std::string_view line = trim(raw);
+    ++number;
+    if (!line.empty() && line.front() != '#') lines.push_back({number, line});
+  }
+  return lines;
+}
+
+std::string read_text_file(const std::string& path) {
+  const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  if (!file) throw InputError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::string text;
+  char buffer[1 << 14];
+  while (const size_t count = std::fread(buffer, 1, sizeof buffer, file.get())) text.append(buffer, count);
+  if (std::ferror(file.get()))
+    throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  return text;
+}
+
+}  // namespace dsrun

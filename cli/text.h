@@ -1,0 +1,30 @@
+// Small text helpers shared by the parsers of user text (hostfile, selection, core_list,
+// env_file), so they split, trim, count lines and read files the same way.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dsrun {
+
+// Whitespace as the parsers understand it (CR included, so CRLF files work).
+inline constexpr std::string_view kWhitespace = " \t\r\n\v\f";
+
+// `text` without leading and trailing whitespace (space, tab, CR, LF, VT, FF).
+std::string_view trim(std::string_view text);
+
+// `text` cut at every `separator`, nothing trimmed: "a,,b" -> {"a", "", "b"}; "" -> {""}.
+std::vector<std::string_view> split(std::string_view text, char separator);
+
+struct ContentLine {
+  int number;             // 1-based
+  std::string_view text;  // trimmed, never empty, never starting with '#'
+};
+
+// The lines of `text` that are neither blank nor whole-line `#` comments, trimmed (so CRLF is fine).
+std::vector<ContentLine> content_lines(std::string_view text);
+
+// The whole content of the file at `path`. Throws InputError naming `path` and strerror.
+std::string read_text_file(const std::string& path);
+
+}  // namespace dsrun
