@@ -246,7 +246,7 @@ void Agent::start_rank(Rank& rank, const std::string& program, const std::vector
   if (!cores.empty()) set_env(rank_env, "OMP_NUM_THREADS", std::to_string(cores.size()));
   std::vector<std::string> env_strings = environment_strings(plan_.env, rank_env);
   std::vector<std::string> argv = base_argv;
-  if (plan_.pass_local_rank) argv.insert(argv.begin() + 1, fmt::format("--local_rank={}", rank.spec.local_rank));
+  if (plan_.pass_local_rank) argv.push_back(fmt::format("--local_rank={}", rank.spec.local_rank));
   std::vector<char*> c_argv = c_strings(argv), c_env = c_strings(env_strings);
   cpu_set_t cpu_set;
   CPU_ZERO(&cpu_set);

@@ -121,13 +121,14 @@ void AgentLink::run() {
   }
   std::string ended = shutdown(forced || !protocol_error_.empty());
   if (!stderr_line_.empty()) events_.post(AgentDiagnostic{node_, stderr_line_});
-  std::string error = protocol_error_;
-  if (error.empty() && !said_hello_)
-    error = ended.empty() ? "the agent ended before it said hello (is dsrun installed at the same path there? "
-                            "see --remote_dsrun)"
-                          : ended;
-  else if (error.empty() && !forced)
-    error = ended;
+  std::string error;
+  if (!protocol_error_.empty())
+    error = fmt::format("{}: {}", host_, protocol_error_);
+  else if (!said_hello_)
+    error = fmt::format("{}: could not start the agent: {} (is dsrun installed at that path there? see --remote_dsrun)",
+                        host_, ended.empty() ? "it ended before saying hello" : ended);
+  else if (!forced && !ended.empty())
+    error = fmt::format("{}: {}", host_, ended);
   events_.post(LinkClosed{node_, error});
 }
 

@@ -153,12 +153,14 @@ void Job::handle(const Event& e) {
   } else if (auto* c = std::get_if<LinkClosed>(&e)) {
     nodes_[c->node].closed = true;
     if (!nodes_[c->node].done) {
-      std::string why = c->error.empty() ? "the connection to its agent ended before its ranks were done" : c->error;
+      std::string why = c->error.empty()
+                            ? fmt::format("{}: the connection to its agent ended before its ranks were done", host(c->node))
+                            : c->error;
       if (!stopping_) {
-        fail(1, fmt::format("{}: {}", host(c->node), why));
+        fail(1, why);
         stop_all(SIGTERM, grace_ms);
       } else if (!c->error.empty()) {
-        console_.warn(fmt::format("{}: {}", host(c->node), why));
+        console_.warn(why);
       }
     }
   } else if (auto* s = std::get_if<SignalReceived>(&e)) {
@@ -196,7 +198,7 @@ bool Job::connect_all() {
       ++ready;
     } else if (auto* c = std::get_if<LinkClosed>(&*e)) {
       nodes_[c->node].closed = true;
-      fail(1, c->error.empty() ? fmt::format("{}: the agent ended during start-up", host(c->node)) : c->error);
+      fail(1, c->error);
       return false;
     } else if (auto* d = std::get_if<AgentDiagnostic>(&*e)) {
       console_.warn(fmt::format("{}: {}", host(d->node), d->line));

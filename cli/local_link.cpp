@@ -81,7 +81,7 @@ class LocalLink : public AgentLink {
     for (int* fd : {&from_agent_, &agent_err_})
       if (*fd >= 0) ::close(*fd), *fd = -1;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
-    return fmt::format("the agent {}", describe_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+    return fmt::format("'dsrun agent' {}", describe_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 0,
                                                      WIFSIGNALED(status) ? WTERMSIG(status) : 0));
   }
 

@@ -65,14 +65,15 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
   app.add_flag("--bind_cores_to_rank,--bind-cores-to-rank", o.bind_cores_to_rank,
                "Pin each rank to an equal share of its host's physical cores and set OMP_NUM_THREADS");
   app.add_option("--bind_core_list,--bind-core-list", o.bind_core_list, "Cores to share out, e.g. 0-15,32-47");
-  app.add_option("--export", o.exports, "Set NAME=VALUE in every rank's environment (repeatable)");
+  app.add_option("--export", o.exports, "Set NAME=VALUE in every rank's environment (repeatable)")
+      ->allow_extra_args(false);
   app.add_flag("--dry_run,--dry-run", o.dry_run, "Print the plan; connect to nothing, start nothing");
   app.add_option("--format", o.format, "Output: text, or json (the plan with --dry_run, JSON lines otherwise)")
       ->check(CLI::IsMember({"text", "json"}));
   app.add_flag("-q,--quiet", o.quiet, "No launcher messages and no [rank N] prefixes");
   app.add_flag("--no_prefix,--no-prefix", o.no_prefix, "Print rank output without the [rank N] prefix");
   app.add_flag("--pass_local_rank,--pass-local-rank", o.pass_local_rank,
-               "Pass --local_rank=N as PROGRAM's first argument (DeepSpeed's default; off here)");
+               "Append --local_rank=N to PROGRAM's arguments (DeepSpeed passes it by default; dsrun only on request)");
   app.add_option("--kill_grace,--kill-grace", o.kill_grace_s,
                  "Seconds between SIGTERM and SIGKILL when tearing the job down (default 5)")
       ->check(CLI::Range(0.0, 3600.0));

@@ -42,7 +42,7 @@ struct NodePlan {
   int kill_grace_ms = 5000;       // SIGTERM → SIGKILL delay when tearing down
   bool bind_cores = false;        // give each rank an equal share of `cores` (or the node's physical cores)
   std::vector<int> cores;         // from --bind_core_list; empty = the node's physical cores
-  bool pass_local_rank = false;   // append --local_rank=N to each rank's argv
+  bool pass_local_rank = false;   // append --local_rank=N to each rank's arguments
 };
 
 // Stop every rank: send `signal` to each rank's process group, SIGKILL after `grace_ms` (0 = at once).

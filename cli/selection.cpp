@@ -127,10 +127,12 @@ Selection select_resources(const Selection& pool, const SelectionRequest& reques
   Selection selection = pool;
   if (!request.include.empty()) selection = apply_filter(pool, "--include", request.include, true);
   if (!request.exclude.empty()) selection = apply_filter(pool, "--exclude", request.exclude, false);
+  if (request.num_nodes != -1 || request.num_gpus != -1)  // slots=0 hosts start nothing: never count them
+    std::erase_if(selection, [](const NodeSlots& node) { return node.slots.empty(); });
   if (request.num_nodes != -1) {
     // DeepSpeed slices the host list, so asking for more nodes than exist quietly runs on fewer; we refuse.
     if (static_cast<size_t>(request.num_nodes) > selection.size())
-      throw InputError(fmt::format("--num_nodes {} is more than the number of hosts in the hostfile ({})",
+      throw InputError(fmt::format("--num_nodes {} is more than the number of hosts with slots ({})",
                                    request.num_nodes, selection.size()));
     selection.erase(selection.begin() + request.num_nodes, selection.end());
   }

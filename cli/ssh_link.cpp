@@ -161,7 +161,7 @@ class SshLink : public AgentLink {
     if (!forced) {
       pump();
       int status = ssh_channel_get_exit_status(channel_);
-      if (status > 0) result = fmt::format("the agent on {} exited with code {}", host_, status);
+      if (status > 0) result = fmt::format("'{} agent' exited with code {}", remote_dsrun_, status);
     }
     // EOF on the agent's stdin (or the connection dropping) makes it stop its ranks.
     ssh_channel_send_eof(channel_);

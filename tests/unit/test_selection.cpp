@@ -202,15 +202,24 @@ TEST_CASE("selection: num_nodes/num_gpus errors") {
   CHECK_THROWS_WITH_AS(select_resources(pool, {.num_gpus = 0}), "--num_gpus 0: must be at least 1",
                        InputError);
   CHECK_THROWS_WITH_AS(select_resources(pool, {.num_nodes = 3}),
-                       "--num_nodes 3 is more than the number of hosts in the hostfile (2)", InputError);
+                       "--num_nodes 3 is more than the number of hosts with slots (2)", InputError);
   CHECK_THROWS_WITH_AS(select_resources(pool, {.num_gpus = 3}), "--num_gpus 3: host 'w1' has slots=2",
                        InputError);
 }
 
 TEST_CASE("selection: an empty result is an error naming the flags that emptied it") {
-  const Selection pool = pool_of({{"w0", 0}, {"w1", 2}});
-  CHECK_THROWS_WITH_AS(select_resources(pool, {.num_nodes = 1}),
-                       "selection is empty: no slots left after --num_nodes 1", InputError);
+  CHECK_THROWS_WITH_AS(select_resources(pool_of({{"w0", 2}}), {.exclude = "w0:0,1"}),
+                       "selection is empty: no slots left after --exclude 'w0:0,1'", InputError);
   CHECK_THROWS_WITH_AS(select_resources(pool_of({{"w0", 0}, {"w1", 0}}), {}),
                        "selection is empty: every host has slots=0", InputError);
+}
+
+TEST_CASE("select_resources: num_nodes and num_gpus skip hosts with slots=0") {
+  const Selection pool = {{"a", {}}, {"b", {0, 1}}, {"c", {0, 1, 2}}};
+  SelectionRequest first_two;
+  first_two.num_nodes = 2;
+  CHECK(show(select_resources(pool, first_two)) == show({{"b", {0, 1}}, {"c", {0, 1, 2}}}));
+  SelectionRequest one_gpu;
+  one_gpu.num_gpus = 1;
+  CHECK(show(select_resources(pool, one_gpu)) == show({{"b", {0}}, {"c", {0}}}));
 }
