@@ -12,6 +12,7 @@
 
 #include "errors.h"
 #include "hostfile.h"
+#include "text.h"
 
 namespace dsrun {
 namespace {
@@ -47,16 +48,6 @@ int cpu_count() {
   cpu_set_t set;
   CPU_ZERO(&set);
   return ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-}
-
-int parse_positive(const std::string& text, const std::string& origin) {
-  try {
-    size_t used = 0;
-    int v = std::stoi(text, &used);
-    if (used == text.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw InputError(fmt::format("{}='{}': not a positive integer", origin, text));
 }
 
 // CUDA_VISIBLE_DEVICES=1,3 → [1,3]; DeepSpeed trusts these ids as they are (its PR #6530).
@@ -117,7 +108,7 @@ Resources resolve_resources(const LaunchOptions& o) {
     const char* override_slots = std::getenv("DSRUN_LOCAL_SLOTS");
     bool other_flags = !o.include.empty() || !o.exclude.empty() || o.num_gpus != -1 || o.num_nodes > 1;
     if (override_slots && *override_slots) {
-      int n = parse_positive(override_slots, "DSRUN_LOCAL_SLOTS");
+      int n = parse_positive_int(override_slots, "DSRUN_LOCAL_SLOTS");
       pool = {{"localhost", {}}};
       for (int i = 0; i < n; ++i) pool[0].slots.push_back(i);
       res.notes.push_back(fmt::format("no hostfile: localhost with {} slots (DSRUN_LOCAL_SLOTS)", n));

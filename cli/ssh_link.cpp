@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "agent_link.h"
 #include "errors.h"
 #include "process.h"
+#include "text.h"
 
 namespace dsrun {
 namespace {
@@ -47,13 +49,7 @@ SshSettings settings_from(const LaunchOptions& o) {
     return args[i];
   };
   auto number = [](const std::string& text, const std::string& what) {
-    try {
-      size_t used = 0;
-      int v = std::stoi(text, &used);
-      if (used == text.size() && v > 0) return v;
-    } catch (const std::exception&) {
-    }
-    throw InputError(fmt::format("--launcher_args: {} '{}' is not a positive number", what, text));
+    return parse_positive_int(text, "--launcher_args: " + what);
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string flag = args[i].substr(0, 2);
@@ -106,6 +102,10 @@ class SshLink : public AgentLink {
       target = target.substr(at + 1);
     }
     ssh_options_set(session_, SSH_OPTIONS_HOST, target.c_str());
+    if (const char* home = std::getenv("HOME"); home && *home) {  // ~ is $HOME, as for .deepspeed_env
+      std::string ssh_dir = std::string(home) + "/.ssh";
+      ssh_options_set(session_, SSH_OPTIONS_SSH_DIR, ssh_dir.c_str());
+    }
     ssh_options_parse_config(session_, nullptr);  // ~/.ssh/config, then our explicit settings win
     if (!user.empty()) ssh_options_set(session_, SSH_OPTIONS_USER, user.c_str());
     if (settings_.port > 0) ssh_options_set(session_, SSH_OPTIONS_PORT, &settings_.port);

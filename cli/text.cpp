@@ -2,6 +2,7 @@
 #include "text.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -55,6 +56,14 @@ std::string read_text_file(const std::string& path) {
   if (std::ferror(file.get()))
     throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
   return text;
+}
+
+int parse_positive_int(std::string_view text, std::string_view origin) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value <= 0)
+    throw InputError(fmt::format("{} '{}' is not a positive integer", origin, text));
+  return value;
 }
 
 }  // namespace dsrun

@@ -27,4 +27,7 @@ std::vector<ContentLine> content_lines(std::string_view text);
 // The whole content of the file at `path`. Throws InputError naming `path` and strerror.
 std::string read_text_file(const std::string& path);
 
+// `text` as an int > 0, all of it. Throws InputError "<origin> '<text>' is not a positive integer".
+int parse_positive_int(std::string_view text, std::string_view origin);
+
 }  // namespace dsrun

@@ -235,3 +235,21 @@ def test_per_rank_logs_are_written_on_each_host(dsrun, sshd, hostfile, outdir, c
     assert len(files) == 4 and all(f.endswith(f"_rank{i}.log") for i, f in enumerate(files))
     text = (logs / files[3]).read_text()
     assert "hello stdout from rank 3" in text and "hello stderr from rank 3" in text
+
+
+def test_ssh_config_and_user_at_host_are_honoured(dsrun, sshd, hostfile, outdir, clean_env):
+    # No --ssh_* flags at all: the port, key and known_hosts come from ~/.ssh/config, and the
+    # hostfile names a config alias and a user@host.
+    ssh_dir = os.path.join(clean_env["HOME"], ".ssh")
+    os.makedirs(ssh_dir)
+    with open(os.path.join(ssh_dir, "config"), "w") as f:
+        f.write(f"Host second\n  HostName 127.0.0.2\n\nHost *\n  Port {sshd.port}\n  IdentityFile {sshd.identity}\n"
+                f"  UserKnownHostsFile {sshd.known_hosts}\n")
+    user = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
+    hf = hostfile(f"{user}@127.0.0.1 slots=1\nsecond slots=1\n")
+    r = run([dsrun, "-H", hf, PY, PROBE, outdir], clean_env)
+    assert r.returncode == 0, r.stderr
+    envs = read_envs(outdir)
+    assert envs[0]["SSH_CONNECTION"].split()[2] == "127.0.0.1"
+    assert envs[1]["SSH_CONNECTION"].split()[2] == "127.0.0.2"
+    assert f"{user}@127.0.0.1: [rank 0] hello stdout from rank 0" in r.stdout

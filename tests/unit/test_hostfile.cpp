@@ -162,3 +162,13 @@ TEST_CASE("text helpers: trim and split and content_lines") {
   CHECK(lines[1].number == 4);
   CHECK(lines[1].text == "b c");
 }
+
+TEST_CASE("parse_positive_int: whole positive numbers only") {
+  CHECK(parse_positive_int("12", "X") == 12);
+  CHECK_THROWS_WITH_AS(parse_positive_int("0", "DSRUN_LOCAL_SLOTS"), "DSRUN_LOCAL_SLOTS '0' is not a positive integer",
+                       InputError);
+  CHECK_THROWS_AS(parse_positive_int("3x", "X"), InputError);
+  CHECK_THROWS_AS(parse_positive_int("", "X"), InputError);
+  CHECK_THROWS_AS(parse_positive_int("-2", "X"), InputError);
+  CHECK_THROWS_AS(parse_positive_int("99999999999", "X"), InputError);
+}
