@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/random.h>
 
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -25,30 +24,30 @@ using Clock = std::chrono::steady_clock;
 namespace proto = protocol;
 
 // Turns SIGINT/SIGTERM/SIGHUP into events. Constructed before any other thread, so every thread
-// inherits the blocked mask and only this one receives them.
+// inherits the blocked mask and only this one receives them. SIGUSR2, sent by the destructor to
+// this thread alone, ends it without any polling delay.
 class SignalWatcher {
  public:
   explicit SignalWatcher(EventQueue& events) {
     sigemptyset(&set_);
-    for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, s);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR2}) sigaddset(&set_, s);
     ::pthread_sigmask(SIG_BLOCK, &set_, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
     thread_ = std::thread([this, &events] {
-      timespec tick{0, 100'000'000};
-      while (!done_) {
-        int s = ::sigtimedwait(&set_, nullptr, &tick);
+      for (;;) {
+        int s = ::sigwaitinfo(&set_, nullptr);
+        if (s == SIGUSR2) return;
         if (s > 0) events.post(SignalReceived{s});
       }
     });
   }
   ~SignalWatcher() {
-    done_ = true;
+    ::pthread_kill(thread_.native_handle(), SIGUSR2);
     thread_.join();
   }
 
  private:
   sigset_t set_;
-  std::atomic<bool> done_{false};
   std::thread thread_;
 };
 
