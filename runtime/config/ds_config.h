@@ -1,0 +1,274 @@
+// ds_config: DeepSpeed's `ds_config.json` (or the same tree in YAML), parsed, validated and resolved
+// into typed sections for the engine. Defaults are DeepSpeed's *code* defaults (reference
+// deepspeed-runtime.md §2); where the docs disagree the field comment says so. Every error is a
+// ds::ConfigError naming the file, the key path and the value:
+//   `ds_config.json: zero_optimization.stage: 5 is not one of 0, 1, 2, 3`
+//   `ds_config.json: optimizer.params.betaz: unknown key (did you mean 'betas'?)`
+// (YAML errors also carry the line: `ds_config.yaml:7: zero_optimization.stage: …`).
+// Unknown keys are errors at every level. DeepSpeed sections dsworker does not implement are either
+// accepted with a warning (monitoring, profiling, speed-only settings) or refused (anything that
+// would change training); the table is in foreign_keys.cpp. An explicit `null` means "not given".
+// Sections DeepSpeed validates with pydantic (zero_optimization, its offload blocks, bf16,
+// comms_logger, csv_monitor) treat the string "auto" as "not given", as DeepSpeed does.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ds {
+
+enum class Dtype { fp32, fp16, bf16 };
+std::string_view dtype_name(Dtype dtype);  // "fp32", "fp16", "bf16"
+
+// ---- optimizer ---------------------------------------------------------------------------------
+
+enum class OptimizerType { Adam, AdamW, SGD, Lamb };
+std::string_view optimizer_type_name(OptimizerType type);  // "Adam", "AdamW", "SGD", "Lamb"
+
+// FusedAdam / DeepSpeedCPUAdam (reference §4.2).
+struct AdamParams {
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;             // added after bias-correcting sqrt(v)
+  double weight_decay = 0.0;     // 0.01 when torch_adam selects torch.optim.AdamW (its default)
+  bool bias_correction = true;
+  bool adam_w_mode = true;       // effective: type AdamW, or params.adam_w_mode (default true even for "Adam")
+  bool torch_adam = false;       // DeepSpeed: use torch.optim.Adam[W]; same update rule here
+};
+
+// torch.optim.SGD (reference §4.4).
+struct SgdParams {
+  double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// FusedLamb (reference §4.3).
+struct LambParams {
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  bool eps_inside_sqrt = false;  // denom sqrt(v + eps) instead of sqrt(v) + eps
+  double weight_decay = 0.0;
+  bool bias_correction = true;   // folded into the step size: lr·sqrt(1-β2^t)/(1-β1^t)
+  double max_coeff = 10.0, min_coeff = 0.01;  // clamp of the per-tensor trust ratio
+};
+
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::Adam;
+  double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it
+  std::variant<AdamParams, SgdParams, LambParams> params;  // AdamParams for Adam and AdamW
+  bool legacy_fusion = false;    // accepted; no effect in dsworker
+};
+
+// ---- LR scheduler (formulas in runtime/optim/lr_schedule.h) ------------------------------------
+
+enum class SchedulerType { WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle };
+std::string_view scheduler_type_name(SchedulerType type);
+enum class WarmupType { log, linear };
+
+// WarmupLR and WarmupDecayLR.
+struct WarmupParams {
+  double warmup_min_lr = 0.0, warmup_max_lr = 0.001;
+  int64_t warmup_num_steps = 1000;         // as written; the schedule uses max(2, this)
+  WarmupType warmup_type = WarmupType::log;
+  int64_t total_num_steps = 0;             // WarmupDecayLR only (required there)
+};
+
+// WarmupCosineLR: ratios of the optimizer's lr.
+struct WarmupCosineParams {
+  int64_t total_num_steps = 0;             // required
+  double warmup_min_ratio = 0.0;
+  int64_t warmup_num_steps = 1000;         // as written; the schedule uses max(2, this)
+  double cos_min_ratio = 0.0001;
+  WarmupType warmup_type = WarmupType::log;
+};
+
+// OneCycle. Step sizes are numbers (DeepSpeed does float arithmetic on them).
+struct OneCycleParams {
+  double cycle_min_lr = 0.0, cycle_max_lr = 0.0;  // both required
+  double decay_lr_rate = 0.0;
+  double cycle_first_step_size = 2000;
+  double cycle_second_step_size = 2000;    // null in the file: = cycle_first_step_size
+  double decay_step_size = 0;              // 0: no decay after the cycle
+  bool cycle_momentum = true;              // resolved: false when the optimizer has no betas (SGD)
+  double cycle_min_mom = 0.8, cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+};
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::WarmupLR;
+  std::variant<WarmupParams, WarmupCosineParams, OneCycleParams> params;
+};
+
+// ---- precision ---------------------------------------------------------------------------------
+
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;             // cast floating forward inputs to fp16
+  double loss_scale = 0.0;            // 0: dynamic scaling; > 0: this static scale
+  int64_t initial_scale_power = 16;   // dynamic: initial scale 2^p
+  int64_t loss_scale_window = 1000;   // clean steps before doubling
+  int64_t hysteresis = 2;             // overflows tolerated before halving (ZeRO's scaler)
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+  // DeepSpeed QUIRK not reproduced: with none of the scaler keys written, DeepSpeed's wrappers use
+  // their own hard-coded defaults (ZeRO: 2^32, hysteresis 1). dsworker always uses the values above.
+};
+
+struct Bf16Config {
+  bool enabled = false;               // key "bf16", or legacy "bfloat16"
+  bool immediate_grad_update = false;
+};
+
+// ---- zero_optimization (reference §2.6) -------------------------------------------------------
+
+enum class OffloadDevice { none, cpu, nvme };
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::optional<std::string> nvme_path;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100'000'000;  // elements
+  int64_t max_in_cpu = 1'000'000'000; // elements
+  bool pin_memory = false;
+};
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::none;
+  std::optional<std::string> nvme_path;
+  int64_t buffer_count = 4;
+  bool pin_memory = false;
+  bool pipeline_read = false, pipeline_write = false;
+  bool fast_init = false;
+  double ratio = 1.0;                 // fraction of sub-groups updated on CPU; < 1 needs stage 3
+};
+
+struct ZeroPpLocoConfig {
+  double err_beta = 0.8;
+  int64_t reset_T = 1024;
+};
+
+// Sizes and thresholds are in elements. Parsed fully for every stage; which stages run is the
+// engine's decision.
+struct ZeroConfig {
+  int stage = 0;                                     // 0..3 (`true` in the file = stage 1, legacy)
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500'000'000;
+  bool use_multi_rank_bucket_allreduce = true;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;                         // resolved: null in the file = (stage == 3)
+  bool load_from_fp32_weights = true;
+  bool elastic_checkpoint = false;
+  std::optional<OffloadParamConfig> offload_param;   // legacy cpu_offload_param: true = device cpu
+  std::optional<OffloadOptimizerConfig> offload_optimizer;  // legacy cpu_offload: true = device cpu
+  int64_t sub_group_size = 1'000'000'000;            // docs say 1e12
+  int64_t prefetch_bucket_size = 50'000'000;         // stage3_prefetch_bucket_size; docs say 5e8
+  int64_t param_persistence_threshold = 100'000;     // stage3_param_persistence_threshold
+  int64_t model_persistence_threshold = INT64_MAX;   // stage3_model_persistence_threshold (sys.maxsize)
+  int64_t max_live_parameters = 1'000'000'000;       // stage3_max_live_parameters
+  int64_t max_reuse_distance = 1'000'000'000;        // stage3_max_reuse_distance
+  bool gather_16bit_weights_on_model_save = false;   // stage3_…, legacy stage3_gather_fp16_…
+  int64_t module_granularity_threshold = 0;          // stage3_module_granularity_threshold
+  bool use_all_reduce_for_fetch_params = false;      // stage3_use_all_reduce_for_fetch_params
+  bool ignore_unused_parameters = true;
+  bool round_robin_gradients = false;
+  int64_t zero_hpz_partition_size = 1;
+  bool zero_quantized_weights = false;
+  bool zero_quantized_nontrainable_weights = false;
+  bool zero_quantized_gradients = false;
+  std::optional<ZeroPpLocoConfig> zeropp_loco_param;
+  int64_t mics_shard_size = -1;
+  bool mics_hierarchical_params_gather = false;
+  bool memory_efficient_linear = true;
+  bool pipeline_loading_checkpoint = false;
+  bool override_module_apply = true;
+  bool log_trace_cache_warnings = false;
+};
+
+// ---- other sections ----------------------------------------------------------------------------
+
+struct CommsLoggerConfig {
+  bool enabled = false, verbose = false, prof_all = true, debug = false;
+  std::vector<std::string> prof_ops;  // collective names to profile when prof_all is false
+};
+
+struct CsvMonitorConfig {
+  bool enabled = false;
+  std::string output_path;            // files go to output_path/job_name/<metric>.csv
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false, cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false, profile = false;
+};
+
+enum class TagValidation { Ignore, Warn, Fail };
+
+// DeepSpeed's `checkpoint` keys plus dsworker's own (dir, save_interval, keep_last).
+struct CheckpointConfig {
+  std::string dir;                    // ours: where checkpoints go; "" = no checkpoints
+  int64_t save_interval = 0;          // ours: save every N applied steps; 0 = never
+  int64_t keep_last = 0;              // ours: keep the newest N; 0 = keep all
+  TagValidation tag_validation = TagValidation::Warn;
+  bool use_node_local_storage = false;
+};
+
+// ---- the whole config --------------------------------------------------------------------------
+
+struct DsConfig {
+  std::string origin;                 // the name errors and warnings use, e.g. "ds_config.json"
+  int world_size = 1;                 // data-parallel size the batch triad was resolved for
+
+  // train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × world_size
+  int64_t train_batch_size = 0;               // samples per optimizer step, all ranks
+  int64_t train_micro_batch_size_per_gpu = 0; // samples per forward/backward, one rank
+  int64_t gradient_accumulation_steps = 0;
+
+  std::optional<int64_t> steps_per_print;     // null (code default; docs say 10): no progress line
+  bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;
+  uint64_t seed = 42;                         // dsworker's own key (DeepSpeed has none)
+  double gradient_clipping = 0.0;             // global-norm threshold; 0 disables (docs say 1.0)
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  Dtype communication_data_type = Dtype::fp32;  // resolved: null = fp16 if fp16, bf16 if bf16, else fp32
+  bool dataloader_drop_last = false;
+  bool zero_allow_untested_optimizer = false;
+
+  OptimizerConfig optimizer;                  // required: dsworker has no client optimizers
+  std::optional<SchedulerConfig> scheduler;   // nullopt: constant lr
+  Fp16Config fp16;                            // fp16 and bf16 are never both enabled
+  Bf16Config bf16;
+  Dtype grad_accum_dtype = Dtype::fp32;       // data_types.grad_accum_dtype, resolved: null = fp32
+                                              // if bf16 without ZeRO, else the model dtype
+  ZeroConfig zero_optimization;
+  CommsLoggerConfig comms_logger;
+  CsvMonitorConfig csv_monitor;
+  ActivationCheckpointingConfig activation_checkpointing;
+  CheckpointConfig checkpoint;
+  nlohmann::json model = nlohmann::json::object();  // for the model plugin, untouched
+  nlohmann::json data = nlohmann::json::object();   // for the data source, untouched
+
+  std::vector<std::string> warnings;          // accepted-but-ignored keys and DeepSpeed warnings
+
+  Dtype model_dtype() const;                  // fp16 / bf16 when enabled, else fp32
+};
+
+// Reads and resolves a config file: JSON (comments allowed), or YAML when the name ends in .yaml/.yml.
+DsConfig load_config(const std::string& path, int world_size);
+
+// Validates and resolves an already-parsed tree; `origin` names it in messages.
+DsConfig parse_config(const nlohmann::json& root, const std::string& origin, int world_size);
+
+// The fully resolved config (defaults filled, triad resolved), itself a valid ds_config.
+nlohmann::ordered_json resolved_json(const DsConfig& config);
+
+}  // namespace ds

@@ -1,0 +1,116 @@
+// DeepSpeed top-level keys dsworker does not implement, and what happens to each. A key is "active"
+// when it would do something in DeepSpeed (by `when`); inactive keys are accepted silently.
+//
+// | key                                  | policy  | active when        | why                                          |
+// |--------------------------------------|---------|--------------------|----------------------------------------------|
+// | tensorboard, wandb, comet            | ignore  | enabled            | monitoring; dsworker writes csv_monitor      |
+// | flops_profiler                       | ignore  | enabled            | profiling                                    |
+// | autotuning                           | ignore  | enabled            | driven by `deepspeed --autotuning`           |
+// | timers                               | ignore  | enabled            | throughput timers; dsworker prints its own   |
+// | nebula                               | ignore  | enabled            | checkpoint engine; dsworker writes its own   |
+// | aio, compile                         | ignore  | present            | speed only (NVMe async I/O, torch.compile)   |
+// | dump_state                           | ignore  | true               | debug print                                  |
+// | graph_harvesting                     | ignore  | true               | speed only (CUDA graphs)                     |
+// | sparse_gradients                     | ignore  | true               | CSR all-reduce: same sums as the dense one   |
+// | disable_allgather, fp32_allreduce    | ignore  | true               | legacy, unused by DeepSpeed's engine         |
+// | vocabulary_size                      | ignore  | present            | DeepSpeed only warns about it                |
+// | zero_force_ds_cpu_optimizer          | ignore  | false              | dsworker takes no client optimizer           |
+// | seq_parallel_communication_data_type | ignore  | present            | sequence parallelism only                    |
+// | amp                                  | refuse  | enabled            | Apex AMP                                     |
+// | pipeline                             | refuse  | present            | pipeline parallelism                         |
+// | sparse_attention                     | refuse  | present            | changes the model                            |
+// | elasticity                           | refuse  | enabled            | elastic batch sizes                          |
+// | compression_training                 | refuse  | enabled (anywhere) | changes the model                            |
+// | progressive_layer_drop               | refuse  | enabled            | changes the training                         |
+// | curriculum_learning, data_efficiency | refuse  | enabled (anywhere) | changes the data                             |
+// | eigenvalue, quantize_training        | refuse  | enabled            | changes the training                         |
+// | hybrid_engine                        | refuse  | enabled            | RLHF inference/training switching            |
+// | torch_autocast                       | refuse  | enabled            | changes the precision                        |
+// | weight_quantization, tensor_parallel | refuse  | present            | changes the model / its partitioning         |
+// | use_data_before_expert_parallelism   | refuse  | true               | mixture of experts                           |
+#include <fmt/format.h>
+
+#include "config/parse.h"
+
+namespace ds::cfg {
+namespace {
+
+enum class Policy { ignore, refuse };
+enum class When { enabled, present, is_true, is_false };
+
+struct ForeignKey {
+  const char* key;
+  Policy policy;
+  When when;
+  const char* why;
+};
+
+constexpr ForeignKey kForeign[] = {
+    {"tensorboard", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor"},
+    {"wandb", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor"},
+    {"comet", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor"},
+    {"flops_profiler", Policy::ignore, When::enabled, "profiling"},
+    {"autotuning", Policy::ignore, When::enabled, "autotuning is driven by `deepspeed --autotuning`"},
+    {"timers", Policy::ignore, When::enabled, "throughput timers; dsworker prints its own"},
+    {"nebula", Policy::ignore, When::enabled, "checkpoint engine; dsworker writes its own checkpoints"},
+    {"aio", Policy::ignore, When::present, "NVMe async I/O tuning"},
+    {"compile", Policy::ignore, When::present, "torch.compile settings"},
+    {"dump_state", Policy::ignore, When::is_true, "debug print"},
+    {"graph_harvesting", Policy::ignore, When::is_true, "CUDA-graph capture, speed only"},
+    {"sparse_gradients", Policy::ignore, When::is_true, "dense all-reduce gives the same sums"},
+    {"disable_allgather", Policy::ignore, When::is_true, "legacy, unused by DeepSpeed's engine"},
+    {"fp32_allreduce", Policy::ignore, When::is_true, "legacy, unused by DeepSpeed's engine"},
+    {"vocabulary_size", Policy::ignore, When::present, "DeepSpeed only warns about it"},
+    {"zero_force_ds_cpu_optimizer", Policy::ignore, When::is_false, "dsworker takes no client optimizer"},
+    {"seq_parallel_communication_data_type", Policy::ignore, When::present, "sequence parallelism only"},
+    {"amp", Policy::refuse, When::enabled, "Apex AMP"},
+    {"pipeline", Policy::refuse, When::present, "pipeline parallelism"},
+    {"sparse_attention", Policy::refuse, When::present, "sparse attention changes the model"},
+    {"elasticity", Policy::refuse, When::enabled, "elastic batch sizes"},
+    {"compression_training", Policy::refuse, When::enabled, "compression changes the model"},
+    {"progressive_layer_drop", Policy::refuse, When::enabled, "progressive layer drop"},
+    {"curriculum_learning", Policy::refuse, When::enabled, "curriculum learning changes the data"},
+    {"data_efficiency", Policy::refuse, When::enabled, "data efficiency changes the data"},
+    {"eigenvalue", Policy::refuse, When::enabled, "eigenvalue-driven training"},
+    {"quantize_training", Policy::refuse, When::enabled, "quantized training"},
+    {"hybrid_engine", Policy::refuse, When::enabled, "hybrid engine (RLHF)"},
+    {"torch_autocast", Policy::refuse, When::enabled, "torch autocast changes the precision"},
+    {"weight_quantization", Policy::refuse, When::present, "weight quantization"},
+    {"tensor_parallel", Policy::refuse, When::present, "tensor parallelism"},
+    {"use_data_before_expert_parallelism", Policy::refuse, When::is_true, "mixture of experts"},
+};
+
+// `"enabled": true` anywhere inside (compression_training and data_efficiency nest their switches).
+bool enabled_inside(const nlohmann::json& v) {
+  if (v.is_object()) {
+    auto it = v.find("enabled");
+    if (it != v.end() && *it == true) return true;
+  }
+  if (v.is_structured())
+    for (const auto& child : v)
+      if (enabled_inside(child)) return true;
+  return false;
+}
+
+bool active(const ForeignKey& f, const nlohmann::json& v) {
+  switch (f.when) {
+    case When::enabled: return enabled_inside(v) || v == true;
+    case When::present: return true;
+    case When::is_true: return v == true;
+    case When::is_false: return v == false;
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_foreign_keys(Section& top) {
+  for (const auto& f : kForeign) {
+    const auto* v = top.get(f.key);
+    if (v == nullptr || !active(f, *v)) continue;
+    if (f.policy == Policy::refuse) top.fail(f.key, fmt::format("not supported by dsworker ({})", f.why));
+    top.warn(f.key, fmt::format("ignored by dsworker ({})", f.why));
+  }
+}
+
+}  // namespace ds::cfg

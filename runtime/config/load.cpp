@@ -1,0 +1,123 @@
+// Reading a config file: JSON (with // and /* */ comments, as DeepSpeed reads hjson; duplicate keys
+// are an error as in DeepSpeed) or YAML by extension, then the shared validation.
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "config/parse.h"
+#include "core/errors.h"
+
+namespace ds::cfg {
+namespace {
+
+bool has_yaml_extension(const std::string& path) {
+  std::string lower = to_lower(path);
+  for (std::string_view ext : {".yaml", ".yml"})
+    if (lower.size() > ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0) return true;
+  return false;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Tracks the open containers while nlohmann parses, to name the path of a duplicate key.
+class DuplicateKeys {
+ public:
+  bool operator()(int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    switch (event) {
+      case E::object_start: stack_.push_back({true, {}, {}, 0}); break;
+      case E::array_start: stack_.push_back({false, {}, {}, 0}); break;
+      case E::key: {
+        auto& top = stack_.back();
+        top.key = parsed.get<std::string>();
+        if (!top.keys.insert(top.key).second && first_.empty()) first_ = path();
+        break;
+      }
+      case E::object_end:
+      case E::array_end:
+        stack_.pop_back();
+        [[fallthrough]];
+      case E::value:
+        if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+        break;
+    }
+    return true;
+  }
+  const std::string& first() const { return first_; }  // "" when none
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;  // objects: the key being parsed
+    size_t index;     // arrays: the element being parsed
+  };
+  std::string path() const {
+    std::string p;
+    for (const auto& f : stack_)
+      p += f.object ? (p.empty() ? "" : ".") + f.key : fmt::format("[{}]", f.index);
+    return p;
+  }
+  std::vector<Frame> stack_;
+  std::string first_;
+};
+
+}  // namespace
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& name) {
+  DuplicateKeys duplicates;
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(text, std::ref(duplicates), /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::parse_error& e) {
+    size_t end = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < end; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    // what(): "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>"
+    std::string detail = std::regex_replace(e.what(), std::regex(R"(^\[json\.exception[^\]]*\] parse error( at line \d+, column \d+)?: )"), "");
+    throw ConfigError(fmt::format("{}:{}:{}: {}", name, line, column, detail));
+  }
+  if (!duplicates.first().empty()) throw ConfigError(fmt::format("{}: {}: duplicate key", name, duplicates.first()));
+  return root;
+}
+
+}  // namespace ds::cfg
+
+namespace ds {
+
+DsConfig load_config(const std::string& path, int world_size) {
+  std::string text = cfg::read_file(path);
+  cfg::Context ctx{path, {}, {}};
+  if (!cfg::has_yaml_extension(path)) return cfg::parse_in(cfg::parse_json_text(text, path), ctx, world_size);
+  cfg::YamlTree yaml = cfg::parse_yaml_text(text, path);
+  // A message about a key the file does not contain (a missing one) points at its parent's line.
+  ctx.line_of = [lines = std::move(yaml.lines)](const std::string& key_path) {
+    for (std::string p = key_path;;) {
+      if (auto it = lines.find(p); it != lines.end()) return it->second;
+      size_t dot = p.rfind('.');
+      if (dot == std::string::npos) return 0;
+      p.resize(dot);
+    }
+  };
+  return cfg::parse_in(yaml.tree, ctx, world_size);
+}
+
+}  // namespace ds

@@ -1,0 +1,155 @@
+// The top level: scalar keys, the sections, foreign keys, then the cross-key resolutions — the batch
+// triad (DeepSpeed's integer rules, reference §2.2), fp16/bf16 exclusion and the dtype defaults.
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "config/parse.h"
+
+namespace ds::cfg {
+namespace {
+
+using Entry = std::pair<const char*, std::optional<int64_t>>;
+
+// Resolves train = micro × gas × world exactly as DeepSpeed's _set_batch_related_parameters and
+// _batch_assertion do, with messages that name the keys and show how a value was derived. Given
+// values must be positive up front (DeepSpeed would divide by a zero micro batch), so C++ division
+// is Python's floor division here.
+void resolve_triad(Context& ctx, DsConfig& c, std::optional<int64_t> train, std::optional<int64_t> micro,
+                   std::optional<int64_t> gas) {
+  const int64_t dp = c.world_size;
+  const char* kTrain = "train_batch_size";
+  const char* kMicro = "train_micro_batch_size_per_gpu";
+  const char* kGas = "gradient_accumulation_steps";
+  for (auto [key, v] : std::initializer_list<Entry>{{kTrain, train}, {kMicro, micro}, {kGas, gas}})
+    if (v && *v <= 0) ctx.fail(key, fmt::format("{} must be > 0", *v));
+
+  std::string derived;  // how the missing value(s) were computed, for messages
+  if (train && micro && gas) {
+  } else if (train && micro) {
+    gas = *train / *micro / dp;
+    derived = fmt::format("{} derived as {} // {} // world_size {}", kGas, *train, *micro, dp);
+  } else if (train && gas) {
+    micro = *train / dp / *gas;
+    derived = fmt::format("{} derived as {} // world_size {} // {}", kMicro, *train, dp, *gas);
+  } else if (micro && gas) {
+    train = *micro * *gas * dp;
+    derived = fmt::format("{} derived as {} * {} * world_size {}", kTrain, *micro, *gas, dp);
+  } else if (train) {
+    gas = 1;
+    micro = *train / dp;
+    derived = fmt::format("{} derived as 1 and {} as {} // world_size {}", kGas, kMicro, *train, dp);
+  } else if (micro) {
+    gas = 1;
+    train = *micro * dp;
+    derived = fmt::format("{} derived as 1 and {} as {} * world_size {}", kGas, kTrain, *micro, dp);
+  } else {
+    ctx.fail("", fmt::format("either {} or {} must be given", kTrain, kMicro));
+  }
+
+  for (auto [key, v] : std::initializer_list<Entry>{{kTrain, train}, {kMicro, micro}, {kGas, gas}})
+    if (*v <= 0) ctx.fail(key, fmt::format("{} must be > 0 ({})", *v, derived));
+  if (*train != *micro * *gas * dp)
+    ctx.fail(kTrain, fmt::format("{} != {} {} * {} {} * world_size {} = {}{}", *train, kMicro, *micro, kGas, *gas,
+                                 dp, *micro * *gas * dp, derived.empty() ? "" : " (" + derived + ")"));
+  c.train_batch_size = *train;
+  c.train_micro_batch_size_per_gpu = *micro;
+  c.gradient_accumulation_steps = *gas;
+}
+
+const std::vector<std::string> kDtypes = {"fp32", "fp16", "bf16"};
+
+std::optional<Dtype> optional_dtype(Section& s, const char* key, bool ignore_case) {
+  if (!s.has(key)) return std::nullopt;
+  return static_cast<Dtype>(s.choice(key, kDtypes, 0, ignore_case));
+}
+
+nlohmann::json free_object(Section& top, const char* key) {
+  const auto* v = top.get(key);
+  if (v == nullptr) return nlohmann::json::object();
+  if (!v->is_object()) top.type_error(key, *v, "an object");
+  return *v;
+}
+
+}  // namespace
+
+DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size) {
+  if (world_size < 1) throw std::invalid_argument(fmt::format("parse_config: world_size {} < 1", world_size));
+  if (!root.is_object()) ctx.fail("", fmt::format("the top level must be an object, not {}", root.type_name()));
+  Section top(ctx, &root, "");
+  DsConfig c;
+  c.origin = ctx.name;
+  c.world_size = world_size;
+
+  auto train = top.optional_integer("train_batch_size");
+  auto micro = top.optional_integer("train_micro_batch_size_per_gpu");
+  auto gas = top.optional_integer("gradient_accumulation_steps");
+  c.steps_per_print = top.optional_integer("steps_per_print");
+  if (c.steps_per_print) top.at_least("steps_per_print", static_cast<double>(*c.steps_per_print), 1);
+  c.wall_clock_breakdown = top.flag("wall_clock_breakdown", c.wall_clock_breakdown);
+  c.memory_breakdown = top.flag("memory_breakdown", c.memory_breakdown);
+  int64_t seed = top.integer("seed", static_cast<int64_t>(c.seed));
+  top.at_least("seed", static_cast<double>(seed), 0);
+  c.seed = static_cast<uint64_t>(seed);
+  c.gradient_clipping = top.number("gradient_clipping", c.gradient_clipping);
+  top.at_least("gradient_clipping", c.gradient_clipping, 0.0);
+  c.prescale_gradients = top.flag("prescale_gradients", c.prescale_gradients);
+  c.gradient_predivide_factor = top.number("gradient_predivide_factor", c.gradient_predivide_factor);
+  top.greater_than("gradient_predivide_factor", c.gradient_predivide_factor, 0.0);
+  auto comm_dtype = optional_dtype(top, "communication_data_type", /*ignore_case=*/true);
+  c.dataloader_drop_last = top.flag("dataloader_drop_last", c.dataloader_drop_last);
+  c.zero_allow_untested_optimizer = top.flag("zero_allow_untested_optimizer", c.zero_allow_untested_optimizer);
+
+  auto optimizer = parse_optimizer(top);
+  c.scheduler = parse_scheduler(top, optimizer);
+  c.fp16 = parse_fp16(top);
+  c.bf16 = parse_bf16(top);
+  Section data_types = top.object("data_types");
+  auto grad_accum_dtype = optional_dtype(data_types, "grad_accum_dtype", /*ignore_case=*/false);
+  data_types.finish();
+  c.zero_optimization = parse_zero(top);
+  c.comms_logger = parse_comms_logger(top);
+  c.csv_monitor = parse_csv_monitor(top);
+  c.activation_checkpointing = parse_activation_checkpointing(top);
+  c.checkpoint = parse_checkpoint(top);
+  c.model = free_object(top, "model");
+  c.data = free_object(top, "data");
+  check_foreign_keys(top);
+  top.finish();
+
+  // DeepSpeed can train with an optimizer object from train.py; dsworker only has this section.
+  if (!optimizer) ctx.fail("optimizer", "missing (dsworker builds the optimizer from this section)");
+  c.optimizer = *optimizer;
+  resolve_triad(ctx, c, train, micro, gas);
+  if (c.fp16.enabled && c.bf16.enabled) ctx.fail("bf16.enabled", "fp16 and bf16 cannot both be enabled");
+  c.communication_data_type = comm_dtype.value_or(c.model_dtype());
+  // DeepSpeed's engine.get_data_types: bf16 without ZeRO accumulates in fp32.
+  bool bf16_no_zero = c.bf16.enabled && c.zero_optimization.stage == 0;
+  c.grad_accum_dtype = grad_accum_dtype.value_or(bf16_no_zero ? Dtype::fp32 : c.model_dtype());
+  c.warnings = ctx.warnings;
+  return c;
+}
+
+}  // namespace ds::cfg
+
+namespace ds {
+
+std::string_view dtype_name(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::fp32: return "fp32";
+    case Dtype::fp16: return "fp16";
+    case Dtype::bf16: return "bf16";
+  }
+  return "?";
+}
+
+Dtype DsConfig::model_dtype() const {
+  return fp16.enabled ? Dtype::fp16 : bf16.enabled ? Dtype::bf16 : Dtype::fp32;
+}
+
+DsConfig parse_config(const nlohmann::json& root, const std::string& origin, int world_size) {
+  cfg::Context ctx{origin, {}, {}};
+  return cfg::parse_in(root, ctx, world_size);
+}
+
+}  // namespace ds

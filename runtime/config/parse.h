@@ -1,0 +1,41 @@
+// Internal to ds_config: one parser per section, each reading its key from the top-level Section
+// (so the key counts as known) and validating it completely, plus the file loaders.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include "config/ds_config.h"
+#include "config/section.h"
+
+namespace ds::cfg {
+
+// The whole tree; `ctx` names it in messages and collects warnings.
+DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size);
+
+// nullopt when the section is absent (the caller refuses that after the unknown-key check).
+std::optional<OptimizerConfig> parse_optimizer(Section& top);
+// `optimizer` decides whether OneCycle can cycle momentum (only optimizers with betas).
+std::optional<SchedulerConfig> parse_scheduler(Section& top, const std::optional<OptimizerConfig>& optimizer);
+ZeroConfig parse_zero(Section& top);
+Fp16Config parse_fp16(Section& top);
+Bf16Config parse_bf16(Section& top);
+CommsLoggerConfig parse_comms_logger(Section& top);
+CsvMonitorConfig parse_csv_monitor(Section& top);
+ActivationCheckpointingConfig parse_activation_checkpointing(Section& top);
+CheckpointConfig parse_checkpoint(Section& top);
+
+// DeepSpeed top-level keys dsworker does not implement: warns (ignored) or fails (refused).
+void check_foreign_keys(Section& top);
+
+// JSON text → tree (comments allowed); duplicate keys and syntax errors are ConfigErrors naming `name`.
+nlohmann::json parse_json_text(const std::string& text, const std::string& name);
+
+// YAML text → the same JSON tree a JSON file would give, and the 1-based line of each key path.
+struct YamlTree {
+  nlohmann::json tree;
+  std::map<std::string, int> lines;  // "zero_optimization.stage" → 7
+};
+YamlTree parse_yaml_text(const std::string& text, const std::string& name);
+
+}  // namespace ds::cfg

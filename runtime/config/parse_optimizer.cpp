@@ -1,0 +1,116 @@
+// The `optimizer` section: type (DeepSpeed's names case-insensitively, torch's exactly) and the
+// constructor keyword arguments of FusedAdam / torch.optim.SGD / FusedLamb (reference §2.5, §4).
+#include <fmt/format.h>
+
+#include "config/parse.h"
+
+namespace ds::cfg {
+namespace {
+
+const std::vector<std::string> kSupported = {"Adam", "AdamW", "SGD", "Lamb"};
+
+OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
+  if (!name) s.fail("type", "missing (one of Adam, AdamW, SGD, Lamb)");
+  // DeepSpeed lower-cases its own optimizer names; anything else is a torch.optim class name,
+  // which is case-sensitive ("SGD").
+  std::string lower = to_lower(*name);
+  if (lower == "adam") return OptimizerType::Adam;
+  if (lower == "adamw") return OptimizerType::AdamW;
+  if (lower == "lamb") return OptimizerType::Lamb;
+  if (*name == "SGD") return OptimizerType::SGD;
+  s.fail("type", fmt::format("\"{}\" is not supported by dsworker (supported: Adam, AdamW, SGD, Lamb){}", *name,
+                             did_you_mean(*name, kSupported)));
+}
+
+// DeepSpeed's engine refuses this key for every optimizer.
+void reject_max_grad_norm(Section& p) {
+  if (p.has("max_grad_norm"))
+    p.fail("max_grad_norm", "not supported as an optimizer parameter; use the top-level 'gradient_clipping'");
+}
+
+std::pair<double, double> parse_betas(Section& p, std::pair<double, double> fallback) {
+  const auto* v = p.get("betas");
+  if (v == nullptr) return fallback;
+  if (!v->is_array() || v->size() != 2 || !(*v)[0].is_number() || !(*v)[1].is_number())
+    p.type_error("betas", *v, "a pair of numbers [beta1, beta2]");
+  std::pair<double, double> b{(*v)[0].get<double>(), (*v)[1].get<double>()};
+  for (double beta : {b.first, b.second})
+    if (!(beta >= 0.0 && beta < 1.0)) p.fail("betas", fmt::format("{} must lie in [0, 1)", show(*v)));
+  return b;
+}
+
+double non_negative(Section& p, const char* key, double fallback) {
+  double v = p.number(key, fallback);
+  p.at_least(key, v, 0.0);
+  return v;
+}
+
+AdamParams parse_adam(Section& p, OptimizerType type) {
+  AdamParams a;
+  a.torch_adam = p.flag("torch_adam", false);
+  // DeepSpeed: decoupled decay if the type is AdamW *or* adam_w_mode (default true), so plain
+  // "Adam" is AdamW unless adam_w_mode is false, and "AdamW" ignores adam_w_mode: false.
+  a.adam_w_mode = p.flag("adam_w_mode", true) || type == OptimizerType::AdamW;
+  std::tie(a.beta1, a.beta2) = parse_betas(p, {a.beta1, a.beta2});
+  a.eps = non_negative(p, "eps", a.eps);
+  // torch_adam selects torch.optim.AdamW in decoupled mode, whose default weight decay is 0.01.
+  a.weight_decay = non_negative(p, "weight_decay", a.torch_adam && a.adam_w_mode ? 0.01 : 0.0);
+  a.bias_correction = p.flag("bias_correction", a.bias_correction);
+  if (p.flag("amsgrad", false)) p.fail("amsgrad", "true is not supported (FusedAdam has no AMSGrad variant)");
+  p.flag("set_grad_none", true);  // FusedAdam's zero_grad behaviour: no effect here
+  return a;
+}
+
+SgdParams parse_sgd(Section& p) {
+  SgdParams s;
+  s.momentum = non_negative(p, "momentum", s.momentum);
+  s.dampening = p.number("dampening", s.dampening);
+  s.weight_decay = non_negative(p, "weight_decay", s.weight_decay);
+  s.nesterov = p.flag("nesterov", s.nesterov);
+  if (s.nesterov && (s.momentum <= 0.0 || s.dampening != 0.0))
+    p.fail("nesterov", "true requires momentum > 0 and dampening 0 (as torch.optim.SGD)");
+  if (p.flag("maximize", false)) p.fail("maximize", "true is not supported by dsworker");
+  for (const char* speed_only : {"foreach", "differentiable", "fused"}) p.flag(speed_only, false);
+  return s;
+}
+
+LambParams parse_lamb(Section& p) {
+  LambParams l;
+  std::tie(l.beta1, l.beta2) = parse_betas(p, {l.beta1, l.beta2});
+  l.eps = non_negative(p, "eps", l.eps);
+  l.eps_inside_sqrt = p.flag("eps_inside_sqrt", l.eps_inside_sqrt);
+  l.weight_decay = non_negative(p, "weight_decay", l.weight_decay);
+  l.bias_correction = p.flag("bias_correction", l.bias_correction);
+  l.max_coeff = non_negative(p, "max_coeff", l.max_coeff);
+  l.min_coeff = non_negative(p, "min_coeff", l.min_coeff);
+  if (l.min_coeff > l.max_coeff)
+    p.fail("min_coeff", fmt::format("{} is larger than max_coeff {}", l.min_coeff, l.max_coeff));
+  if (p.flag("amsgrad", false)) p.fail("amsgrad", "true is not supported (FusedLamb has no AMSGrad variant)");
+  return l;
+}
+
+}  // namespace
+
+std::optional<OptimizerConfig> parse_optimizer(Section& top) {
+  if (!top.has("optimizer")) return std::nullopt;
+  Section s = top.object("optimizer");
+  OptimizerConfig c;
+  c.legacy_fusion = s.flag("legacy_fusion", false);
+  Section p = s.object("params");
+  auto type = s.optional_string("type");
+  s.finish();
+  c.type = parse_type(s, type);
+
+  reject_max_grad_norm(p);
+  c.lr = non_negative(p, "lr", c.lr);
+  switch (c.type) {
+    case OptimizerType::Adam:
+    case OptimizerType::AdamW: c.params = parse_adam(p, c.type); break;
+    case OptimizerType::SGD: c.params = parse_sgd(p); break;
+    case OptimizerType::Lamb: c.params = parse_lamb(p); break;
+  }
+  p.finish();
+  return c;
+}
+
+}  // namespace ds::cfg

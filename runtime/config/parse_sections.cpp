@@ -1,0 +1,104 @@
+// The small sections: fp16, bf16 (alias bfloat16), comms_logger, csv_monitor,
+// activation_checkpointing and checkpoint (DeepSpeed's keys plus dsworker's dir/save_interval/keep_last).
+#include <fmt/format.h>
+
+#include "config/parse.h"
+
+namespace ds::cfg {
+namespace {
+
+int64_t at_least(Section& s, const char* key, int64_t fallback, int64_t min) {
+  int64_t v = s.integer(key, fallback);
+  s.at_least(key, static_cast<double>(v), static_cast<double>(min));
+  return v;
+}
+
+}  // namespace
+
+Fp16Config parse_fp16(Section& top) {
+  Section s = top.object("fp16");
+  Fp16Config c;
+  c.enabled = s.flag("enabled", c.enabled);
+  c.auto_cast = s.flag("auto_cast", c.auto_cast);
+  c.loss_scale = s.number("loss_scale", c.loss_scale);
+  s.at_least("loss_scale", c.loss_scale, 0.0);
+  c.initial_scale_power = at_least(s, "initial_scale_power", c.initial_scale_power, 0);
+  c.loss_scale_window = at_least(s, "loss_scale_window", c.loss_scale_window, 1);
+  c.hysteresis = at_least(s, "hysteresis", c.hysteresis, 1);
+  c.consecutive_hysteresis = s.flag("consecutive_hysteresis", c.consecutive_hysteresis);
+  c.min_loss_scale = s.number("min_loss_scale", c.min_loss_scale);
+  s.greater_than("min_loss_scale", c.min_loss_scale, 0.0);
+  if (s.flag("fp16_master_weights_and_grads", false))
+    s.fail("fp16_master_weights_and_grads",
+           "true is not supported by dsworker (DeepSpeed: ZeRO-2 with CPU offload and DeepSpeedCPUAdam only)");
+  s.finish();
+  return c;
+}
+
+Bf16Config parse_bf16(Section& top) {
+  const auto* bf16 = top.get("bf16");
+  const auto* legacy = top.get("bfloat16");
+  if (bf16 != nullptr && legacy != nullptr) top.fail("bfloat16", "given together with 'bf16'; keep one");
+  Section s(top.context(), bf16 ? bf16 : legacy, bf16 || !legacy ? "bf16" : "bfloat16", /*drop_auto=*/true);
+  Bf16Config c;
+  c.enabled = s.flag("enabled", c.enabled);
+  c.immediate_grad_update = s.flag("immediate_grad_update", c.immediate_grad_update);
+  s.finish();
+  return c;
+}
+
+CommsLoggerConfig parse_comms_logger(Section& top) {
+  Section s(top.context(), top.get("comms_logger"), "comms_logger", /*drop_auto=*/true);
+  CommsLoggerConfig c;
+  c.enabled = s.flag("enabled", c.enabled);
+  c.verbose = s.flag("verbose", c.verbose);
+  c.prof_all = s.flag("prof_all", c.prof_all);
+  c.debug = s.flag("debug", c.debug);
+  c.prof_ops = s.strings("prof_ops");
+  s.finish();
+  return c;
+}
+
+CsvMonitorConfig parse_csv_monitor(Section& top) {
+  Section s(top.context(), top.get("csv_monitor"), "csv_monitor", /*drop_auto=*/true);
+  CsvMonitorConfig c;
+  c.enabled = s.flag("enabled", c.enabled);
+  c.output_path = s.string("output_path", c.output_path);
+  c.job_name = s.string("job_name", c.job_name);
+  s.finish();
+  return c;
+}
+
+ActivationCheckpointingConfig parse_activation_checkpointing(Section& top) {
+  Section s = top.object("activation_checkpointing");
+  ActivationCheckpointingConfig c;
+  c.partition_activations = s.flag("partition_activations", c.partition_activations);
+  c.cpu_checkpointing = s.flag("cpu_checkpointing", c.cpu_checkpointing);
+  c.contiguous_memory_optimization = s.flag("contiguous_memory_optimization", c.contiguous_memory_optimization);
+  c.number_checkpoints = s.optional_integer("number_checkpoints");
+  if (c.number_checkpoints) s.at_least("number_checkpoints", static_cast<double>(*c.number_checkpoints), 1);
+  c.synchronize_checkpoint_boundary = s.flag("synchronize_checkpoint_boundary", c.synchronize_checkpoint_boundary);
+  c.profile = s.flag("profile", c.profile);
+  s.finish();
+  return c;
+}
+
+CheckpointConfig parse_checkpoint(Section& top) {
+  Section s = top.object("checkpoint");
+  CheckpointConfig c;
+  c.dir = s.string("dir", c.dir);
+  c.save_interval = at_least(s, "save_interval", c.save_interval, 0);
+  c.keep_last = at_least(s, "keep_last", c.keep_last, 0);
+  c.tag_validation = static_cast<TagValidation>(s.choice("tag_validation", {"Ignore", "Warn", "Fail"}, 1, true));
+  c.use_node_local_storage = s.flag("use_node_local_storage", c.use_node_local_storage);
+  if (s.flag("load_universal", false))
+    s.fail("load_universal", "true is not supported by dsworker (universal checkpoints)");
+  Section parallel_write = s.object("parallel_write");
+  if (parallel_write.flag("pipeline_stage", false))
+    parallel_write.fail("pipeline_stage", "true is not supported by dsworker (no pipeline parallelism)");
+  parallel_write.finish();
+  s.finish();
+  return c;
+}
+
+}  // namespace ds::cfg

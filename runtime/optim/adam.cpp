@@ -1,0 +1,77 @@
+// Adam / AdamW as DeepSpeed's FusedAdam kernel (csrc/adam/multi_tensor_adam.cu), per element in fp32:
+//   L2 mode (adam_w_mode false):  g ← g + wd·p
+//   m ← β1·m + (1−β1)·g            v ← β2·v + (1−β2)·g²
+//   u ← (m / bc1) / (sqrt(v / bc2) + eps)      bc = 1 − β^t, or 1 without bias correction
+//   AdamW mode:                   u ← u + wd·p   (the old p)
+//   p ← p − lr·u
+// DeepSpeedCPUAdam's form p·(1 − lr·wd) − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) is algebraically the same.
+#include <cmath>
+
+#include "optim/optimizers.h"
+
+namespace ds::optim {
+namespace {
+
+struct AdamArgs {
+  float beta1, beta2, eps, lr, wd, bc1, bc2;
+};
+
+template <bool kDecoupled>
+void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, size_t n,
+               AdamArgs a) {
+  const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
+  for (size_t i = 0; i < n; ++i) {
+    const float param = p[i];
+    float grad = g[i];
+    if constexpr (!kDecoupled) grad += a.wd * param;
+    const float mi = a.beta1 * m[i] + one_minus_beta1 * grad;
+    const float vi = a.beta2 * v[i] + one_minus_beta2 * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    float update = (mi / a.bc1) / (std::sqrt(vi / a.bc2) + a.eps);
+    if constexpr (kDecoupled) update += a.wd * param;
+    p[i] = param - a.lr * update;
+  }
+}
+
+class Adam final : public Optimizer {
+ public:
+  Adam(const AdamParams& params, size_t n) : params_(params), exp_avg_(n, 0.0f), exp_avg_sq_(n, 0.0f) {}
+
+  void step(float* params, const float* grads, size_t n, const std::vector<TensorRange>&, double lr,
+            int64_t step) override {
+    check_step_args("Adam", n, exp_avg_.size(), step);
+    const float beta1 = static_cast<float>(params_.beta1), beta2 = static_cast<float>(params_.beta2);
+    AdamArgs a{beta1,
+               beta2,
+               static_cast<float>(params_.eps),
+               static_cast<float>(lr),
+               static_cast<float>(params_.weight_decay),
+               params_.bias_correction ? bias_correction(beta1, step) : 1.0f,
+               params_.bias_correction ? bias_correction(beta2, step) : 1.0f};
+    if (params_.adam_w_mode)
+      adam_loop<true>(params, grads, exp_avg_.data(), exp_avg_sq_.data(), n, a);
+    else
+      adam_loop<false>(params, grads, exp_avg_.data(), exp_avg_sq_.data(), n, a);
+  }
+
+  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
+    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
+  }
+
+  void set_betas(double beta1, double beta2) override {
+    params_.beta1 = beta1;
+    params_.beta2 = beta2;
+  }
+
+ private:
+  AdamParams params_;
+  std::vector<float> exp_avg_;     // m, n floats
+  std::vector<float> exp_avg_sq_;  // v, n floats
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n) { return std::make_unique<Adam>(params, n); }
+
+}  // namespace ds::optim

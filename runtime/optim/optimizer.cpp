@@ -1,0 +1,33 @@
+// make_optimizer and the helpers the optimizer families share.
+#include <cmath>
+#include <stdexcept>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "optim/optimizers.h"
+
+namespace ds {
+
+void Optimizer::set_betas(double, double) { throw std::logic_error("optimizer has no betas"); }
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, NormReducer reduce_norms) {
+  if (const auto* adam = std::get_if<AdamParams>(&config.params)) return optim::make_adam(*adam, n);
+  if (const auto* sgd = std::get_if<SgdParams>(&config.params)) return optim::make_sgd(*sgd, n);
+  return optim::make_lamb(std::get<LambParams>(config.params), n, std::move(reduce_norms));
+}
+
+}  // namespace ds
+
+namespace ds::optim {
+
+float bias_correction(float beta, int64_t step) {
+  return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
+}
+
+void check_step_args(const char* name, size_t n, size_t expected, int64_t step) {
+  if (n != expected) throw std::invalid_argument(fmt::format("{}: step over {} elements, made for {}", name, n, expected));
+  if (step < 1) throw std::invalid_argument(fmt::format("{}: step {} < 1", name, step));
+}
+
+}  // namespace ds::optim

@@ -1,0 +1,18 @@
+// Internal to ds_optim: one factory per optimizer family, and the bias-correction term they share.
+#pragma once
+#include "optim/optimizer.h"
+
+namespace ds::optim {
+
+std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n);
+std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n);
+std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms);
+
+// 1 - beta^step for the fp32 beta the element loop uses, as DeepSpeed's FusedAdam/FusedLamb host
+// code computes it (so the fp32 rounding of 1 - beta cancels in the bias-corrected moments).
+float bias_correction(float beta, int64_t step);
+
+// Throws std::invalid_argument unless n matches the size the optimizer was made for and step >= 1.
+void check_step_args(const char* name, size_t n, size_t expected, int64_t step);
+
+}  // namespace ds::optim

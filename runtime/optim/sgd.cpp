@@ -1,0 +1,56 @@
+// SGD as torch.optim.SGD, per element in fp32:
+//   g ← g + wd·p
+//   with momentum μ ≠ 0:  buf ← g on the first step, else buf ← μ·buf + (1 − dampening)·g
+//                         g ← g + μ·buf (nesterov) or g ← buf
+//   p ← p − lr·g
+// torch creates the momentum buffer on its first step; here "first" is step == 1, which also
+// holds after a resume (the buffer then comes from the checkpoint and step > 1).
+#include "optim/optimizers.h"
+
+namespace ds::optim {
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const SgdParams& params, size_t n) : params_(params), n_(n) {
+    if (params.momentum != 0.0) momentum_buffer_.assign(n, 0.0f);
+  }
+
+  void step(float* params, const float* grads, size_t n, const std::vector<TensorRange>&, double lr_value,
+            int64_t step) override {
+    check_step_args("SGD", n, n_, step);
+    float* __restrict p = params;
+    const float* __restrict g = grads;
+    const float lr = static_cast<float>(lr_value), wd = static_cast<float>(params_.weight_decay);
+    const float mu = static_cast<float>(params_.momentum);
+    const float keep = static_cast<float>(1.0 - params_.dampening);
+    if (mu == 0.0f) {
+      for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+      return;
+    }
+    float* __restrict buf = momentum_buffer_.data();
+    const bool first = step == 1, nesterov = params_.nesterov;
+    for (size_t i = 0; i < n; ++i) {
+      const float d = g[i] + wd * p[i];
+      const float b = first ? d : mu * buf[i] + keep * d;
+      buf[i] = b;
+      p[i] -= lr * (nesterov ? d + mu * b : b);
+    }
+  }
+
+  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
+    if (momentum_buffer_.empty()) return {};
+    return {{"momentum_buffer", &momentum_buffer_}};
+  }
+
+ private:
+  SgdParams params_;
+  size_t n_;
+  std::vector<float> momentum_buffer_;  // n floats when momentum ≠ 0, else empty
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n) { return std::make_unique<Sgd>(params, n); }
+
+}  // namespace ds::optim

@@ -1,0 +1,130 @@
+/* The dsworker model-plugin ABI (C, versioned).
+ *
+ * A plugin is a shared library exporting one function, `ds_plugin_entry`, that returns a table of
+ * function pointers (ds_plugin_api) whose first field is DS_PLUGIN_ABI_VERSION. The loader refuses
+ * any other version. No C++ exception crosses this boundary: every call returns a ds_status, and on
+ * DS_ERROR `last_error(model)` says what went wrong (the SDK in ds_plugin_sdk.h does this for you).
+ *
+ * The model is an ordered list of layers. Each layer declares its parameters (name, shape, init);
+ * the ENGINE owns all parameter, gradient, activation and workspace memory, allocates it, initialises
+ * the parameters (with its own seeded RNG, so initial weights do not depend on the world size), and
+ * calls the layers in order. Layer i's output is layer i+1's input; the last layer returns the loss:
+ * a tensor of shape [1] holding the mean loss over the micro-batch.
+ *
+ * Forward:  forward(i, params, input, output, workspace, batch)
+ * Backward: backward(i, params, input, output, grad_output, grad_input, grad_params, workspace, batch)
+ *   - grad_params are ACCUMULATED into (+=), so gradient accumulation needs no extra copy;
+ *   - grad_input is OVERWRITTEN; it is NULL for layer 0 (nothing upstream needs it);
+ *   - the engine may call forward again just before backward (activation checkpointing), so a layer
+ *     must keep what backward needs in `workspace` (engine-owned, sized by workspace_bytes), never in
+ *     plugin globals;
+ *   - for the last layer grad_output is [1] = d(total)/d(loss) (the engine puts 1/GAS, times the
+ *     loss scale under fp16, there).
+ * `batch` (the micro-batch's input and target) is passed to every layer: the loss layer reads the
+ * target from it.
+ * `params` and `grad_params` are arrays with one tensor per parameter of the layer, in the order
+ * describe_layer lists them. Workspace memory is at least 16-byte aligned.
+ *
+ * Tensors are dense, row-major, with up to 4 dimensions, the batch dimension included (so a sample
+ * has at most 3; a sample shape with ndim 0 is a scalar per sample, e.g. a class label). Parameters, gradients and activations are
+ * DS_F32 in this ABI version (fp16/bf16 storage arrive with mixed precision); inputs and targets may
+ * also be DS_I32 (class labels, token ids).
+ */
+#ifndef DS_PLUGIN_H
+#define DS_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS_PLUGIN_ABI_VERSION 1u
+#define DS_MAX_DIMS 4
+
+typedef enum { DS_OK = 0, DS_ERROR = 1 } ds_status;
+
+typedef enum { DS_F32 = 0, DS_I32 = 1 } ds_dtype;
+
+typedef struct {
+  int32_t ndim;
+  int64_t dims[DS_MAX_DIMS];
+} ds_shape;
+
+typedef struct {
+  void* data;      /* ndim-dimensional, row-major, contiguous */
+  ds_dtype dtype;
+  ds_shape shape;
+} ds_tensor;
+
+/* How the engine initialises a parameter: zeros, ones, normal(mean=a, std=b), uniform[a, b). */
+typedef enum { DS_INIT_ZEROS = 0, DS_INIT_ONES = 1, DS_INIT_NORMAL = 2, DS_INIT_UNIFORM = 3 } ds_init_kind;
+
+typedef struct {
+  const char* name;  /* unique within the layer, e.g. "weight"; the full name is "<layer>.<name>" */
+  ds_shape shape;
+  ds_init_kind init;
+  float a, b;
+} ds_param_desc;
+
+typedef struct {
+  const char* name;              /* unique within the model, e.g. "fc1" */
+  int32_t num_params;
+  const ds_param_desc* params;   /* valid while the model lives */
+} ds_layer_desc;
+
+/* The plugin's dataset: `num_samples` samples; one sample's input and target have these shapes
+ * (without the batch dimension) and dtypes. */
+typedef struct {
+  int64_t num_samples;
+  ds_dtype input_dtype;
+  ds_shape input_shape;
+  ds_dtype target_dtype;
+  ds_shape target_shape;
+} ds_dataset_info;
+
+/* A micro-batch: input [n, *input_shape], target [n, *target_shape], and where it is in training. */
+typedef struct {
+  const ds_tensor* input;
+  const ds_tensor* target;
+  int64_t step;       /* the optimizer step this micro-batch contributes to, counted from 1 */
+  int32_t micro_step; /* 0..gradient_accumulation_steps-1 within that step */
+} ds_batch;
+
+typedef struct ds_plugin_api {
+  uint32_t abi_version; /* DS_PLUGIN_ABI_VERSION */
+  const char* name;     /* e.g. "mlp" */
+
+  /* Builds a model from the config's "model" block (a JSON object as text, "{}" if absent).
+   * On failure returns DS_ERROR and writes a message into err (err_len bytes, NUL-terminated). */
+  ds_status (*create)(const char* config_json, void** model, char* err, size_t err_len);
+  void (*destroy)(void* model);
+  /* The message of the last DS_ERROR returned for `model`. */
+  const char* (*last_error)(void* model);
+
+  int32_t (*num_layers)(void* model);
+  ds_status (*describe_layer)(void* model, int32_t layer, ds_layer_desc* out);
+  /* The output shape of `layer`, and the bytes of workspace it needs, for an input of shape `input`. */
+  ds_status (*output_shape)(void* model, int32_t layer, const ds_shape* input, ds_shape* output);
+  ds_status (*workspace_bytes)(void* model, int32_t layer, const ds_shape* input, size_t* bytes);
+
+  ds_status (*forward)(void* model, int32_t layer, const ds_tensor* params, const ds_tensor* input,
+                       ds_tensor* output, void* workspace, const ds_batch* batch);
+  ds_status (*backward)(void* model, int32_t layer, const ds_tensor* params, const ds_tensor* input,
+                        const ds_tensor* output, const ds_tensor* grad_output, ds_tensor* grad_input,
+                        ds_tensor* grad_params, void* workspace, const ds_batch* batch);
+
+  ds_status (*dataset_info)(void* model, ds_dataset_info* out);
+  /* Fills input [n, ...] and target [n, ...] (engine-allocated) with samples indices[0..n-1]. */
+  ds_status (*get_batch)(void* model, const int64_t* indices, int64_t n, ds_tensor* input, ds_tensor* target);
+} ds_plugin_api;
+
+/* The one symbol a plugin exports. */
+typedef const ds_plugin_api* (*ds_plugin_entry_fn)(void);
+#define DS_PLUGIN_ENTRY_SYMBOL "ds_plugin_entry"
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DS_PLUGIN_H */

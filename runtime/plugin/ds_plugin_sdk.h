@@ -1,0 +1,296 @@
+// The C++ SDK for writing a dsworker model plugin (header-only; the ABI itself is ds_plugin.h).
+//
+// A plugin is a Model (an ordered list of Layers plus a dataset) and one line:
+//
+//   struct Scale : ds::sdk::Layer {  // y = w · x, one scalar parameter
+//     Scale() : Layer("scale") { add_param("w", {1}, DS_INIT_ONES); }
+//     ds::sdk::Shape output_shape(const ds::sdk::Shape& in) const override { return in; }
+//     void forward(const ds::sdk::Forward& f) override { ... f.param(0).f32()[0] ... }
+//     void backward(const ds::sdk::Backward& b) override { ... b.grad_param(0).f32()[0] += ... }
+//   };
+//   struct MyModel : ds::sdk::Model {
+//     explicit MyModel(ds::sdk::Config& cfg) { int h = cfg.get<int>("hidden", 64); add_layer<Scale>(); }
+//     ds::sdk::DatasetInfo dataset_info() const override { ... }
+//     void get_batch(std::span<const int64_t> indices, const ds::sdk::Tensor& input,
+//                    const ds::sdk::Tensor& target) override { ... }
+//   };
+//   DS_PLUGIN(MyModel, "mymodel")
+//
+// DS_PLUGIN defines `ds_plugin_entry` and the whole C function table (plugin/sdk/table.h). Every
+// call is wrapped in try/catch: an exception becomes DS_ERROR with its what() as last_error() (the
+// loader adds the plugin, layer and call names); none crosses the boundary. Before calling a
+// layer the SDK checks what the engine passed (parameter shapes against the declared ones, the
+// output shape against output_shape(input), dtypes), so a layer can trust its arguments. Config
+// keys the model never read are reported by create(), with the closest known key
+// (plugin/sdk/config.h). A model's calls must not run concurrently (the engine gives each rank
+// its own model). Build a plugin with cmake/DsPlugin.cmake's ds_add_model_plugin().
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "plugin/ds_plugin.h"
+#include "plugin/sdk/config.h"
+
+namespace ds::sdk {
+
+// ---- Shapes and tensor views -------------------------------------------------------------------
+
+// A dense shape of 0..DS_MAX_DIMS dimensions (0 = a scalar).
+struct Shape {
+  int32_t ndim = 0;
+  std::array<int64_t, DS_MAX_DIMS> dims{};
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> d) {
+    if (d.size() > DS_MAX_DIMS) throw std::invalid_argument("shape: more than 4 dimensions");
+    for (int64_t v : d) dims[ndim++] = v;
+  }
+  explicit Shape(const ds_shape& s) {
+    if (s.ndim < 0 || s.ndim > DS_MAX_DIMS)
+      throw std::invalid_argument("shape: ndim " + std::to_string(s.ndim) + " is not in [0, 4]");
+    ndim = s.ndim;
+    for (int i = 0; i < ndim; ++i) dims[i] = s.dims[i];
+  }
+  ds_shape c() const {
+    ds_shape s{};
+    s.ndim = ndim;
+    for (int i = 0; i < ndim; ++i) s.dims[i] = dims[i];
+    return s;
+  }
+  int64_t operator[](int i) const {
+    if (i < 0 || i >= ndim) throw std::out_of_range("shape " + str() + " has no dimension " + std::to_string(i));
+    return dims[static_cast<size_t>(i)];
+  }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= dims[i];
+    return n;
+  }
+  // This shape with a leading batch dimension n: [n, ...].
+  Shape batched(int64_t n) const {
+    if (ndim >= DS_MAX_DIMS) throw std::invalid_argument("shape: no room for a batch dimension in " + str());
+    Shape s;
+    s.ndim = ndim + 1;
+    s.dims[0] = n;
+    for (int i = 0; i < ndim; ++i) s.dims[i + 1] = dims[i];
+    return s;
+  }
+  std::string str() const {
+    std::string out = "[";
+    for (int i = 0; i < ndim; ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+    return out + "]";
+  }
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return a.ndim == b.ndim && std::equal(a.dims.begin(), a.dims.begin() + a.ndim, b.dims.begin());
+  }
+};
+
+// A non-owning view of a ds_tensor. TensorView<true> (Tensor) hands out writable data,
+// TensorView<false> (ConstTensor) read-only data. A default-constructed view is empty (null data).
+template <bool Mutable>
+class TensorView {
+ public:
+  using F32 = std::conditional_t<Mutable, float, const float>;
+  using I32 = std::conditional_t<Mutable, int32_t, const int32_t>;
+
+  TensorView() = default;
+  TensorView(const ds_tensor* t, std::string_view what) : what_(what) {
+    if (t == nullptr) return;
+    data_ = t->data;
+    dtype_ = t->dtype;
+    shape_ = Shape(t->shape);
+  }
+
+  bool empty() const { return data_ == nullptr; }
+  ds_dtype dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  // Typed data; throws unless the tensor is present and of that dtype.
+  F32* f32() const { return static_cast<F32*>(typed(DS_F32)); }
+  I32* i32() const { return static_cast<I32*>(typed(DS_I32)); }
+
+ private:
+  std::conditional_t<Mutable, void, const void>* typed(ds_dtype want) const {
+    if (data_ == nullptr) throw std::invalid_argument(std::string(what_) + ": tensor is missing (NULL)");
+    if (dtype_ != want)
+      throw std::invalid_argument(std::string(what_) + ": dtype " + (dtype_ == DS_F32 ? "f32" : "i32") +
+                                  ", expected " + (want == DS_F32 ? "f32" : "i32"));
+    return data_;
+  }
+  void* data_ = nullptr;
+  ds_dtype dtype_ = DS_F32;
+  Shape shape_;
+  std::string_view what_ = "tensor";
+};
+using Tensor = TensorView<true>;
+using ConstTensor = TensorView<false>;
+
+// The micro-batch every layer sees (the loss layer reads `target`).
+struct Batch {
+  ConstTensor input, target;
+  int64_t step = 0;        // optimizer step this micro-batch contributes to, from 1
+  int32_t micro_step = 0;  // 0..gradient_accumulation_steps-1
+};
+
+// ---- Layers ------------------------------------------------------------------------------------
+
+// What every layer call gets. Parameters are in declaration order (add_param order).
+struct LayerCall {
+  ConstTensor input;
+  void* workspace = nullptr;  // workspace_bytes(input) bytes, engine-owned, kept until backward
+  Batch batch;
+  int32_t num_params = 0;
+  const ds_tensor* params_ = nullptr;
+  ConstTensor param(int32_t i) const { return ConstTensor(at(params_, i), "param"); }
+
+ protected:
+  template <class T>
+  T* at(T* p, int32_t i) const {
+    if (i < 0 || i >= num_params)
+      throw std::out_of_range("parameter index " + std::to_string(i) + " of " + std::to_string(num_params));
+    return p + i;
+  }
+};
+
+struct Forward : LayerCall {
+  Tensor output;  // output_shape(input); overwrite it
+};
+
+// grad_input is OVERWRITTEN (empty for layer 0, where nothing upstream needs it); grad_param(i)
+// must be ACCUMULATED into (+=).
+struct Backward : LayerCall {
+  ConstTensor output;       // what forward produced
+  ConstTensor grad_output;  // d(total)/d(output); [1] for the loss layer
+  Tensor grad_input;
+  ds_tensor* grad_params_ = nullptr;
+  Tensor grad_param(int32_t i) const { return Tensor(at(grad_params_, i), "grad_param"); }
+};
+
+struct Param {
+  std::string name;
+  Shape shape;
+  ds_init_kind init;
+  float a, b;
+};
+
+// One layer: its name, its parameters (declared in the constructor with add_param), and the maths.
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::vector<Param>& params() const { return params_; }
+
+  // The output shape for an input of shape `input` (throw if the input does not fit).
+  virtual Shape output_shape(const Shape& input) const = 0;
+  // Bytes of engine-owned scratch this layer needs from forward to backward.
+  virtual size_t workspace_bytes(const Shape& /*input*/) const { return 0; }
+  virtual void forward(const Forward& f) = 0;
+  virtual void backward(const Backward& b) = 0;
+
+  // The C descriptor; its pointers stay valid while the layer lives. Parameters are frozen from
+  // the first call on.
+  const ds_layer_desc& describe() {
+    if (!frozen_) {
+      c_params_.clear();
+      for (const Param& p : params_) c_params_.push_back({p.name.c_str(), p.shape.c(), p.init, p.a, p.b});
+      desc_ = {name_.c_str(), static_cast<int32_t>(c_params_.size()), c_params_.data()};
+      frozen_ = true;
+    }
+    return desc_;
+  }
+
+ protected:
+  // Declares a parameter: init is zeros, ones, normal(mean=a, std=b) or uniform[a, b).
+  void add_param(std::string name, Shape shape, ds_init_kind init, float a = 0.0f, float b = 0.0f) {
+    if (frozen_) throw std::logic_error(name_ + ": add_param after the layer was described");
+    for (const Param& p : params_)
+      if (p.name == name) throw std::logic_error(name_ + ": duplicate parameter '" + name + "'");
+    if (shape.ndim < 1) throw std::logic_error(name_ + "." + name + ": a parameter needs at least 1 dimension");
+    for (int i = 0; i < shape.ndim; ++i)
+      if (shape.dims[i] < 1) throw std::logic_error(name_ + "." + name + ": shape " + shape.str() + " has an empty dimension");
+    params_.push_back({std::move(name), shape, init, a, b});
+  }
+
+ private:
+  std::string name_;
+  std::vector<Param> params_;
+  std::vector<ds_param_desc> c_params_;
+  ds_layer_desc desc_{};
+  bool frozen_ = false;
+};
+
+// ---- Model -------------------------------------------------------------------------------------
+
+struct DatasetInfo {
+  int64_t num_samples = 0;
+  ds_dtype input_dtype = DS_F32;
+  Shape input_shape;  // one sample, without the batch dimension
+  ds_dtype target_dtype = DS_I32;
+  Shape target_shape;  // one sample; {} = a scalar per sample, so targets are [n]
+};
+
+// The model: layers in execution order (the last returns the mean loss, shape [1]) and a dataset.
+// A subclass is constructed from the config: `explicit MyModel(ds::sdk::Config& cfg)`.
+class Model {
+ public:
+  virtual ~Model() = default;
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  Layer& layer(int32_t i) const {
+    if (i < 0 || static_cast<size_t>(i) >= layers_.size())
+      throw std::out_of_range("layer " + std::to_string(i) + " is not in [0, " + std::to_string(layers_.size()) + ")");
+    return *layers_[static_cast<size_t>(i)];
+  }
+
+  virtual DatasetInfo dataset_info() const = 0;
+  // Fills input [n, *input_shape] and target [n, *target_shape] with samples indices[0..n-1]
+  // (n = indices.size(); shapes and dtypes are checked before this is called).
+  virtual void get_batch(std::span<const int64_t> indices, const Tensor& input, const Tensor& target) = 0;
+
+ protected:
+  template <class L, class... Args>
+  L& add_layer(Args&&... args) {
+    auto layer = std::make_unique<L>(std::forward<Args>(args)...);
+    for (const auto& l : layers_)
+      if (l->name() == layer->name()) throw std::logic_error("duplicate layer name '" + layer->name() + "'");
+    L& ref = *layer;
+    layers_.push_back(std::move(layer));
+    return ref;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace ds::sdk
+
+#include "plugin/sdk/table.h"  // the C function table DS_PLUGIN fills in
+
+// Defines the plugin's one exported symbol for model class `ModelClass` (constructible from
+// ds::sdk::Config&) under plugin name `NAME` (a string literal).
+#define DS_PLUGIN(ModelClass, NAME)                                                            \
+  extern "C" __attribute__((visibility("default"))) const ds_plugin_api* ds_plugin_entry(void) { \
+    namespace d = ::ds::sdk::detail;                                                           \
+    static const ds_plugin_api api = {                                                         \
+        DS_PLUGIN_ABI_VERSION, NAME,           &d::create<ModelClass>, &d::destroy,            \
+        &d::last_error,        &d::num_layers, &d::describe_layer,     &d::output_shape,       \
+        &d::workspace_bytes,   &d::forward,    &d::backward,           &d::dataset_info,       \
+        &d::get_batch,                                                                         \
+    };                                                                                         \
+    return &api;                                                                               \
+  }

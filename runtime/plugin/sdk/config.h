@@ -1,0 +1,119 @@
+// ds::sdk::Config: a model plugin's view of the config's "model" block (part of the plugin SDK,
+// ds_plugin_sdk.h). Typed getters with defaults name the key in every error; keys never asked
+// for are reported after the model is built, with the closest known key.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ds::sdk {
+
+// The config's "model" block. Each get() marks its key as known; after the model's constructor,
+// create() rejects keys nobody read: `model.hiden: unknown key (did you mean 'hidden'?)`.
+class Config {
+ public:
+  explicit Config(const std::string& json_text) {
+    try {
+      j_ = nlohmann::json::parse(json_text.empty() ? std::string("{}") : json_text);
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(std::string("model: config is not valid JSON: ") + e.what());
+    }
+    if (!j_.is_object()) throw std::invalid_argument("model: config must be a JSON object, got " + j_.dump());
+  }
+
+  bool has(const std::string& key) {
+    known_.insert(key);
+    return j_.contains(key);
+  }
+  // The value of `key`, or `fallback` when absent. A value of the wrong type throws, naming the key.
+  template <class T>
+  T get(const std::string& key, T fallback) {
+    known_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end()) return fallback;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (!it->is_number_integer()) throw bad(key, *it, "an integer");
+      if constexpr (std::is_unsigned_v<T>) {
+        if (it->is_number_integer() && !it->is_number_unsigned()) throw bad(key, *it, "a non-negative integer");
+        const uint64_t v = it->template get<uint64_t>();
+        if (v > static_cast<uint64_t>(std::numeric_limits<T>::max())) throw bad(key, *it, "a smaller integer");
+        return static_cast<T>(v);
+      } else {
+        if (it->is_number_unsigned() &&
+            it->template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+          throw bad(key, *it, "a smaller integer");
+        const int64_t v = it->template get<int64_t>();
+        if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+          throw bad(key, *it, "a smaller integer");
+        return static_cast<T>(v);
+      }
+    } else {
+      try {
+        return it->template get<T>();
+      } catch (const nlohmann::json::exception&) {
+        throw bad(key, *it, std::is_same_v<T, bool>               ? "a boolean"
+                            : std::is_floating_point_v<T>         ? "a number"
+                            : std::is_same_v<T, std::string>      ? "a string"
+                                                                  : "of the expected type");
+      }
+    }
+  }
+  // Like get(), but the value must be >= min.
+  template <class T>
+  T get_at_least(const std::string& key, T fallback, T min) {
+    const T v = get<T>(key, fallback);
+    if (v < min)
+      throw std::invalid_argument("model." + key + ": " + std::to_string(v) + " is not >= " + std::to_string(min));
+    return v;
+  }
+  const nlohmann::json& json() const { return j_; }
+
+  // Throws for the first key never asked for (called by DS_PLUGIN's create()).
+  void check_unknown_keys() const {
+    for (const auto& [key, value] : j_.items()) {
+      if (known_.count(key)) continue;
+      std::string msg = "model." + key + ": unknown key";
+      std::string best;
+      size_t best_d = 3;  // suggest only close matches
+      for (const std::string& k : known_) {
+        const size_t d = distance(key, k);
+        if (d < best_d) best_d = d, best = k;
+      }
+      if (!best.empty()) msg += " (did you mean '" + best + "'?)";
+      std::string all;
+      for (const std::string& k : known_) all += (all.empty() ? "" : ", ") + k;
+      throw std::invalid_argument(msg + "; known keys: " + (all.empty() ? "none" : all));
+    }
+  }
+
+ private:
+  static std::invalid_argument bad(const std::string& key, const nlohmann::json& v, const char* want) {
+    return std::invalid_argument("model." + key + ": " + v.dump() + " is not " + want);
+  }
+  static size_t distance(const std::string& a, const std::string& b) {  // Levenshtein
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  }
+  nlohmann::json j_;
+  std::set<std::string> known_;
+};
+
+}  // namespace ds::sdk

@@ -1,0 +1,106 @@
+"""dsworker through dsrun: real ranks, real Gloo over TCP, the rendezvous store with the job
+token, locally and over SSH; loss falls; failures propagate with the right exit status."""
+import json, os, subprocess, time
+import pytest
+
+from conftest import ROOT, run
+
+DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
+CONFIG = os.path.join(ROOT, "configs", "mlp.json")
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def test_two_local_ranks_train_and_the_loss_falls(dsrun, clean_env, tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", CONFIG, "--epochs", "4",
+             "--metrics", str(metrics)], dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    values = losses(metrics)
+    assert len(values) == 4 * (500 // 16)  # 1000 samples / 2 ranks / (micro 8 x GAS 2) per epoch
+    assert values[-1] < 0.7 * values[0], values
+    assert "[rank 0] step 10/" in r.stdout and "[rank 0] done:" in r.stdout
+    assert "[rank 1] step" not in r.stdout, "progress comes from rank 0 only"
+
+
+def test_yaml_config_gives_the_same_run(dsrun, clean_env, tmp_path):
+    out = {}
+    for ext in ("json", "yaml"):
+        m = tmp_path / f"{ext}.jsonl"
+        r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config",
+                 os.path.join(ROOT, "configs", f"mlp.{ext}"), "--steps", "5", "--metrics", str(m)],
+                dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
+        assert r.returncode == 0, r.stderr
+        out[ext] = losses(m)
+    assert out["json"] == out["yaml"]
+
+
+def test_a_run_is_bit_for_bit_repeatable(dsrun, clean_env, tmp_path):
+    runs = []
+    for i in range(2):
+        m = tmp_path / f"{i}.jsonl"
+        r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "15",
+                 "--metrics", str(m)], dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs.append(losses(m))
+    assert runs[0] == runs[1]
+
+
+def test_over_ssh_on_two_hosts(dsrun, sshd, hostfile, clean_env, tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    hf = hostfile("127.0.0.1 slots=1\n127.0.0.2 slots=1\n")
+    r = run([dsrun, "-H", hf, *sshd.ssh_args(), "--master_port", "29731", DSWORKER, "--model", "mlp",
+             "--config", CONFIG, "--epochs", "2", "--metrics", str(metrics)], clean_env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    values = losses(metrics)
+    assert values[-1] < values[0]
+
+
+def test_a_bad_config_exits_2_through_dsrun(dsrun, clean_env, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stagee": 1}}))
+    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(bad), "--steps", "1"],
+            dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=60)
+    assert r.returncode == 2
+    assert "stagee" in r.stderr and "stage" in r.stderr
+
+
+def test_a_rank_that_dies_ends_the_job_with_its_status(dsrun, clean_env, tmp_path):
+    proc = subprocess.Popen([dsrun, "--num_gpus", "2", "--kill_grace", "2", DSWORKER, "--model", "mlp",
+                             "--config", CONFIG, "--epochs", "1000"], env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    victim = None
+    while victim is None and time.monotonic() < deadline:  # find rank 1's pid
+        out = subprocess.run(["pgrep", "-f", f"{DSWORKER} --model mlp"], capture_output=True, text=True).stdout.split()
+        for pid in out:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if b"RANK=1" in f.read().split(b"\0"):
+                        victim = int(pid)
+            except OSError:
+                pass
+        time.sleep(0.2)
+    assert victim, "rank 1 never started"
+    time.sleep(1.0)
+    os.kill(victim, 9)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 137, err
+    assert "rank 1 on localhost killed by SIGKILL" in err
+
+
+def test_print_config_resolves_the_batch_for_the_world_size(clean_env):
+    r = run([DSWORKER, "--config", CONFIG, "--print_config"], dict(clean_env, WORLD_SIZE="4", RANK="0"))
+    assert r.returncode == 0, r.stderr
+    resolved = json.loads(r.stdout)
+    assert resolved["train_batch_size"] == 8 * 2 * 4
+    assert resolved["gradient_accumulation_steps"] == 2
+
+
+def test_runs_alone_without_dsrun(clean_env, tmp_path):
+    r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "3"], clean_env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "done: 3 steps" in r.stdout

@@ -1,0 +1,192 @@
+// Collectives of the Gloo group on thread ranks (world sizes 1-4, and 8 for a cheap case): every
+// op × dtype on inputs whose reductions are exact, so results are compared with ==; uneven counts;
+// broadcast from every root; async overlap; bytes sent against the ring's theory.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "comm/thread_ranks.h"
+
+using namespace ds;
+
+namespace {
+
+template <typename T>
+DataType dtype();
+template <>
+DataType dtype<float>() { return DataType::F32; }
+template <>
+DataType dtype<double>() { return DataType::F64; }
+template <>
+DataType dtype<int32_t>() { return DataType::I32; }
+
+constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max};
+
+// Rank r's element i: a small integer, negative at odd i (so Max is not simply the last rank).
+template <typename T>
+T value(int r, size_t i) {
+  const T v = static_cast<T>((r + 1) * static_cast<int>(i % 5 + 1));
+  return i % 2 ? -v : v;
+}
+
+// The reduction over n ranks of element i, computed the way the group defines it.
+template <typename T>
+T expected(ReduceOp op, int n, size_t i) {
+  T sum = 0, max = value<T>(0, i);
+  for (int r = 0; r < n; ++r) {
+    sum += value<T>(r, i);
+    max = std::max(max, value<T>(r, i));
+  }
+  if (op == ReduceOp::Sum) return sum;
+  if (op == ReduceOp::Avg) return sum / static_cast<T>(n);
+  return max;
+}
+
+// Number of mismatching elements (checked once per call, to keep failures readable).
+template <typename T>
+size_t wrong_allreduce(ProcessGroup& g) {
+  size_t wrong = 0;
+  for (ReduceOp op : kOps)
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{67}}) {
+      std::vector<T> buf(count);
+      for (size_t i = 0; i < count; ++i) buf[i] = value<T>(g.rank(), i);
+      g.allreduce(buf.data(), count, dtype<T>(), op);
+      for (size_t i = 0; i < count; ++i) wrong += buf[i] != expected<T>(op, g.size(), i);
+    }
+  return wrong;
+}
+
+template <typename T>
+size_t wrong_reduce_scatter(ProcessGroup& g) {
+  size_t wrong = 0;
+  const int n = g.size();
+  for (ReduceOp op : kOps)
+    for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{13}}) {
+      std::vector<T> in(n * count), out(count, T(-99));
+      for (size_t j = 0; j < in.size(); ++j) in[j] = value<T>(g.rank(), j);
+      g.reduce_scatter(in.data(), out.data(), count, dtype<T>(), op);
+      for (size_t i = 0; i < count; ++i) wrong += out[i] != expected<T>(op, n, g.rank() * count + i);
+    }
+  return wrong;
+}
+
+template <typename T>
+size_t wrong_allgather(ProcessGroup& g) {
+  size_t wrong = 0;
+  const int n = g.size();
+  for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{10}}) {
+    std::vector<T> in(count), out(n * count, T(-1));
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<T>(g.rank() * 100 + static_cast<int>(i));
+    g.allgather(in.data(), out.data(), count, dtype<T>());
+    for (int k = 0; k < n; ++k)
+      for (size_t i = 0; i < count; ++i) wrong += out[k * count + i] != static_cast<T>(k * 100 + static_cast<int>(i));
+  }
+  return wrong;
+}
+
+template <typename T>
+size_t wrong_broadcast(ProcessGroup& g) {
+  size_t wrong = 0;
+  for (int root = 0; root < g.size(); ++root) {
+    std::vector<T> buf(9);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<T>(g.rank() * 1000 + static_cast<int>(i));
+    g.broadcast(buf.data(), buf.size(), dtype<T>(), root);
+    for (size_t i = 0; i < buf.size(); ++i) wrong += buf[i] != static_cast<T>(root * 1000 + static_cast<int>(i));
+  }
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE("collectives: allreduce every op and dtype for world sizes 1 to 4") {
+  for (int n = 1; n <= 4; ++n) {
+    INFO("world size ", n);
+    run_ranks(n, [](ProcessGroup& g) {
+      CHECK(wrong_allreduce<float>(g) == 0);
+      CHECK(wrong_allreduce<double>(g) == 0);
+      CHECK(wrong_allreduce<int32_t>(g) == 0);
+    });
+  }
+}
+
+TEST_CASE("collectives: reduce_scatter every op and dtype for world sizes 1 to 4") {
+  for (int n = 1; n <= 4; ++n) {
+    INFO("world size ", n);
+    run_ranks(n, [](ProcessGroup& g) {
+      CHECK(wrong_reduce_scatter<float>(g) == 0);
+      CHECK(wrong_reduce_scatter<double>(g) == 0);
+      CHECK(wrong_reduce_scatter<int32_t>(g) == 0);
+    });
+  }
+}
+
+TEST_CASE("collectives: allgather and broadcast from every root for world sizes 1 to 4") {
+  for (int n = 1; n <= 4; ++n) {
+    INFO("world size ", n);
+    run_ranks(n, [](ProcessGroup& g) {
+      CHECK(wrong_allgather<float>(g) == 0);
+      CHECK(wrong_allgather<double>(g) == 0);
+      CHECK(wrong_allgather<int32_t>(g) == 0);
+      CHECK(wrong_broadcast<float>(g) == 0);
+      CHECK(wrong_broadcast<double>(g) == 0);
+      CHECK(wrong_broadcast<int32_t>(g) == 0);
+      g.barrier();
+    });
+  }
+}
+
+TEST_CASE("collectives: world size 8") {
+  run_ranks(8, [](ProcessGroup& g) {
+    CHECK(wrong_allreduce<float>(g) == 0);
+    CHECK(wrong_allgather<int32_t>(g) == 0);
+    g.barrier();
+  });
+}
+
+TEST_CASE("collectives: async handles overlap and complete in issue order") {
+  run_ranks(3, [](ProcessGroup& g) {
+    std::vector<float> a(1000), b(10);
+    std::vector<int32_t> mine{g.rank()}, all(3, -1);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = value<float>(g.rank(), i);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = value<float>(g.rank(), i);
+    auto w1 = g.allreduce_async(a.data(), a.size(), DataType::F32, ReduceOp::Sum);
+    auto w2 = g.allgather_async(mine.data(), all.data(), 1, DataType::I32);
+    auto w3 = g.allreduce_async(b.data(), b.size(), DataType::F32, ReduceOp::Max);
+    w3->wait();  // waiting on the last first is fine: they ran in order
+    w1->wait();
+    w2->wait();
+    w2->wait();  // a second wait returns again
+    size_t wrong = 0;
+    for (size_t i = 0; i < a.size(); ++i) wrong += a[i] != expected<float>(ReduceOp::Sum, 3, i);
+    for (size_t i = 0; i < b.size(); ++i) wrong += b[i] != expected<float>(ReduceOp::Max, 3, i);
+    CHECK(wrong == 0);
+    CHECK(all == std::vector<int32_t>{0, 1, 2});
+  });
+}
+
+TEST_CASE("collectives: bytes sent per rank match the ring's theory") {
+  for (int n = 1; n <= 4; ++n) {
+    INFO("world size ", n);
+    run_ranks(n, [n](ProcessGroup& g) {
+      const uint64_t count = 12;  // divisible by 1..4
+      std::vector<float> in(n * count, 1.0f), out(count), data(count, 1.0f);
+      g.reduce_scatter(in.data(), out.data(), count, DataType::F32, ReduceOp::Sum);
+      g.reduce_scatter(in.data(), out.data(), count, DataType::F32, ReduceOp::Sum);
+      const CommStats rs = g.comms().stats("reduce_scatter");
+      CHECK(rs.count == 2);
+      CHECK(rs.bytes == 2 * n * count * 4);                // the input the caller passed
+      CHECK(rs.sent_bytes * n == rs.bytes * (n - 1));      // (n-1)/n of it, not a full allreduce
+      g.allreduce(data.data(), count, DataType::F32, ReduceOp::Sum);
+      const CommStats ar = g.comms().stats("allreduce");
+      CHECK(ar.sent_bytes * n == 2 * (n - 1) * count * 4);  // ring: reduce-scatter + allgather
+      g.allgather(out.data(), in.data(), count, DataType::F32);
+      CHECK(g.comms().stats("allgather").sent_bytes == (n - 1) * count * 4);
+      CHECK(g.comms().stats("broadcast").count == 0);
+      const std::string table = g.comms().summary();
+      CHECK(table.rfind("Comm. Op", 0) == 0);
+      CHECK(table.find("\nreduce_scatter\n") != std::string::npos);
+    });
+  }
+}

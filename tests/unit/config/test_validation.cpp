@@ -1,0 +1,241 @@
+// Validation: unknown keys with suggestions at every depth, type and range errors naming key and
+// value, the ZeRO stage range, fp16 + bf16, and DeepSpeed keys dsworker ignores or refuses.
+#include <doctest/doctest.h>
+
+#include "config_test_util.h"
+
+using ds::test::error_of;
+using ds::test::parse;
+
+namespace {
+
+// `extra` spliced into a config whose triad is valid.
+std::string with(const std::string& extra) { return R"({"train_batch_size": 8, )" + extra + "}"; }
+
+}  // namespace
+
+TEST_CASE("unknown keys: suggestion at the top level") {
+  CHECK(error_of(R"({"train_batch_sizee": 8})") ==
+        "ds_config.json: train_batch_sizee: unknown key (did you mean 'train_batch_size'?)");
+  CHECK(error_of(with(R"("gradient_cliping": 1.0)")) ==
+        "ds_config.json: gradient_cliping: unknown key (did you mean 'gradient_clipping'?)");
+  CHECK(error_of(with(R"("zzz": 1)")) == "ds_config.json: zzz: unknown key");
+}
+
+TEST_CASE("unknown keys: suggestion in optimizer params") {
+  CHECK(error_of(with(R"("optimizer": {"type": "Adam", "params": {"lr": 0.001, "betaz": [0.9, 0.99]}})")) ==
+        "ds_config.json: optimizer.params.betaz: unknown key (did you mean 'betas'?)");
+  // betas belong to Adam, not to SGD.
+  CHECK(error_of(with(R"("optimizer": {"type": "SGD", "params": {"betas": [0.9, 0.99]}})")) ==
+        "ds_config.json: optimizer.params.betas: unknown key");
+  CHECK(error_of(with(R"("optimizer": {"tpye": "Adam"})")) ==
+        "ds_config.json: optimizer.tpye: unknown key (did you mean 'type'?)");
+}
+
+TEST_CASE("unknown keys: suggestion in zero_optimization and its offload blocks") {
+  CHECK(error_of(with(R"("zero_optimization": {"stage": 3, "stage3_prefetch_bucket_sz": 1000})")) ==
+        "ds_config.json: zero_optimization.stage3_prefetch_bucket_sz: unknown key "
+        "(did you mean 'stage3_prefetch_bucket_size'?)");
+  CHECK(error_of(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"devcie": "cpu"}})")) ==
+        "ds_config.json: zero_optimization.offload_optimizer.devcie: unknown key (did you mean 'device'?)");
+  // Documented by DeepSpeed but not a field of its model: rejected there too.
+  CHECK(error_of(with(R"("zero_optimization": {"grad_hooks": true})")) ==
+        "ds_config.json: zero_optimization.grad_hooks: unknown key");
+}
+
+TEST_CASE("unknown keys: suggestion in scheduler params and small sections") {
+  CHECK(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_max": 0.01}})")) ==
+        "ds_config.json: scheduler.params.warmup_max: unknown key (did you mean 'warmup_max_lr'?)");
+  CHECK(error_of(with(R"("fp16": {"enabled": true, "loss_scale_windw": 100})")) ==
+        "ds_config.json: fp16.loss_scale_windw: unknown key (did you mean 'loss_scale_window'?)");
+  CHECK(error_of(with(R"("checkpoint": {"save_intervall": 10})")) ==
+        "ds_config.json: checkpoint.save_intervall: unknown key (did you mean 'save_interval'?)");
+  CHECK(error_of(with(R"("comms_logger": {"enable": true})")) ==
+        "ds_config.json: comms_logger.enable: unknown key (did you mean 'enabled'?)");
+}
+
+TEST_CASE("types: errors name the key and the value") {
+  CHECK(error_of(with(R"("gradient_clipping": "abc")")) == "ds_config.json: gradient_clipping: \"abc\" is not a number");
+  CHECK(error_of(with(R"("wall_clock_breakdown": "yes")")) ==
+        "ds_config.json: wall_clock_breakdown: \"yes\" is not a boolean (true or false)");
+  CHECK(error_of(with(R"("zero_optimization": {"stage": "two"})")) ==
+        "ds_config.json: zero_optimization.stage: \"two\" is not an integer");
+  CHECK(error_of(with(R"("zero_optimization": {"reduce_bucket_size": 1.5})")) ==
+        "ds_config.json: zero_optimization.reduce_bucket_size: 1.5 is not an integer");
+  CHECK(error_of(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9]}})")) ==
+        "ds_config.json: optimizer.params.betas: [0.9] is not a pair of numbers [beta1, beta2]");
+  CHECK(error_of(with(R"("fp16": 1)")) == "ds_config.json: fp16: 1 is not an object");
+  CHECK(error_of(with(R"("comms_logger": {"prof_ops": ["all_reduce", 3]})")) ==
+        "ds_config.json: comms_logger.prof_ops: [\"all_reduce\",3] is not a list of strings");
+  CHECK(error_of(with(R"("model": [1, 2])")) == "ds_config.json: model: [1,2] is not an object");
+  CHECK(error_of(R"([1, 2])") == "ds_config.json: the top level must be an object, not array");
+}
+
+TEST_CASE("types: auto and floats in pydantic sections") {
+  // zero_optimization drops "auto" (default), and takes 5e8-style floats as integers.
+  auto c = parse(with(R"("zero_optimization": {"stage": 2, "reduce_bucket_size": "auto",
+                                               "allgather_bucket_size": 2e8})"));
+  CHECK(c.zero_optimization.reduce_bucket_size == 500000000);
+  CHECK(c.zero_optimization.allgather_bucket_size == 200000000);
+  // Elsewhere "auto" is an error that explains itself.
+  CHECK(error_of(with(R"("gradient_clipping": "auto")")).find("HuggingFace") != std::string::npos);
+}
+
+TEST_CASE("ranges: values outside their domain") {
+  CHECK(error_of(with(R"("gradient_clipping": -1)")) == "ds_config.json: gradient_clipping: -1 must be >= 0");
+  CHECK(error_of(with(R"("steps_per_print": 0)")) == "ds_config.json: steps_per_print: 0 must be >= 1");
+  CHECK(error_of(with(R"("fp16": {"min_loss_scale": 0})")) == "ds_config.json: fp16.min_loss_scale: 0 must be > 0");
+  CHECK(error_of(with(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}})")) ==
+        "ds_config.json: optimizer.params.betas: [0.9,1.0] must lie in [0, 1)");
+  CHECK(error_of(with(R"("optimizer": {"type": "Adam", "params": {"lr": -0.1}})")) ==
+        "ds_config.json: optimizer.params.lr: -0.1 must be >= 0");
+  CHECK(error_of(with(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})")) ==
+        "ds_config.json: zero_optimization.offload_optimizer.ratio: 0.5 < 1 requires stage 3 (stage is 2)");
+  CHECK(error_of(with(R"("zero_optimization": {"offload_param": {"device": "gpu"}})")) ==
+        "ds_config.json: zero_optimization.offload_param.device: \"gpu\" is not one of \"none\", \"cpu\", \"nvme\" "
+        "(did you mean 'cpu'?)");
+}
+
+TEST_CASE("zero stage must be 0 to 3") {
+  CHECK(error_of(with(R"("zero_optimization": {"stage": 5})")) ==
+        "ds_config.json: zero_optimization.stage: 5 is not one of 0, 1, 2, 3");
+  CHECK(error_of(with(R"("zero_optimization": {"stage": -1})")) ==
+        "ds_config.json: zero_optimization.stage: -1 is not one of 0, 1, 2, 3");
+  for (int stage : {0, 1, 2, 3}) {
+    auto c = parse(with(R"("zero_optimization": {"stage": )" + std::to_string(stage) + "}"));
+    CHECK(c.zero_optimization.stage == stage);
+    CHECK(c.zero_optimization.overlap_comm == (stage == 3));  // null overlap_comm: true for stage 3 only
+  }
+  // The deprecated boolean form: true is stage 1 with the top-level allgather_size.
+  auto legacy = parse(with(R"("zero_optimization": true, "allgather_size": 1000)"));
+  CHECK(legacy.zero_optimization.stage == 1);
+  CHECK(legacy.zero_optimization.allgather_bucket_size == 1000);
+  CHECK(legacy.warnings.size() == 1);
+}
+
+TEST_CASE("fp16 and bf16 cannot both be enabled") {
+  CHECK(error_of(with(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})")) ==
+        "ds_config.json: bf16.enabled: fp16 and bf16 cannot both be enabled");
+  CHECK(error_of(with(R"("fp16": {"enabled": true}, "bfloat16": {"enabled": true})")) ==
+        "ds_config.json: bf16.enabled: fp16 and bf16 cannot both be enabled");
+  CHECK(error_of(with(R"("bf16": {"enabled": true}, "bfloat16": {"enabled": true})")) ==
+        "ds_config.json: bfloat16: given together with 'bf16'; keep one");
+  // Either alone is fine here; whether the engine runs it is the engine's decision.
+  CHECK(parse(with(R"("fp16": {"enabled": true})")).fp16.enabled);
+  CHECK(parse(with(R"("bfloat16": {"enabled": true})")).bf16.enabled);
+  CHECK(parse(with(R"("fp16": {"enabled": false}, "bf16": {"enabled": true})")).bf16.enabled);
+}
+
+TEST_CASE("foreign keys: monitoring is ignored with a warning") {
+  auto c = parse(with(R"("tensorboard": {"enabled": true, "output_path": "tb"}, "wandb": {"enabled": false},
+                         "flops_profiler": {"enabled": true})"));
+  REQUIRE(c.warnings.size() == 2);
+  CHECK(c.warnings[0] == "ds_config.json: tensorboard: ignored by dsworker (monitoring; dsworker writes csv_monitor)");
+  CHECK(c.warnings[1] == "ds_config.json: flops_profiler: ignored by dsworker (profiling)");
+  CHECK(parse(with(R"("sparse_gradients": false, "dump_state": false)")).warnings.empty());
+}
+
+TEST_CASE("foreign keys: training changes are refused") {
+  CHECK(error_of(with(R"("pipeline": {"stages": 2})")) ==
+        "ds_config.json: pipeline: not supported by dsworker (pipeline parallelism)");
+  CHECK(error_of(with(R"("amp": {"enabled": true, "opt_level": "O1"})")) ==
+        "ds_config.json: amp: not supported by dsworker (Apex AMP)");
+  // Nested switches count; a block with everything off is accepted.
+  CHECK(error_of(with(R"("compression_training": {"weight_quantization": {"shared_parameters": {"enabled": true}}})")) ==
+        "ds_config.json: compression_training: not supported by dsworker (compression changes the model)");
+  CHECK(parse(with(R"("compression_training": {"weight_quantization": {"shared_parameters": {"enabled": false}}})"))
+            .warnings.empty());
+  CHECK(parse(with(R"("amp": {"enabled": false})")).warnings.empty());
+}
+
+TEST_CASE("optimizer: the section is required") {
+  auto error = [](const char* text) {
+    try {
+      ds::parse_config(nlohmann::json::parse(text), "ds_config.json", 1);
+    } catch (const ds::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error(R"({"train_batch_size": 8})") ==
+        "ds_config.json: optimizer: missing (dsworker builds the optimizer from this section)");
+  // A misspelt section is reported as such, not as missing.
+  CHECK(error(R"({"train_batch_size": 8, "optimiser": {"type": "Adam"}})") ==
+        "ds_config.json: optimiser: unknown key (did you mean 'optimizer'?)");
+}
+
+TEST_CASE("optimizer: names and DeepSpeed quirks") {
+  auto adam = parse(with(R"("optimizer": {"type": "adam", "params": {"lr": 0.01}})"));
+  CHECK(adam.optimizer.type == ds::OptimizerType::Adam);
+  CHECK(adam.optimizer.lr == 0.01);
+  CHECK(std::get<ds::AdamParams>(adam.optimizer.params).adam_w_mode);  // "Adam" is AdamW by default
+  auto l2 = parse(with(R"("optimizer": {"type": "Adam", "params": {"adam_w_mode": false}})"));
+  CHECK_FALSE(std::get<ds::AdamParams>(l2.optimizer.params).adam_w_mode);
+  auto adamw = parse(with(R"("optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}})"));
+  CHECK(std::get<ds::AdamParams>(adamw.optimizer.params).adam_w_mode);  // AdamW ignores it
+  auto torch_adamw = parse(with(R"("optimizer": {"type": "AdamW", "params": {"torch_adam": true}})"));
+  CHECK(std::get<ds::AdamParams>(torch_adamw.optimizer.params).weight_decay == 0.01);  // torch's default
+  auto lamb = parse(with(R"("optimizer": {"type": "LAMB", "params": {"max_coeff": 5, "min_coeff": 0.1}})"));
+  CHECK(lamb.optimizer.type == ds::OptimizerType::Lamb);
+  CHECK(std::get<ds::LambParams>(lamb.optimizer.params).max_coeff == 5.0);
+  auto sgd = parse(with(R"("optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}})"));
+  CHECK(std::get<ds::SgdParams>(sgd.optimizer.params).nesterov);
+
+  CHECK(error_of(with(R"("optimizer": {"type": "sgd"})")) ==
+        "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, SGD, Lamb) "
+        "(did you mean 'SGD'?)");
+  CHECK(error_of(with(R"("optimizer": {"type": "OneBitAdam"})")) ==
+        "ds_config.json: optimizer.type: \"OneBitAdam\" is not supported by dsworker (supported: Adam, AdamW, SGD, "
+        "Lamb)");
+  CHECK(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")) ==
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, SGD, Lamb)");
+  CHECK(error_of(with(R"("optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}})")) ==
+        "ds_config.json: optimizer.params.max_grad_norm: not supported as an optimizer parameter; use the "
+        "top-level 'gradient_clipping'");
+  CHECK(error_of(with(R"("optimizer": {"type": "SGD", "params": {"momentum": 0.9, "dampening": 0.1,
+                                                                   "nesterov": true}})")) ==
+        "ds_config.json: optimizer.params.nesterov: true requires momentum > 0 and dampening 0 (as torch.optim.SGD)");
+  CHECK(error_of(with(R"("optimizer": {"type": "Adam", "params": {"amsgrad": true}})")) ==
+        "ds_config.json: optimizer.params.amsgrad: true is not supported (FusedAdam has no AMSGrad variant)");
+}
+
+TEST_CASE("scheduler: names and required parameters") {
+  CHECK(error_of(with(R"("scheduler": {"type": "WarmupCosine", "params": {}})")) ==
+        "ds_config.json: scheduler.type: \"WarmupCosine\" is not supported by dsworker (supported: WarmupLR, "
+        "WarmupDecayLR, WarmupCosineLR, OneCycle) (did you mean 'WarmupCosineLR'?)");
+  CHECK(error_of(with(R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}})")) ==
+        "ds_config.json: scheduler.params.total_num_steps: missing (required by WarmupDecayLR)");
+  CHECK(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 0.1}})")) ==
+        "ds_config.json: scheduler.params.cycle_min_lr: missing (required by OneCycle)");
+  CHECK(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linaer"}})")) ==
+        "ds_config.json: scheduler.params.warmup_type: \"linaer\" is not one of \"log\", \"linear\" "
+        "(did you mean 'linear'?)");
+  CHECK(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 5}})")) ==
+        "ds_config.json: scheduler.params.last_batch_iteration: 5 is not supported (only -1, a fresh start; "
+        "dsworker resumes schedules from checkpoints)");
+  CHECK(error_of(with(R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10,
+                                                                             "warmup_num_steps": 10}})")) ==
+        "ds_config.json: scheduler.params.total_num_steps: 10 equals the warmup length 10; the cosine phase would "
+        "be empty");
+  CHECK(error_of(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1, 0.2]}})")) ==
+        "ds_config.json: scheduler.params.warmup_max_lr: [0.1,0.2] has 2 values, one per parameter group; dsworker "
+        "trains one group");
+  auto one_group = parse(with(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1]}})"));
+  CHECK(std::get<ds::WarmupParams>(one_group.scheduler->params).warmup_max_lr == 0.1);
+  auto short_total = parse(with(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 5,
+                                                                                   "warmup_num_steps": 10}})"));
+  CHECK(short_total.warnings ==
+        std::vector<std::string>{"ds_config.json: scheduler.params.total_num_steps: 5 is less than warmup_num_steps 10"});
+}
+
+TEST_CASE("scheduler: OneCycle momentum needs betas") {
+  const char* one_cycle = R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.01, "cycle_max_lr": 0.1}})";
+  auto sgd = parse(with(std::string(R"("optimizer": {"type": "SGD", "params": {"lr": 0.1}}, )") + one_cycle));
+  CHECK_FALSE(std::get<ds::OneCycleParams>(sgd.scheduler->params).cycle_momentum);
+  CHECK(sgd.warnings == std::vector<std::string>{"ds_config.json: scheduler.params.cycle_momentum: disabled: SGD has "
+                                                 "no betas (as in DeepSpeed)"});
+  auto adam = parse(with(std::string(R"("optimizer": {"type": "Adam"}, )") + one_cycle));
+  const auto& p = std::get<ds::OneCycleParams>(adam.scheduler->params);
+  CHECK(p.cycle_momentum);
+  CHECK(p.cycle_second_step_size == 2000);  // null: = cycle_first_step_size
+}

@@ -1,0 +1,74 @@
+// ReLU forward/backward: fast vs reference (bit-exact: no arithmetic), NaN and zero conventions,
+// in-place use, and a central-difference gradient check.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cpu/activation.h"
+#include "kernel_test_util.h"
+
+using ds::test::Rng;
+
+TEST_CASE("relu matches the reference including NaN and ±0 and ±inf") {
+  Rng rng(21);
+  for (int64_t n : {1, 7, 64, 1001}) {
+    auto x = ds::test::random_vec(rng, n);
+    if (n > 4) {
+      x[0] = std::numeric_limits<float>::quiet_NaN();
+      x[1] = -0.0f;
+      x[2] = std::numeric_limits<float>::infinity();
+      x[3] = -std::numeric_limits<float>::infinity();
+    }
+    const auto dy = ds::test::random_vec(rng, n);
+    std::vector<float> y(n), yr(n), dx(n), dxr(n);
+    ds::cpu::relu_forward(x.data(), y.data(), n);
+    ds::cpu::relu_forward_reference(x.data(), yr.data(), n);
+    CHECK(ds::test::bit_identical(y, yr));
+    ds::cpu::relu_backward(x.data(), dy.data(), dx.data(), n);
+    ds::cpu::relu_backward_reference(x.data(), dy.data(), dxr.data(), n);
+    CHECK(ds::test::bit_identical(dx, dxr));
+    if (n > 4) {
+      CHECK(std::isnan(y[0]));
+      CHECK(y[1] == 0.0f);
+      CHECK(dx[1] == 0.0f);  // derivative at 0 is 0
+      CHECK(y[2] == std::numeric_limits<float>::infinity());
+      CHECK(y[3] == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("relu works in place") {
+  std::vector<float> x{-1.0f, 2.0f, -3.0f, 4.0f}, g{1.0f, 1.0f, 1.0f, 1.0f};
+  const auto x0 = x;
+  ds::cpu::relu_backward(x.data(), g.data(), g.data(), 4);
+  ds::cpu::relu_forward(x.data(), x.data(), 4);
+  CHECK(x == std::vector<float>{0.0f, 2.0f, 0.0f, 4.0f});
+  CHECK(g == std::vector<float>{0.0f, 1.0f, 0.0f, 1.0f});
+}
+
+TEST_CASE("relu gradient matches central differences") {
+  // L = Σ r ⊙ relu(x). Inputs kept at least 0.1 from the kink so x ± h stays on one side.
+  Rng rng(8);
+  const int64_t n = 200;
+  auto x = ds::test::random_vec(rng, n);
+  for (auto& v : x) v = v < 0 ? v - 0.1f : v + 0.1f;
+  const auto r = ds::test::random_vec(rng, n);
+  auto loss = [&](const std::vector<float>& in) {
+    std::vector<float> y(n);
+    ds::cpu::relu_forward(in.data(), y.data(), n);
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(r[i]) * y[i];
+    return s;
+  };
+  std::vector<float> dx(n), fd(n);
+  ds::cpu::relu_backward(x.data(), r.data(), dx.data(), n);
+  const float h = 1e-2f;
+  for (int64_t i = 0; i < n; ++i) {
+    auto xp = x, xm = x;
+    xp[i] += h;
+    xm[i] -= h;
+    fd[i] = static_cast<float>((loss(xp) - loss(xm)) / (static_cast<double>(xp[i]) - xm[i]));
+  }
+  ds::test::check_close("relu dx vs central differences", dx.data(), fd.data(), n, 1e-5, 1e-4);
+}

@@ -1,0 +1,194 @@
+// dsworker: one training rank. Reads the rank environment dsrun sets (or runs alone as rank 0 of
+// 1 without it), the ds_config file and the model plugin; meets the other ranks through the
+// rendezvous store; builds the Gloo process group and the engine; trains; reports progress.
+// Exit status: 0, 2 for a bad config or flag, 1 for anything else (plugin, communication).
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "comm/process_group.h"
+#include "comm/rendezvous.h"
+#include "comm/store.h"
+#include "config/ds_config.h"
+#include "core/errors.h"
+#include "cpu/blas.h"
+#include "engine/engine.h"
+#include "metrics.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "plugin/plugin.h"
+
+namespace ds {
+namespace {
+
+struct WorkerOptions {
+  std::string model, config, metrics;
+  std::optional<int64_t> steps, epochs;
+  std::optional<uint64_t> seed;
+  bool print_config = false;
+};
+
+// Features of ds_config that parse but are not implemented yet are refused, never ignored.
+void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
+  if (c.fp16.enabled)
+    throw ConfigError(fmt::format("{}: fp16.enabled: mixed precision is not implemented yet in dsworker", origin));
+  if (c.bf16.enabled)
+    throw ConfigError(fmt::format("{}: bf16.enabled: mixed precision is not implemented yet in dsworker", origin));
+  if (c.zero_optimization.stage != 0)
+    throw ConfigError(fmt::format("{}: zero_optimization.stage: {} is not implemented yet (only 0)", origin,
+                                  c.zero_optimization.stage));
+}
+
+EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
+  EngineConfig e;
+  e.micro_batch = c.train_micro_batch_size_per_gpu;
+  e.grad_accum = c.gradient_accumulation_steps;
+  e.gradient_clipping = c.gradient_clipping;
+  e.reduce_bucket_elems = c.zero_optimization.reduce_bucket_size;
+  e.prescale_gradients = c.prescale_gradients;
+  e.predivide_factor = c.gradient_predivide_factor;
+  e.seed = seed;
+  return e;
+}
+
+int world_size_from_env() {
+  const char* text = std::getenv("WORLD_SIZE");
+  if (!text || !*text) return 1;
+  char* end = nullptr;
+  long n = std::strtol(text, &end, 10);
+  if (*end != '\0' || n < 1 || n > (1 << 24))
+    throw ConfigError(fmt::format("WORLD_SIZE='{}' is not a positive integer (from the environment)", text));
+  return static_cast<int>(n);
+}
+
+// OMP_NUM_THREADS if set (dsrun --bind_cores_to_rank sets it), else this host's CPUs shared among its ranks.
+int blas_threads_for() {
+  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && std::atoi(omp) > 0) return std::atoi(omp);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int available = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const char* local = std::getenv("LOCAL_SIZE");
+  int local_size = local && std::atoi(local) > 0 ? std::atoi(local) : 1;
+  return std::max(1, available / local_size);
+}
+
+std::string format_rate(double samples_per_sec) {
+  return samples_per_sec >= 1e4 ? fmt::format("{:.0f}", samples_per_sec) : fmt::format("{:.1f}", samples_per_sec);
+}
+
+int train(const WorkerOptions& o) {
+  if (o.print_config) {  // connects to nothing: only WORLD_SIZE matters (for the batch triad)
+    std::cout << resolved_json(load_config(o.config, world_size_from_env())).dump(2) << "\n";
+    return 0;
+  }
+  const JobEnv env = read_job_env();
+  const DsConfig config = load_config(o.config, env.world_size);
+  refuse_unimplemented(config, o.config);
+  if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
+  const bool lead = env.rank == 0;
+  cpu::set_blas_threads(blas_threads_for());
+  for (const auto& warning : config.warnings)
+    if (lead) std::fprintf(stderr, "dsworker: warning: %s\n", warning.c_str());
+
+  auto plugin = Plugin::load(o.model, config.model.dump());
+  std::shared_ptr<Store> store;
+  std::unique_ptr<TcpStoreServer> server;
+  if (env.world_size == 1) {
+    store = make_memory_store();
+  } else {
+    if (lead) server = serve_tcp_store(env.master_port, env.token);
+    store = connect_tcp_store(env.master_addr, env.master_port, env.token, std::chrono::seconds(60));
+    rendezvous(*store, env.rank, env.world_size, std::chrono::seconds(60));
+  }
+  auto group = make_gloo_group(store, env.rank, env.world_size, "dp", std::chrono::seconds(300));
+
+  const uint64_t seed = o.seed.value_or(config.seed);
+  Engine engine(engine_config(config, seed), *plugin, *group,
+                [&](size_t n) { return make_optimizer(config.optimizer, n); },
+                make_lr_schedule(config.scheduler, config.optimizer.lr));
+  const int64_t steps = o.steps ? *o.steps : o.epochs.value_or(1) * engine.steps_per_epoch();
+  if (lead) {
+    MemoryReport m = engine.memory();
+    std::fprintf(stderr,
+                 "dsworker: model %s: %zu parameters in %d layers; world size %d, global batch %lld "
+                 "(micro %lld x accumulation %lld x ranks %d); %lld steps (%lld per epoch)\n"
+                 "dsworker: memory per rank: params %.1f MiB, grads %.1f MiB, optimizer state %.1f MiB, "
+                 "activations %.1f MiB\n",
+                 plugin->name().c_str(), engine.num_parameters(), plugin->num_layers(), env.world_size,
+                 static_cast<long long>(engine.global_batch()), static_cast<long long>(config.train_micro_batch_size_per_gpu),
+                 static_cast<long long>(config.gradient_accumulation_steps), env.world_size,
+                 static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()), m.params / 1048576.0,
+                 m.grads / 1048576.0, m.optimizer_state / 1048576.0, (m.activations + m.workspace) / 1048576.0);
+  }
+
+  std::optional<MetricsWriter> metrics;
+  if (lead) {
+    std::string csv_dir;
+    if (config.csv_monitor.enabled) csv_dir = config.csv_monitor.output_path + "/" + config.csv_monitor.job_name;
+    metrics.emplace(o.metrics, csv_dir);
+  }
+  double total_seconds = 0.0, first_loss = 0.0, last_loss = 0.0;
+  for (int64_t s = 0; s < steps; ++s) {
+    StepStats stats = engine.step();
+    total_seconds += stats.seconds;
+    if (s == 0) first_loss = stats.loss;
+    last_loss = stats.loss;
+    if (!lead) continue;
+    metrics->write(stats, stats.step * engine.global_batch());
+    const int64_t every = config.steps_per_print.value_or(10);
+    if (every > 0 && (stats.step % every == 0 || stats.step == steps))
+      std::printf("step %lld/%lld | epoch %lld | loss %.4f | lr %.3e | grad_norm %.4f | %s samples/s\n",
+                  static_cast<long long>(stats.step), static_cast<long long>(steps),
+                  static_cast<long long>(stats.epoch), stats.loss, stats.lr, stats.grad_norm,
+                  format_rate(stats.samples / stats.seconds).c_str());
+    std::fflush(stdout);
+  }
+  if (lead) {
+    std::printf("done: %lld steps in %.2f s | loss %.4f -> %.4f | %s samples/s\n", static_cast<long long>(steps),
+                total_seconds, first_loss, last_loss,
+                format_rate(total_seconds > 0 ? steps * engine.global_batch() / total_seconds : 0).c_str());
+    if (config.comms_logger.enabled) std::printf("%s", group->comms().summary().c_str());
+  }
+  group->barrier();  // nobody tears the store down while a peer still needs it
+  return 0;
+}
+
+}  // namespace
+}  // namespace ds
+
+int main(int argc, char** argv) {
+  // Debian's OpenBLAS misdetects recent CPUs and runs ~5x slower; this re-executes dsworker with
+  // OPENBLAS_CORETYPE set when that happens (a value the user set is always kept).
+  if (std::string warning = ds::cpu::blas_fix_coretype(argv); !warning.empty())
+    std::fprintf(stderr, "dsworker: warning: %s\n", warning.c_str());
+  ds::WorkerOptions o;
+  CLI::App app{"dsworker: one training rank (start it with dsrun)", "dsworker"};
+  app.add_option("--model", o.model, "Model plugin: a built-in name (mlp) or a path to a plugin .so");
+  app.add_option("--config,--deepspeed_config", o.config, "ds_config file (JSON or YAML)")->required();
+  app.add_option("--steps", o.steps, "Optimizer steps to run (default: one epoch)")->check(CLI::PositiveNumber);
+  app.add_option("--epochs", o.epochs, "Passes over the data (ignored with --steps)")->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "Seed for initialisation and data order (default: the config's seed)");
+  app.add_option("--metrics", o.metrics, "Write one JSON object per step to this file (rank 0)");
+  app.add_flag("--print_config,--print-config", o.print_config, "Print the resolved config as JSON and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    return ds::train(o);
+  } catch (const ds::ConfigError& e) {
+    std::fprintf(stderr, "dsworker: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsworker: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,52 @@
+// JSONL and CSV metrics (see metrics.h).
+#include "metrics.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace ds {
+
+MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir) : csv_dir_(csv_dir) {
+  if (!jsonl_path.empty()) {
+    jsonl_ = std::make_unique<std::ofstream>(jsonl_path, std::ios::trunc);
+    if (!*jsonl_) throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing", jsonl_path));
+  }
+  if (!csv_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(csv_dir_, ec);
+    if (ec) throw std::runtime_error(fmt::format("csv_monitor: cannot create {}: {}", csv_dir_, ec.message()));
+  }
+}
+
+std::ofstream& MetricsWriter::csv(const std::string& metric) {
+  auto it = csv_files_.find(metric);
+  if (it != csv_files_.end()) return it->second;
+  std::string path = fmt::format("{}/Train_Samples_{}.csv", csv_dir_, metric);
+  std::ofstream& f = csv_files_[metric];
+  f.open(path, std::ios::trunc);
+  if (!f) throw std::runtime_error(fmt::format("csv_monitor: cannot open {}", path));
+  f << "samples," << metric << "\n";
+  return f;
+}
+
+void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
+  const double samples_per_sec = s.seconds > 0 ? static_cast<double>(s.samples) / s.seconds : 0.0;
+  if (jsonl_) {
+    nlohmann::ordered_json j = {{"step", s.step},   {"epoch", s.epoch},         {"loss", s.loss},
+                                {"lr", s.lr},       {"grad_norm", s.grad_norm}, {"samples_per_sec", samples_per_sec},
+                                {"samples", global_samples}};
+    *jsonl_ << j.dump() << "\n";
+    jsonl_->flush();
+  }
+  if (!csv_dir_.empty()) {
+    csv("train_loss") << global_samples << "," << fmt::format("{}", s.loss) << "\n";
+    csv("lr") << global_samples << "," << fmt::format("{}", s.lr) << "\n";
+    csv("grad_norm") << global_samples << "," << fmt::format("{}", s.grad_norm) << "\n";
+    for (auto& [name, f] : csv_files_) f.flush();
+  }
+}
+
+}  // namespace ds
