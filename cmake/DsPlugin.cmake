@@ -9,7 +9,8 @@
 #
 # In this tree: models/CMakeLists.txt includes this file; see models/mlp/CMakeLists.txt.
 #
-# Out of tree (your own model, built against a dsrun source checkout):
+# Out of tree (your own model, built against a dsrun checkout or an install, whose
+# PREFIX/lib/cmake/dsrun/DsPlugin.cmake finds PREFIX/include/dsrun):
 #   cmake_minimum_required(VERSION 3.25)
 #   project(mymodel LANGUAGES CXX)
 #   set(CMAKE_CXX_STANDARD 20)
@@ -20,7 +21,13 @@
 # beforehand if the headers live elsewhere (it must contain plugin/ds_plugin_sdk.h).
 include_guard(GLOBAL)
 
-set(DS_PLUGIN_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../runtime" CACHE PATH
+# The headers sit in the source tree's runtime/, or, once installed, in PREFIX/include/dsrun.
+if(EXISTS "${CMAKE_CURRENT_LIST_DIR}/../runtime/plugin/ds_plugin_sdk.h")
+  set(_ds_plugin_headers "${CMAKE_CURRENT_LIST_DIR}/../runtime")
+else()
+  set(_ds_plugin_headers "${CMAKE_CURRENT_LIST_DIR}/../../../include/dsrun")
+endif()
+set(DS_PLUGIN_INCLUDE_DIR "${_ds_plugin_headers}" CACHE PATH
     "Directory holding plugin/ds_plugin.h and plugin/ds_plugin_sdk.h")
 if(NOT TARGET nlohmann_json::nlohmann_json)
   find_package(nlohmann_json 3 REQUIRED)

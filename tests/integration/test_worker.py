@@ -104,3 +104,34 @@ def test_runs_alone_without_dsrun(clean_env, tmp_path):
     r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "3"], clean_env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "done: 3 steps" in r.stdout
+
+
+def test_comms_logger_and_csv_monitor(dsrun, clean_env, tmp_path):
+    with open(CONFIG) as f:
+        cfg = json.load(f)
+    cfg["comms_logger"] = {"enabled": True}
+    cfg["csv_monitor"] = {"enabled": True, "output_path": str(tmp_path / "csv"), "job_name": "mlp"}
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "6"],
+            dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "allreduce" in r.stdout  # the comms summary from rank 0
+    rows = (tmp_path / "csv" / "mlp" / "Train_Samples_train_loss.csv").read_text().splitlines()
+    assert rows[0] == "samples,train_loss" and len(rows) == 7
+    assert rows[1].startswith("32,")  # global samples after step 1: 8 x 2 x 2 ranks
+
+
+def test_unimplemented_features_are_refused_not_ignored(dsrun, clean_env, tmp_path):
+    with open(CONFIG) as f:
+        cfg = json.load(f)
+    cfg["bf16"] = {"enabled": True}
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    r = run([DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "1"], clean_env, timeout=60)
+    assert r.returncode == 2 and "bf16.enabled" in r.stderr and "not implemented" in r.stderr
+
+
+def test_a_missing_plugin_is_a_clear_error(clean_env):
+    r = run([DSWORKER, "--model", "nosuchmodel", "--config", CONFIG, "--steps", "1"], clean_env, timeout=60)
+    assert r.returncode == 1 and "libds_model_nosuchmodel.so" in r.stderr
