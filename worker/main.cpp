@@ -41,8 +41,8 @@ void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
     throw ConfigError(fmt::format("{}: fp16.enabled: mixed precision is not implemented yet in dsworker", origin));
   if (c.bf16.enabled)
     throw ConfigError(fmt::format("{}: bf16.enabled: mixed precision is not implemented yet in dsworker", origin));
-  if (c.zero_optimization.stage != 0)
-    throw ConfigError(fmt::format("{}: zero_optimization.stage: {} is not implemented yet (only 0)", origin,
+  if (c.zero_optimization.stage > 1)
+    throw ConfigError(fmt::format("{}: zero_optimization.stage: {} is not implemented yet (0 and 1 are)", origin,
                                   c.zero_optimization.stage));
 }
 
@@ -51,6 +51,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   e.micro_batch = c.train_micro_batch_size_per_gpu;
   e.grad_accum = c.gradient_accumulation_steps;
   e.gradient_clipping = c.gradient_clipping;
+  e.zero_stage = static_cast<int>(c.zero_optimization.stage);
   e.reduce_bucket_elems = c.zero_optimization.reduce_bucket_size;
   e.prescale_gradients = c.prescale_gradients;
   e.predivide_factor = c.gradient_predivide_factor;
@@ -77,6 +78,12 @@ int blas_threads_for() {
   const char* local = std::getenv("LOCAL_SIZE");
   int local_size = local && std::atoi(local) > 0 ? std::atoi(local) : 1;
   return std::max(1, available / local_size);
+}
+
+std::string format_bytes(size_t bytes) {
+  if (bytes >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
+  if (bytes >= (size_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  return fmt::format("{:.1f} KiB", bytes / 1024.0);
 }
 
 std::string format_rate(double samples_per_sec) {
@@ -111,21 +118,22 @@ int train(const WorkerOptions& o) {
 
   const uint64_t seed = o.seed.value_or(config.seed);
   Engine engine(engine_config(config, seed), *plugin, *group,
-                [&](size_t n) { return make_optimizer(config.optimizer, n); },
+                [&](size_t n, NormReducer reducer) { return make_optimizer(config.optimizer, n, reducer); },
                 make_lr_schedule(config.scheduler, config.optimizer.lr));
   const int64_t steps = o.steps ? *o.steps : o.epochs.value_or(1) * engine.steps_per_epoch();
   if (lead) {
     MemoryReport m = engine.memory();
     std::fprintf(stderr,
-                 "dsworker: model %s: %zu parameters in %d layers; world size %d, global batch %lld "
-                 "(micro %lld x accumulation %lld x ranks %d); %lld steps (%lld per epoch)\n"
-                 "dsworker: memory per rank: params %.1f MiB, grads %.1f MiB, optimizer state %.1f MiB, "
-                 "activations %.1f MiB\n",
+                 "dsworker: model %s: %zu parameters in %d layers; world size %d, ZeRO stage %d, global batch %lld "
+                 "(micro %lld x accumulation %lld x ranks %d); %lld steps (%lld per epoch)\n",
                  plugin->name().c_str(), engine.num_parameters(), plugin->num_layers(), env.world_size,
-                 static_cast<long long>(engine.global_batch()), static_cast<long long>(config.train_micro_batch_size_per_gpu),
+                 static_cast<int>(config.zero_optimization.stage), static_cast<long long>(engine.global_batch()),
+                 static_cast<long long>(config.train_micro_batch_size_per_gpu),
                  static_cast<long long>(config.gradient_accumulation_steps), env.world_size,
-                 static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()), m.params / 1048576.0,
-                 m.grads / 1048576.0, m.optimizer_state / 1048576.0, (m.activations + m.workspace) / 1048576.0);
+                 static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()));
+    std::fprintf(stderr, "dsworker: memory per rank: params %s, grads %s, optimizer state %s, activations %s\n",
+                 format_bytes(m.params).c_str(), format_bytes(m.grads).c_str(),
+                 format_bytes(m.optimizer_state).c_str(), format_bytes(m.activations + m.workspace).c_str());
   }
 
   std::optional<MetricsWriter> metrics;

@@ -1,6 +1,7 @@
 // The training engine at ZeRO stage 0 (see engine.h for the step's shape).
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -53,9 +54,14 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                   "(train_micro_batch_size_per_gpu {} x gradient_accumulation_steps {})",
                                   data_.num_samples, sampler_.per_rank(), per_step, config_.micro_batch,
                                   config_.grad_accum));
+  if (config_.zero_stage != 0 && config_.zero_stage != 1)
+    throw ConfigError(fmt::format("zero_optimization.stage: {} is not implemented yet (0 and 1 are)", config_.zero_stage));
   build_layers();
   init_parameters();
-  optimizer_ = make_optimizer(params_.size());
+  NormReducer reducer;
+  if (config_.zero_stage == 1 && group_.size() > 1)
+    reducer = [this](std::vector<double>& sums) { group_.allreduce(sums.data(), sums.size(), DataType::F64, ReduceOp::Sum); };
+  optimizer_ = make_optimizer(config_.zero_stage == 0 ? num_params_ : part_size_, reducer);
   group_.broadcast(params_.data(), params_.size(), DataType::F32, 0);  // every replica starts identical
 }
 
@@ -72,7 +78,6 @@ void Engine::build_layers() {
     layer.begin = offset;
     for (const auto& p : info.params) {
       ParamSlot slot{info.name + "." + p.name, p.shape, offset, elements(p.shape)};
-      tensor_ranges_.push_back({offset, slot.size});
       offset += slot.size;
       slots_.push_back(std::move(slot));
     }
@@ -90,8 +95,23 @@ void Engine::build_layers() {
   if (elements(shape) != 1)
     throw PluginError(fmt::format("plugin {}: the last layer '{}' must output the loss as [1], not {}",
                                   plugin_.path(), layers_.back().name, shape_text(shape)));
-  params_.assign(offset, 0.0f);
-  grads_.assign(offset, 0.0f);
+  num_params_ = offset;
+  const size_t world = static_cast<size_t>(group_.size());
+  part_size_ = config_.zero_stage == 0 ? num_params_ : (num_params_ + world - 1) / world;
+  part_begin_ = config_.zero_stage == 0 ? 0 : static_cast<size_t>(group_.rank()) * part_size_;
+  const size_t padded = config_.zero_stage == 0 ? num_params_ : part_size_ * world;
+  params_.assign(padded, 0.0f);
+  grads_.assign(padded, 0.0f);
+  if (config_.zero_stage == 1) {
+    part_grads_.assign(part_size_, 0.0f);
+    part_params_.assign(part_size_, 0.0f);
+  }
+  // The tensors as the optimizer sees them: clipped to this rank's range, empty when outside it
+  // (every rank lists every tensor, in order, so Lamb's per-tensor norms can be summed across ranks).
+  for (const ParamSlot& slot : slots_) {
+    const size_t lo = std::max(slot.offset, part_begin_), hi = std::min(slot.offset + slot.size, part_begin_ + part_size_);
+    tensor_ranges_.push_back(hi > lo ? TensorRange{lo - part_begin_, hi - lo} : TensorRange{0, 0});
+  }
   grad_a_.assign(max_activation, 0.0f);
   grad_b_.assign(max_activation, 0.0f);
   input_data_.resize(elements(batched(config_.micro_batch, data_.input_shape)));
@@ -198,31 +218,21 @@ StepStats Engine::step() {
     ds_batch batch{&input, &target, steps_ + 1, static_cast<int32_t>(m)};
     forward(batch);
     loss_sum += layers_.back().output[0];
-    backward(batch, m == config_.grad_accum - 1);
+    backward(batch, config_.zero_stage == 0 && m == config_.grad_accum - 1);
   }
-  for (auto& work : pending_) work->wait();
-  pending_.clear();
-  if (group_.size() > 1) {
-    const double post = config_.prescale_gradients ? 1.0 : config_.predivide_factor / group_.size();
-    if (post != 1.0)
-      for (float& g : grads_) g = static_cast<float>(g * post);
-  }
-
-  double sum_sq = 0.0;
-  for (float g : grads_) sum_sq += static_cast<double>(g) * g;
-  const double norm = std::sqrt(sum_sq);
+  const double norm = reduce_gradients();
   if (!std::isfinite(norm))
     throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (fp32 training has no loss scaling to "
                                          "skip such a step); stopping", steps_ + 1, norm));
   if (config_.gradient_clipping > 0.0) {
     const double coef = std::min(1.0, config_.gradient_clipping / (norm + 1e-6));
+    std::vector<float>& clipped = config_.zero_stage == 0 ? grads_ : part_grads_;
     if (coef < 1.0)
-      for (float& g : grads_) g = static_cast<float>(g * coef);
+      for (float& g : clipped) g = static_cast<float>(g * coef);
   }
-
   ++steps_;
   const double lr = schedule_->lr(steps_);
-  optimizer_->step(params_.data(), grads_.data(), params_.size(), tensor_ranges_, lr, steps_);
+  update(lr);
 
   double loss = loss_sum / static_cast<double>(config_.grad_accum);
   if (group_.size() > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
@@ -237,10 +247,49 @@ StepStats Engine::step() {
   return stats;
 }
 
+double Engine::reduce_gradients() {
+  const double world = group_.size();
+  double sum_sq = 0.0;
+  if (config_.zero_stage == 0) {
+    for (auto& work : pending_) work->wait();
+    pending_.clear();
+    if (group_.size() > 1) {
+      const double post = config_.prescale_gradients ? 1.0 : config_.predivide_factor / world;
+      if (post != 1.0)
+        for (float& g : grads_) g = static_cast<float>(g * post);
+    }
+    for (float g : grads_) sum_sq += static_cast<double>(g) * g;
+    return std::sqrt(sum_sq);
+  }
+  // Stage 1: each rank receives the sum of its partition (the buffer is rank-major by construction).
+  const double pre = config_.prescale_gradients ? 1.0 / world : 1.0 / config_.predivide_factor;
+  const double post = config_.prescale_gradients ? 1.0 : config_.predivide_factor / world;
+  if (pre != 1.0)
+    for (float& g : grads_) g = static_cast<float>(g * pre);
+  group_.reduce_scatter(grads_.data(), part_grads_.data(), part_size_, DataType::F32, ReduceOp::Sum);
+  for (float& g : part_grads_) {
+    if (post != 1.0) g = static_cast<float>(g * post);
+    sum_sq += static_cast<double>(g) * g;
+  }
+  if (group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
+  return std::sqrt(sum_sq);
+}
+
+void Engine::update(double lr) {
+  if (config_.zero_stage == 0) {
+    optimizer_->step(params_.data(), grads_.data(), num_params_, tensor_ranges_, lr, steps_);
+    return;
+  }
+  float* mine = params_.data() + part_begin_;
+  optimizer_->step(mine, part_grads_.data(), part_size_, tensor_ranges_, lr, steps_);
+  std::copy(mine, mine + part_size_, part_params_.begin());
+  group_.allgather(part_params_.data(), params_.data(), part_size_, DataType::F32);
+}
+
 MemoryReport Engine::memory() const {
   MemoryReport r;
-  r.params = params_.size() * sizeof(float);
-  r.grads = grads_.size() * sizeof(float);
+  r.params = (params_.size() + part_params_.size()) * sizeof(float);
+  r.grads = (grads_.size() + part_grads_.size()) * sizeof(float);
   for (auto& [name, buffer] : optimizer_->state()) r.optimizer_state += buffer->size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
   for (const auto& layer : layers_) {

@@ -1,8 +1,14 @@
 // The training engine: owns every parameter, gradient, activation and optimizer buffer, and runs
 // one optimizer step at a time: GAS micro-batches of forward and backward through the plugin's
-// layers, gradient averaging across data-parallel ranks (ZeRO stage 0: bucketed all-reduce,
-// overlapped with the last micro-batch's backward), clipping by global norm, the optimizer update
-// and the LR schedule. Deterministic: same seed, same world size → bit-identical runs on CPU.
+// layers, gradient averaging across data-parallel ranks, clipping by global norm, the optimizer
+// update and the LR schedule. Deterministic: same seed, same world size → bit-identical runs on CPU.
+//
+// ZeRO stage 0: every rank keeps everything; gradients are all-reduced in buckets, overlapped with
+// the last micro-batch's backward. Stage 1: the flat buffers are padded to W equal partitions
+// (rank r owns elements [r·P, (r+1)·P)); optimizer state exists for the rank's partition only;
+// gradients are reduce-scattered (each rank receives the average of its partition), the rank
+// updates its partition, and the updated partitions are all-gathered. Both move 2Ψ(W−1)/W
+// elements per rank per step.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,7 +29,8 @@ struct EngineConfig {
   int64_t micro_batch = 1;                  // samples per rank per micro-step
   int64_t grad_accum = 1;                   // micro-steps per optimizer step (GAS)
   double gradient_clipping = 0.0;           // max global L2 norm; 0 = off
-  int64_t reduce_bucket_elems = 500000000;  // gradient elements per all-reduce bucket
+  int zero_stage = 0;                       // 0 or 1 (see above)
+  int64_t reduce_bucket_elems = 500000000;  // gradient elements per all-reduce bucket (stage 0)
   bool prescale_gradients = false;          // divide by world size before summing (else after)
   double predivide_factor = 1.0;            // DeepSpeed's gradient_predivide_factor
   uint64_t seed = 42;                       // parameter init and data order
@@ -52,8 +59,9 @@ struct MemoryReport {
   size_t params = 0, grads = 0, optimizer_state = 0, activations = 0, workspace = 0;
 };
 
-// Builds the optimizer for a flat buffer of n parameters (called once the model's size is known).
-using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(size_t n)>;
+// Builds the optimizer for the n parameters this rank updates (all of them at stage 0, its partition
+// at stage 1), once the model's size is known; `reducer` sums per-tensor norms across ranks (Lamb).
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(size_t n, NormReducer reducer)>;
 
 class Engine {
  public:
@@ -66,8 +74,8 @@ class Engine {
   // Optimizer steps in one pass over the data: floor(per-rank samples / (micro_batch · GAS)).
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * group_.size(); }
-  size_t num_parameters() const { return params_.size(); }
-  std::span<const float> parameters() const { return params_; }
+  size_t num_parameters() const { return num_params_; }
+  std::span<const float> parameters() const { return {params_.data(), num_params_}; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
   MemoryReport memory() const;
 
@@ -85,6 +93,8 @@ class Engine {
   void forward(const ds_batch& batch);
   void backward(const ds_batch& batch, bool reduce_during);
   void launch_reduction(size_t begin, size_t end);
+  double reduce_gradients();  // averages gradients across ranks; returns the global gradient norm
+  void update(double lr);
   std::vector<ds_tensor> views(std::vector<float>& buffer, const Layer& layer);
 
   EngineConfig config_;
@@ -97,11 +107,16 @@ class Engine {
 
   std::vector<ParamSlot> slots_;
   std::vector<Layer> layers_;
-  std::vector<float> params_, grads_;           // flat, [num_parameters]
+  size_t num_params_ = 0;                       // Ψ
+  size_t part_size_ = 0;                        // P = ceil(Ψ / W); the flat buffers hold W·P elements
+  size_t part_begin_ = 0;                       // this rank's partition: [part_begin_, part_begin_ + P)
+  std::vector<float> params_, grads_;           // flat, [W·P], zero padding after Ψ
+  std::vector<float> part_grads_;               // stage 1: this rank's averaged gradient, [P]
+  std::vector<float> part_params_;              // stage 1: staging for the all-gather, [P]
   std::vector<float> grad_a_, grad_b_;          // activation gradients, ping-pong, [max activation]
   std::vector<float> input_data_;               // micro-batch input (F32 or I32 bit patterns)
   std::vector<int32_t> target_data_;            // micro-batch target (I32) or F32 bit patterns
-  std::vector<TensorRange> tensor_ranges_;
+  std::vector<TensorRange> tensor_ranges_;     // the tensors inside what this rank updates
   std::vector<std::unique_ptr<Work>> pending_;  // in-flight gradient all-reduces
   size_t reduced_from_ = 0;                     // gradients in [reduced_from_, end) are launched
   int64_t steps_ = 0;

@@ -135,3 +135,16 @@ def test_unimplemented_features_are_refused_not_ignored(dsrun, clean_env, tmp_pa
 def test_a_missing_plugin_is_a_clear_error(clean_env):
     r = run([DSWORKER, "--model", "nosuchmodel", "--config", CONFIG, "--steps", "1"], clean_env, timeout=60)
     assert r.returncode == 1 and "libds_model_nosuchmodel.so" in r.stderr
+
+
+def test_zero_stage_1_trains_like_stage_0(dsrun, clean_env, tmp_path):
+    out = {}
+    for name in ("mlp", "zero1"):
+        m = tmp_path / f"{name}.jsonl"
+        r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config",
+                 os.path.join(ROOT, "configs", f"{name}.json"), "--steps", "30", "--metrics", str(m)],
+                dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
+        assert r.returncode == 0, r.stderr
+        out[name] = losses(m)
+        assert "memory per rank" in r.stderr
+    assert max(abs(a - b) for a, b in zip(out["mlp"], out["zero1"])) < 1e-4
