@@ -188,7 +188,8 @@ def main():
             import traceback
 
             tb = traceback.extract_tb(e.__traceback__)[-1]
-            unavailable(f"deepspeed.initialize: {type(e).__name__}: {e} (at {os.path.relpath(tb.filename, os.path.dirname(deepspeed.__file__))}:{tb.lineno} {tb.name})")
+            where = f"{os.path.relpath(tb.filename, os.path.dirname(deepspeed.__file__))}:{tb.lineno} {tb.name}"
+            unavailable(f"deepspeed.initialize: {type(e).__name__}: {e} (at {where})")
         basic = getattr(engine, "basic_optimizer", None)
         info["optimizer"] = f"{type(opt).__module__}.{type(opt).__name__}"
         if basic is not None:

@@ -41,9 +41,9 @@ Sides:
                  work on rank 0, from zero_grad to after the loss all-reduce.
 
 Memory: while a run goes, the rank processes (found in /proc by the run's directory in their command line and a
-RANK variable in their environment) are polled every 50 ms for VmHWM, the peak resident set size (kept across
-dsworker's re-exec of itself, which starts a new address space: its peak is the re-executed image's). Also
-recorded: the OPENBLAS_CORETYPE each rank process actually ran with.
+RANK variable in their environment) are polled every 50 ms for VmHWM, the peak resident set size (dsworker's
+re-exec of itself starts a new address space, so for dsworker it is the peak of the re-executed image, which
+trains). Also recorded: the OPENBLAS_CORETYPE each rank process actually ran with.
 Theory: fp32 + Adam keeps 16 bytes per parameter (Ψ): parameters 4Ψ + gradients 4Ψ + Adam's two moments 8Ψ; per
 rank with N ranks: stage 0 16Ψ, stage 1 8Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N.
 
@@ -368,7 +368,8 @@ class Bench:
         lines = [re.sub(r"^\[rank \d+\] ", "", l) for l in text.splitlines()]
         if side != "peer" and rc == 2 and "is not implemented yet" in text:
             sample["status"] = "not implemented"
-            sample["reason"] = next((l for l in lines if "is not implemented yet" in l), "").strip()
+            reason = next((l for l in lines if "is not implemented yet" in l), "").strip()
+            sample["reason"] = re.sub(r"^dsworker: error: \S*ds_config\.json: ", "", reason)
             self.refused[(side, stage)] = sample["reason"]
         elif side == "peer" and rc not in (0, None) and "peer unavailable:" in text:
             sample["status"] = "not available"
@@ -513,15 +514,17 @@ def summary(bench, psi):
             rss[side] = max(r)
             rep = ok[-1].get("reported_mib", {})
             rep_s = ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in rep.items()) + " MiB" if rep else "-"
+            r_s = [f"{x:.0f}" if x == x else "-" for x in r]
             lines.append(f"  {name:14} {med[side]:>9.0f} ms {min(run_meds):>7.0f}-{max(run_meds):<5.0f} ms "
-                         f"{min(steps):>7.0f}-{max(steps):<5.0f} ms {r[0]:>9.0f} / {r[1]:<6.0f} MiB  {rep_s}"
+                         f"{min(steps):>7.0f}-{max(steps):<5.0f} ms {r_s[0]:>9} / {r_s[1]:<6} MiB  {rep_s}"
                          + (f"  [{len(ok)}/{len(mine)} runs ok]" if len(ok) != len(mine) else ""))
         if "ours" in med and "peer" in med:
             lines.append(f"  ratio ours/peer: step time {fmt_ratio(med['ours'], med['peer'])}, peak RSS (larger rank) "
-                         f"{fmt_ratio(rss['ours'], rss['peer'])}")
+                         + (fmt_ratio(rss['ours'], rss['peer']) if rss['ours'] == rss['ours'] and
+                            rss['peer'] == rss['peer'] else "-"))
         if "ours" in med and "ours-prescott" in med:
-            lines.append(f"  OPENBLAS_CORETYPE=Prescott forced: step time {fmt_ratio(med['ours-prescott'], med['ours'])}"
-                         f" of the default (the re-exec's core)")
+            lines.append(f"  OPENBLAS_CORETYPE=Prescott forced: step time "
+                         f"{fmt_ratio(med['ours-prescott'], med['ours'])} of the default (the re-exec's core)")
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
@@ -628,8 +631,8 @@ def main():
     def on_signal(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
 
     root = tempfile.mkdtemp(prefix="dsrun-bench-zero-")
     bench = Bench(args, root)

@@ -37,10 +37,12 @@ class ProcessGroup {
   // In place: data[0..count) becomes the reduction over ranks.
   virtual std::unique_ptr<Work> allreduce_async(void* data, size_t count, DataType type, ReduceOp op) = 0;
   // input[size*count] (rank-major chunks) → output[count]: this rank's chunk of the reduction.
-  // Each rank sends and receives (size-1)/size of the input, not a full allreduce.
+  // Each rank sends and receives (size-1)/size of the input, not a full allreduce. `output` may be
+  // this rank's own chunk of `input` (in place). Scratch memory is bounded (a few MiB).
   virtual std::unique_ptr<Work> reduce_scatter_async(const void* input, void* output, size_t count, DataType type,
                                                      ReduceOp op) = 0;
-  // input[count] from every rank → output[size*count], rank-major.
+  // input[count] from every rank → output[size*count], rank-major. `input` may be this rank's own
+  // chunk of `output` (in place).
   virtual std::unique_ptr<Work> allgather_async(const void* input, void* output, size_t count, DataType type) = 0;
   // In place: data[0..count) on every rank becomes root's.
   virtual std::unique_ptr<Work> broadcast_async(void* data, size_t count, DataType type, int root) = 0;

@@ -16,6 +16,7 @@ namespace {
 // Gloo's own algorithms use slot prefixes 0x01..0x08; ours live apart from them. A slot may be
 // reused by consecutive operations: messages between two ranks on one slot match in order.
 constexpr uint8_t kSlotPrefix = 0x40;
+constexpr size_t kSegmentBytes = 4u << 20;  // reduce-scatter scratch: two buffers of this size
 uint64_t slot(uint32_t tag) { return gloo::Slot::build(kSlotPrefix, tag); }
 enum : uint32_t { kReduceScatterTag = 1, kAllgatherTag = 2, kBroadcastTag = 3 };
 
@@ -80,24 +81,33 @@ size_t reduce_scatter(gloo::Context& ctx, const void* in, void* out, const Layou
     if (bytes(0)) std::memmove(out, ptr(0), bytes(0));
     return 0;
   }
-  const size_t most = *std::max_element(chunks.count.begin(), chunks.count.end()) * elem;
+  const size_t most = *std::max_element(chunks.count.begin(), chunks.count.end());
   if (most == 0) return 0;
-  // `acc` holds the partial sum being passed on; `got` the one arriving from the left.
-  std::vector<char> acc(most), got(most);
-  auto acc_buf = ctx.createUnboundBuffer(acc.data(), most);
-  auto got_buf = ctx.createUnboundBuffer(got.data(), most);
-  std::memcpy(acc.data(), ptr(mod(r - 1)), bytes(mod(r - 1)));
+  // The chunks are reduced in segments of at most kSegmentBytes, one ring pass per segment, so the
+  // scratch memory is two segments whatever the buffer size. `acc` holds the partial sum being
+  // passed on; `got` the one arriving from the left.
+  const size_t seg = std::min(most, std::max<size_t>(1, kSegmentBytes / elem));
+  std::vector<char> acc(seg * elem), got(seg * elem);
+  auto acc_buf = ctx.createUnboundBuffer(acc.data(), acc.size());
+  auto got_buf = ctx.createUnboundBuffer(got.data(), got.size());
   size_t sent = 0;
-  // Step s: pass chunk r-s-1 right, take chunk r-s-2 from the left and add ours to it. After n-1
-  // steps, the chunk arriving is chunk r, summed over every rank.
-  for (int s = 0; s < n - 1; ++s) {
-    const size_t give = mod(r - s - 1), take = mod(r - s - 2);
-    if (bytes(take)) got_buf->recv(left, slot(kReduceScatterTag), 0, bytes(take));
-    if (bytes(give)) acc_buf->send(right, slot(kReduceScatterTag), 0, bytes(give));
-    if (bytes(take)) wait_recv(*got_buf, left, timeout);
-    if (bytes(give)) wait_send(*acc_buf, right, timeout);
-    sent += bytes(give);
-    reduce(s == n - 2 ? out : acc.data(), got.data(), ptr(take), chunks.count[take]);
+  for (size_t first = 0; first < most; first += seg) {
+    // Elements of chunk i in this segment, and where they start.
+    auto count = [&](size_t i) { return chunks.count[i] > first ? std::min(seg, chunks.count[i] - first) : 0; };
+    auto at = [&](size_t i) { return ptr(i) + first * elem; };
+    std::memcpy(acc.data(), at(mod(r - 1)), count(mod(r - 1)) * elem);
+    // Step s: pass chunk r-s-1 right, take chunk r-s-2 from the left and add ours to it. After n-1
+    // steps, the chunk arriving is chunk r, summed over every rank.
+    for (int s = 0; s < n - 1; ++s) {
+      const size_t give = mod(r - s - 1), take = mod(r - s - 2);
+      if (count(take)) got_buf->recv(left, slot(kReduceScatterTag), 0, count(take) * elem);
+      if (count(give)) acc_buf->send(right, slot(kReduceScatterTag), 0, count(give) * elem);
+      if (count(take)) wait_recv(*got_buf, left, timeout);
+      if (count(give)) wait_send(*acc_buf, right, timeout);
+      sent += count(give) * elem;
+      if (count(take))
+        reduce(s == n - 2 ? static_cast<char*>(out) + first * elem : acc.data(), got.data(), at(take), count(take));
+    }
   }
   return sent;
 }

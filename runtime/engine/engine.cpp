@@ -102,10 +102,6 @@ void Engine::build_layers() {
   const size_t padded = config_.zero_stage == 0 ? num_params_ : part_size_ * world;
   params_.assign(padded, 0.0f);
   grads_.assign(padded, 0.0f);
-  if (config_.zero_stage == 1) {
-    part_grads_.assign(part_size_, 0.0f);
-    part_params_.assign(part_size_, 0.0f);
-  }
   // The tensors as the optimizer sees them: clipped to this rank's range, empty when outside it
   // (every rank lists every tensor, in order, so Lamb's per-tensor norms can be summed across ranks).
   for (const ParamSlot& slot : slots_) {
@@ -226,9 +222,9 @@ StepStats Engine::step() {
                                          "skip such a step); stopping", steps_ + 1, norm));
   if (config_.gradient_clipping > 0.0) {
     const double coef = std::min(1.0, config_.gradient_clipping / (norm + 1e-6));
-    std::vector<float>& clipped = config_.zero_stage == 0 ? grads_ : part_grads_;
-    if (coef < 1.0)
-      for (float& g : clipped) g = static_cast<float>(g * coef);
+    if (coef < 1.0)  // the gradients this rank updates with: all of them, or its partition
+      for (float* g = grads_.data() + part_begin_; g != grads_.data() + part_begin_ + part_size_; ++g)
+        *g = static_cast<float>(*g * coef);
   }
   ++steps_;
   const double lr = schedule_->lr(steps_);
@@ -261,15 +257,17 @@ double Engine::reduce_gradients() {
     for (float g : grads_) sum_sq += static_cast<double>(g) * g;
     return std::sqrt(sum_sq);
   }
-  // Stage 1: each rank receives the sum of its partition (the buffer is rank-major by construction).
+  // Stage 1: each rank receives the sum of its partition, in place (the buffer is rank-major by
+  // construction); the rest of grads_ is stale from here on and is never read.
   const double pre = config_.prescale_gradients ? 1.0 / world : 1.0 / config_.predivide_factor;
   const double post = config_.prescale_gradients ? 1.0 : config_.predivide_factor / world;
   if (pre != 1.0)
     for (float& g : grads_) g = static_cast<float>(g * pre);
-  group_.reduce_scatter(grads_.data(), part_grads_.data(), part_size_, DataType::F32, ReduceOp::Sum);
-  for (float& g : part_grads_) {
-    if (post != 1.0) g = static_cast<float>(g * post);
-    sum_sq += static_cast<double>(g) * g;
+  float* mine = grads_.data() + part_begin_;
+  group_.reduce_scatter(grads_.data(), mine, part_size_, DataType::F32, ReduceOp::Sum);
+  for (float* g = mine; g != mine + part_size_; ++g) {
+    if (post != 1.0) *g = static_cast<float>(*g * post);
+    sum_sq += static_cast<double>(*g) * *g;
   }
   if (group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
   return std::sqrt(sum_sq);
@@ -281,15 +279,14 @@ void Engine::update(double lr) {
     return;
   }
   float* mine = params_.data() + part_begin_;
-  optimizer_->step(mine, part_grads_.data(), part_size_, tensor_ranges_, lr, steps_);
-  std::copy(mine, mine + part_size_, part_params_.begin());
-  group_.allgather(part_params_.data(), params_.data(), part_size_, DataType::F32);
+  optimizer_->step(mine, grads_.data() + part_begin_, part_size_, tensor_ranges_, lr, steps_);
+  group_.allgather(mine, params_.data(), part_size_, DataType::F32);  // in place
 }
 
 MemoryReport Engine::memory() const {
   MemoryReport r;
-  r.params = (params_.size() + part_params_.size()) * sizeof(float);
-  r.grads = (grads_.size() + part_grads_.size()) * sizeof(float);
+  r.params = params_.size() * sizeof(float);
+  r.grads = grads_.size() * sizeof(float);
   for (auto& [name, buffer] : optimizer_->state()) r.optimizer_state += buffer->size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
   for (const auto& layer : layers_) {

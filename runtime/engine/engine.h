@@ -111,8 +111,6 @@ class Engine {
   size_t part_size_ = 0;                        // P = ceil(Ψ / W); the flat buffers hold W·P elements
   size_t part_begin_ = 0;                       // this rank's partition: [part_begin_, part_begin_ + P)
   std::vector<float> params_, grads_;           // flat, [W·P], zero padding after Ψ
-  std::vector<float> part_grads_;               // stage 1: this rank's averaged gradient, [P]
-  std::vector<float> part_params_;              // stage 1: staging for the all-gather, [P]
   std::vector<float> grad_a_, grad_b_;          // activation gradients, ping-pong, [max activation]
   std::vector<float> input_data_;               // micro-batch input (F32 or I32 bit patterns)
   std::vector<int32_t> target_data_;            // micro-batch target (I32) or F32 bit patterns

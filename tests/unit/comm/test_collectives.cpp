@@ -190,3 +190,23 @@ TEST_CASE("collectives: bytes sent per rank match the ring's theory") {
     });
   }
 }
+
+TEST_CASE("collectives: large reduce_scatter and allgather in place across several segments") {
+  // 3 ranks x 2.5M floats: each chunk spans several 4 MiB ring segments, the last one partial.
+  const size_t count = 2'500'000 + 3;
+  for (int n : {2, 3}) {
+    run_ranks(n, [count](ProcessGroup& g) {
+      const int r = g.rank(), size = g.size();
+      std::vector<float> buf(count * size);
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>((r + 1) * static_cast<int>(i % 7));
+      float* mine = buf.data() + r * count;
+      g.reduce_scatter(buf.data(), mine, count, DataType::F32, ReduceOp::Sum);  // in place
+      const float ranks_sum = static_cast<float>(size * (size + 1) / 2);
+      for (size_t i = 0; i < count; ++i) REQUIRE(mine[i] == ranks_sum * static_cast<float>((r * count + i) % 7));
+      for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 1000 + static_cast<int>(i % 11));
+      g.allgather(mine, buf.data(), count, DataType::F32);  // in place
+      for (int q = 0; q < size; ++q)
+        for (size_t i = 0; i < count; i += 997) REQUIRE(buf[q * count + i] == static_cast<float>(q * 1000 + static_cast<int>(i % 11)));
+    });
+  }
+}
