@@ -124,10 +124,12 @@ def main():
     parser.add_argument("--hosts", type=int, default=2, help="number of loopback addresses (127.0.0.1..N)")
     parser.add_argument("--dir", default=None, help="working directory for keys and config")
     args = parser.parse_args()
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # so that sigwait, not the default action, takes them
     with ThrowawaySshd(args.hosts, args.dir) as sshd:
         print(f"port={sshd.port} identity={sshd.identity} known_hosts={sshd.known_hosts} hosts={','.join(sshd.hosts)}",
               flush=True)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait(stop)
 
 
 if __name__ == "__main__":
