@@ -54,7 +54,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.dirname(HERE))
+from common import kill_group, kill_pids, log, proc_state  # noqa: E402  (bench/common.py)
 from throwaway_sshd import ThrowawaySshd  # noqa: E402
 
 PROBE = os.path.join(HERE, "probe.sh")
@@ -68,30 +69,12 @@ ALL_TOOLS = ("dsrun", "deepspeed", "pdsh")
 TEARDOWN_TOOLS = ("dsrun", "deepspeed")
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def ms(ns):
     return ns / 1e6
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # /proc helpers
-
-
-def proc_state(pid):
-    """(state, starttime) of pid, or None if it is gone. A zombie counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2:].split()
-    state = fields[0]
-    if state in (b"Z", b"X"):
-        return None
-    return state, int(fields[19])
 
 
 def children(pid):
@@ -123,31 +106,6 @@ def scan(path):
     return found
 
 
-def kill_pids(pids, sig=signal.SIGKILL):
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-
-
-def kill_group(proc, grace=2.0):
-    """SIGTERM the launcher's process group (its own session), SIGKILL after `grace`."""
-    if proc is None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            return
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            continue
-    try:  # the group may outlive its leader
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 # ---------------------------------------------------------------------------------------------------------------

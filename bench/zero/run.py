@@ -65,7 +65,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -75,6 +74,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from common import alive, kill_group, kill_pids, log  # noqa: E402  (bench/common.py)
+from throwaway_sshd import free_port  # noqa: E402
+
 PEER = os.path.join(HERE, "peer_train.py")
 RANKS = 2
 POLL_S = 0.05
@@ -82,21 +85,8 @@ ALL_SIDES = ("ours", "peer", "ours-prescott")
 MIB = 1048576.0
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # /proc helpers
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    return data[data.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
 
 
 def scan(path):
@@ -140,36 +130,6 @@ def status_kib(pid, key):
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def kill_pids(pids, sig=signal.SIGKILL):
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-
-
-def kill_group(proc, grace=3.0):
-    """SIGTERM dsrun's process group (its own session; dsrun then stops its ranks), SIGKILL after `grace`."""
-    if proc is None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except OSError:
-            return
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RankWatcher(threading.Thread):
