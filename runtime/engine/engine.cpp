@@ -174,7 +174,7 @@ void Engine::backward(const ds_batch& batch, bool reduce_during) {
   float loss_grad = 1.0f / static_cast<float>(config_.grad_accum);
   ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape};
   std::vector<float>* next = &grad_a_;
-  reduced_from_ = grads_.size();
+  size_t reduced_from = grads_.size();  // gradients in [reduced_from, end) are launched
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     Layer& layer = layers_[i];
     std::vector<ds_tensor> params = views(params_, layer);
@@ -187,15 +187,12 @@ void Engine::backward(const ds_batch& batch, bool reduce_during) {
                      layer.workspace.data(), batch);
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
-    if (reduce_during && reduced_from_ - layer.begin >= static_cast<size_t>(config_.reduce_bucket_elems)) {
-      launch_reduction(layer.begin, reduced_from_);
-      reduced_from_ = layer.begin;
+    if (reduce_during && reduced_from - layer.begin >= static_cast<size_t>(config_.reduce_bucket_elems)) {
+      launch_reduction(layer.begin, reduced_from);
+      reduced_from = layer.begin;
     }
   }
-  if (reduce_during) {
-    launch_reduction(0, reduced_from_);
-    reduced_from_ = 0;
-  }
+  if (reduce_during) launch_reduction(0, reduced_from);
 }
 
 StepStats Engine::step() {

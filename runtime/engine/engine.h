@@ -116,7 +116,6 @@ class Engine {
   std::vector<int32_t> target_data_;            // micro-batch target (I32) or F32 bit patterns
   std::vector<TensorRange> tensor_ranges_;     // the tensors inside what this rank updates
   std::vector<std::unique_ptr<Work>> pending_;  // in-flight gradient all-reduces
-  size_t reduced_from_ = 0;                     // gradients in [reduced_from_, end) are launched
   int64_t steps_ = 0;
   int64_t steps_per_epoch_ = 0;
 };
