@@ -1,4 +1,4 @@
-// The training engine at ZeRO stage 0 (see engine.h for the step's shape).
+// The training engine at ZeRO stages 0-3 (see engine.h for the step's shape).
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -54,35 +54,31 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                   "(train_micro_batch_size_per_gpu {} x gradient_accumulation_steps {})",
                                   data_.num_samples, sampler_.per_rank(), per_step, config_.micro_batch,
                                   config_.grad_accum));
-  if (config_.zero_stage != 0 && config_.zero_stage != 1)
-    throw ConfigError(fmt::format("zero_optimization.stage: {} is not implemented yet (0 and 1 are)", config_.zero_stage));
+  if (config_.zero_stage < 0 || config_.zero_stage > 3)
+    throw ConfigError(fmt::format("zero_optimization.stage: {} is not one of 0, 1, 2, 3", config_.zero_stage));
   build_layers();
+  build_partition();
   init_parameters();
   NormReducer reducer;
-  if (config_.zero_stage == 1 && group_.size() > 1)
+  if (config_.zero_stage >= 1 && group_.size() > 1)
     reducer = [this](std::vector<double>& sums) { group_.allreduce(sums.data(), sums.size(), DataType::F64, ReduceOp::Sum); };
-  optimizer_ = make_optimizer(config_.zero_stage == 0 ? num_params_ : part_size_, reducer);
-  group_.broadcast(params_.data(), params_.size(), DataType::F32, 0);  // every replica starts identical
+  optimizer_ = make_optimizer(layout_->partition_size(), reducer);
+  if (config_.zero_stage == 3)
+    fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), config_.stage3, config_.grad_accum);
 }
 
 void Engine::build_layers() {
   const int n = plugin_.num_layers();
   if (n <= 0) throw PluginError(fmt::format("plugin {}: the model has no layers", plugin_.path()));
   ds_shape shape = batched(config_.micro_batch, data_.input_shape);
-  size_t offset = 0, max_activation = elements(shape);
+  size_t max_activation = elements(shape);
   for (int i = 0; i < n; ++i) {
     LayerInfo info = plugin_.layer(i);
     Layer layer;
     layer.name = info.name;
     layer.first_slot = slots_.size();
-    layer.begin = offset;
-    for (const auto& p : info.params) {
-      ParamSlot slot{info.name + "." + p.name, p.shape, offset, elements(p.shape)};
-      offset += slot.size;
-      slots_.push_back(std::move(slot));
-    }
+    for (const auto& p : info.params) slots_.push_back(ParamSlot{info.name + "." + p.name, p.shape, 0, elements(p.shape)});
     layer.num_slots = slots_.size() - layer.first_slot;
-    layer.end = offset;
     layer.input_shape = shape;
     layer.output_shape = plugin_.output_shape(i, shape);
     layer.output.resize(elements(layer.output_shape));
@@ -95,104 +91,144 @@ void Engine::build_layers() {
   if (elements(shape) != 1)
     throw PluginError(fmt::format("plugin {}: the last layer '{}' must output the loss as [1], not {}",
                                   plugin_.path(), layers_.back().name, shape_text(shape)));
-  num_params_ = offset;
-  const size_t world = static_cast<size_t>(group_.size());
-  part_size_ = config_.zero_stage == 0 ? num_params_ : (num_params_ + world - 1) / world;
-  part_begin_ = config_.zero_stage == 0 ? 0 : static_cast<size_t>(group_.rank()) * part_size_;
-  const size_t padded = config_.zero_stage == 0 ? num_params_ : part_size_ * world;
-  params_.assign(padded, 0.0f);
-  grads_.assign(padded, 0.0f);
-  // The tensors as the optimizer sees them: clipped to this rank's range, empty when outside it
-  // (every rank lists every tensor, in order, so Lamb's per-tensor norms can be summed across ranks).
-  for (const ParamSlot& slot : slots_) {
-    const size_t lo = std::max(slot.offset, part_begin_), hi = std::min(slot.offset + slot.size, part_begin_ + part_size_);
-    tensor_ranges_.push_back(hi > lo ? TensorRange{lo - part_begin_, hi - lo} : TensorRange{0, 0});
-  }
   grad_a_.assign(max_activation, 0.0f);
   grad_b_.assign(max_activation, 0.0f);
   input_data_.resize(elements(batched(config_.micro_batch, data_.input_shape)));
   target_data_.resize(elements(batched(config_.micro_batch, data_.target_shape)));
 }
 
+// The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as
+// segments, and every tensor clipped to them (empty when outside; every rank lists every tensor in
+// order, so Lamb's per-tensor norms can be summed across ranks).
+void Engine::build_partition() {
+  const int stage = config_.zero_stage;
+  std::vector<size_t> layer_sizes;
+  for (const Layer& layer : layers_) {
+    size_t n = 0;
+    for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s) n += slots_[s].size;
+    layer_sizes.push_back(n);
+  }
+  const auto unit_elems = static_cast<size_t>(
+      stage == 0 ? config_.reduce_bucket_elems : std::min(config_.reduce_bucket_elems, config_.allgather_bucket_elems));
+  const bool partitioned = stage > 0;
+  layout_ = std::make_unique<zero::PartitionLayout>(layer_sizes, std::max<size_t>(unit_elems, 1), stage == 3,
+                                                    partitioned ? group_.size() : 1, partitioned ? group_.rank() : 0);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    size_t offset = layout_->layer_begin(i);
+    for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s) {
+      slots_[s].offset = offset;
+      offset += slots_[s].size;
+    }
+    num_params_ += layer_sizes[i];
+  }
+  params_.assign(stage == 3 ? layout_->partition_size() : layout_->full_size(), 0.0f);
+  grads_ = std::make_unique<zero::GradientReducer>(
+      *layout_, group_, stage, zero::Averaging{config_.prescale_gradients, config_.predivide_factor}, config_.overlap_comm);
+  for (const zero::Unit& u : layout_->units()) {
+    if (u.chunk == 0) continue;
+    float* p = owned_params(u);
+    const float* g = grads_->owned_grads(u);
+    if (!segments_.empty() && segments_.back().params + segments_.back().size == p &&
+        segments_.back().grads + segments_.back().size == g)
+      segments_.back().size += u.chunk;  // contiguous with the previous unit's chunk
+    else
+      segments_.push_back(Segment{p, g, u.chunk});
+  }
+  for (const ParamSlot& slot : slots_) tensor_ranges_.push_back(layout_->owned_part(slot.offset, slot.size));
+}
+
+float* Engine::owned_params(const zero::Unit& unit) {
+  return config_.zero_stage == 3 ? params_.data() + unit.part_offset : params_.data() + layout_->owned_begin(unit);
+}
+
 // Each parameter has its own random stream, seeded by (seed, parameter index): the initial weights
-// depend on the seed only, never on the world size or the order of allocation.
+// depend on the seed only, never on the world size, the stage or the order of allocation. At stage
+// 3 each rank keeps the part it owns of each tensor it generates.
 void Engine::init_parameters() {
   size_t index = 0;
+  std::vector<float> values;
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
     LayerInfo info = plugin_.layer(i);
     for (const auto& p : info.params) {
       const ParamSlot& slot = slots_[index];
       SplitMix64 rng(mix_seed(config_.seed, index++));
-      float* w = params_.data() + slot.offset;
-      for (size_t k = 0; k < slot.size; ++k) {
+      values.resize(slot.size);
+      for (float& w : values) {
         switch (p.init) {
-          case DS_INIT_ZEROS: w[k] = 0.0f; break;
-          case DS_INIT_ONES: w[k] = 1.0f; break;
-          case DS_INIT_NORMAL: w[k] = static_cast<float>(p.a + p.b * rng.normal()); break;
-          case DS_INIT_UNIFORM: w[k] = static_cast<float>(p.a + (p.b - p.a) * rng.uniform()); break;
+          case DS_INIT_ZEROS: w = 0.0f; break;
+          case DS_INIT_ONES: w = 1.0f; break;
+          case DS_INIT_NORMAL: w = static_cast<float>(p.a + p.b * rng.normal()); break;
+          case DS_INIT_UNIFORM: w = static_cast<float>(p.a + (p.b - p.a) * rng.uniform()); break;
           default: throw PluginError(fmt::format("plugin {}: parameter {} has unknown init kind {}", plugin_.path(),
                                                  slot.name, static_cast<int>(p.init)));
         }
       }
+      if (config_.zero_stage < 3) {
+        std::copy(values.begin(), values.end(), params_.begin() + static_cast<std::ptrdiff_t>(slot.offset));
+        continue;
+      }
+      const TensorRange mine = layout_->owned_part(slot.offset, slot.size);
+      const zero::Unit& u = layout_->unit_of_layer(static_cast<size_t>(i));
+      const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
+      if (mine.size > 0) std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, params_.begin() + static_cast<std::ptrdiff_t>(mine.offset));
     }
   }
+  // Every replica starts identical even if ranks' maths libraries differ (stage 3 keeps one copy).
+  if (config_.zero_stage < 3) group_.broadcast(params_.data(), params_.size(), DataType::F32, 0);
 }
 
-std::vector<ds_tensor> Engine::views(std::vector<float>& buffer, const Layer& layer) {
-  std::vector<ds_tensor> out;
-  for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s)
-    out.push_back(ds_tensor{buffer.data() + slots_[s].offset, DS_F32, slots_[s].shape});
-  return out;
+void Engine::views(const float* unit_base, size_t layer, std::vector<ds_tensor>& out) const {
+  const size_t unit_begin = layout_->unit_of_layer(layer).begin;
+  out.clear();
+  for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s)
+    out.push_back(ds_tensor{const_cast<float*>(unit_base) + (slots_[s].offset - unit_begin), DS_F32, slots_[s].shape});
+}
+
+const float* Engine::acquire_params(size_t layer) {
+  if (fetcher_) return fetcher_->acquire(layer);
+  return params_.data() + layout_->unit_of_layer(layer).begin;
+}
+
+void Engine::release_params(size_t layer) {
+  if (fetcher_) fetcher_->release(layer);
 }
 
 void Engine::forward(const ds_batch& batch) {
   const ds_tensor* input = batch.input;
   ds_tensor previous{};
-  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& layer = layers_[i];
-    std::vector<ds_tensor> params = views(params_, layer);
+    views(acquire_params(i), i, param_views_);
     ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
-    plugin_.forward(i, params.data(), *input, output, layer.workspace.data(), batch);
+    plugin_.forward(static_cast<int32_t>(i), param_views_.data(), *input, output, layer.workspace.data(), batch);
+    release_params(i);
     previous = output;
     input = &previous;
   }
 }
 
-void Engine::launch_reduction(size_t begin, size_t end) {
-  if (begin >= end || group_.size() == 1) return;
-  const double world = group_.size();
-  const double pre = config_.prescale_gradients ? 1.0 / world : 1.0 / config_.predivide_factor;
-  if (pre != 1.0)
-    for (size_t k = begin; k < end; ++k) grads_[k] = static_cast<float>(grads_[k] * pre);
-  pending_.push_back(group_.allreduce_async(grads_.data() + begin, end - begin, DataType::F32, ReduceOp::Sum));
-}
-
-// Backward through every layer, last to first. With `reduce_during` (the last micro-batch), each
-// layer's gradients are final once its backward returns; since the flat buffer is in layer order,
-// the finished gradients form a suffix, reduced asynchronously in buckets while backward goes on.
-void Engine::backward(const ds_batch& batch, bool reduce_during) {
+// Backward through every layer, last to first. A unit's gradients are final for this micro-batch
+// once the backward of its first layer returns; the reducer then starts their reduction.
+void Engine::backward(const ds_batch& batch, bool last_micro_batch) {
   float loss_grad = 1.0f / static_cast<float>(config_.grad_accum);
   ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape};
   std::vector<float>* next = &grad_a_;
-  size_t reduced_from = grads_.size();  // gradients in [reduced_from, end) are launched
-  for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
+  for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = layers_[i];
-    std::vector<ds_tensor> params = views(params_, layer);
-    std::vector<ds_tensor> grads = views(grads_, layer);
+    const size_t unit = layout_->unit_index(i);
+    views(acquire_params(i), i, param_views_);
+    views(grads_->unit_grads(unit), i, grad_views_);
     ds_tensor input = i == 0 ? *batch.input
                              : ds_tensor{layers_[i - 1].output.data(), DS_F32, layers_[i - 1].output_shape};
     ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape};
-    plugin_.backward(i, params.data(), input, output, grad_output, i == 0 ? nullptr : &grad_input, grads.data(),
-                     layer.workspace.data(), batch);
+    plugin_.backward(static_cast<int32_t>(i), param_views_.data(), input, output, grad_output,
+                     i == 0 ? nullptr : &grad_input, grad_views_.data(), layer.workspace.data(), batch);
+    release_params(i);
+    if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
-    if (reduce_during && reduced_from - layer.begin >= static_cast<size_t>(config_.reduce_bucket_elems)) {
-      launch_reduction(layer.begin, reduced_from);
-      reduced_from = layer.begin;
-    }
   }
-  if (reduce_during) launch_reduction(0, reduced_from);
 }
 
 StepStats Engine::step() {
@@ -200,7 +236,7 @@ StepStats Engine::step() {
   const int64_t epoch = steps_ / steps_per_epoch_;
   const int64_t within = steps_ % steps_per_epoch_;
   const int64_t mb = config_.micro_batch;
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  grads_->begin_step();
 
   ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape)};
   ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape)};
@@ -211,17 +247,16 @@ StepStats Engine::step() {
     ds_batch batch{&input, &target, steps_ + 1, static_cast<int32_t>(m)};
     forward(batch);
     loss_sum += layers_.back().output[0];
-    backward(batch, config_.zero_stage == 0 && m == config_.grad_accum - 1);
+    backward(batch, m == config_.grad_accum - 1);
   }
-  const double norm = reduce_gradients();
+  grads_->finish();
+  const double norm = gradient_norm();
   if (!std::isfinite(norm))
     throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (fp32 training has no loss scaling to "
                                          "skip such a step); stopping", steps_ + 1, norm));
   if (config_.gradient_clipping > 0.0) {
     const double coef = std::min(1.0, config_.gradient_clipping / (norm + 1e-6));
-    if (coef < 1.0)  // the gradients this rank updates with: all of them, or its partition
-      for (float* g = grads_.data() + part_begin_; g != grads_.data() + part_begin_ + part_size_; ++g)
-        *g = static_cast<float>(*g * coef);
+    if (coef < 1.0) grads_->scale_owned(coef);  // the gradients this rank updates with
   }
   ++steps_;
   const double lr = schedule_->lr(steps_);
@@ -240,50 +275,52 @@ StepStats Engine::step() {
   return stats;
 }
 
-double Engine::reduce_gradients() {
-  const double world = group_.size();
-  double sum_sq = 0.0;
-  if (config_.zero_stage == 0) {
-    for (auto& work : pending_) work->wait();
-    pending_.clear();
-    if (group_.size() > 1) {
-      const double post = config_.prescale_gradients ? 1.0 : config_.predivide_factor / world;
-      if (post != 1.0)
-        for (float& g : grads_) g = static_cast<float>(g * post);
-    }
-    for (float g : grads_) sum_sq += static_cast<double>(g) * g;
-    return std::sqrt(sum_sq);
-  }
-  // Stage 1: each rank receives the sum of its partition, in place (the buffer is rank-major by
-  // construction); the rest of grads_ is stale from here on and is never read.
-  const double pre = config_.prescale_gradients ? 1.0 / world : 1.0 / config_.predivide_factor;
-  const double post = config_.prescale_gradients ? 1.0 : config_.predivide_factor / world;
-  if (pre != 1.0)
-    for (float& g : grads_) g = static_cast<float>(g * pre);
-  float* mine = grads_.data() + part_begin_;
-  group_.reduce_scatter(grads_.data(), mine, part_size_, DataType::F32, ReduceOp::Sum);
-  for (float* g = mine; g != mine + part_size_; ++g) {
-    if (post != 1.0) *g = static_cast<float>(*g * post);
-    sum_sq += static_cast<double>(*g) * *g;
-  }
-  if (group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
+// The global L2 norm of the averaged gradient: this rank's sum of squares over what it owns, summed
+// across ranks when partitioned.
+double Engine::gradient_norm() {
+  double sum_sq = grads_->owned_sum_of_squares();
+  if (config_.zero_stage >= 1 && group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
   return std::sqrt(sum_sq);
 }
 
 void Engine::update(double lr) {
-  if (config_.zero_stage == 0) {
-    optimizer_->step(params_.data(), grads_.data(), num_params_, tensor_ranges_, lr, steps_);
+  optimizer_->step(segments_, tensor_ranges_, lr, steps_);
+  if (config_.zero_stage == 3) {
+    fetcher_->end_step();
     return;
   }
-  float* mine = params_.data() + part_begin_;
-  optimizer_->step(mine, grads_.data() + part_begin_, part_size_, tensor_ranges_, lr, steps_);
-  group_.allgather(mine, params_.data(), part_size_, DataType::F32);  // in place
+  if (config_.zero_stage == 0 || group_.size() == 1) return;
+  std::vector<std::unique_ptr<Work>> gathers;  // stages 1-2: every unit rebuilt from its chunks, in place
+  for (const zero::Unit& u : layout_->units())
+    if (u.chunk > 0)
+      gathers.push_back(group_.allgather_async(params_.data() + layout_->owned_begin(u), params_.data() + u.begin,
+                                               u.chunk, DataType::F32));
+  for (auto& work : gathers) work->wait();
+}
+
+std::vector<float> Engine::gather_parameters() {
+  std::vector<float> out;
+  out.reserve(num_params_);
+  std::vector<float> unit_data;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const zero::Unit& u = layout_->unit_of_layer(i);
+    const float* base = params_.data() + u.begin;
+    if (config_.zero_stage == 3) {  // a unit is one layer: gather it
+      unit_data.resize(u.padded());
+      if (u.chunk > 0) group_.allgather(params_.data() + u.part_offset, unit_data.data(), u.chunk, DataType::F32);
+      base = unit_data.data();
+    }
+    for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s)
+      out.insert(out.end(), base + (slots_[s].offset - u.begin), base + (slots_[s].offset - u.begin) + slots_[s].size);
+  }
+  return out;
 }
 
 MemoryReport Engine::memory() const {
   MemoryReport r;
   r.params = params_.size() * sizeof(float);
-  r.grads = grads_.size() * sizeof(float);
+  if (fetcher_) r.params += fetcher_->pooled_bytes() + fetcher_->persistent_bytes();
+  r.grads = grads_->bytes();
   for (auto& [name, buffer] : optimizer_->state()) r.optimizer_state += buffer->size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
   for (const auto& layer : layers_) {

@@ -3,12 +3,18 @@
 // layers, gradient averaging across data-parallel ranks, clipping by global norm, the optimizer
 // update and the LR schedule. Deterministic: same seed, same world size → bit-identical runs on CPU.
 //
-// ZeRO stage 0: every rank keeps everything; gradients are all-reduced in buckets, overlapped with
-// the last micro-batch's backward. Stage 1: the flat buffers are padded to W equal partitions
-// (rank r owns elements [r·P, (r+1)·P)); optimizer state exists for the rank's partition only;
-// gradients are reduce-scattered (each rank receives the average of its partition), the rank
-// updates its partition, and the updated partitions are all-gathered. Both move 2Ψ(W−1)/W
-// elements per rank per step.
+// ZeRO (runtime/zero/layout.h has the partition layout, per unit of layers):
+//   stage 0  every rank keeps everything; gradients are all-reduced unit by unit, overlapped with
+//            the last micro-batch's backward;
+//   stage 1  the optimizer state exists for this rank's partition only; on the last micro-batch
+//            each unit's gradients are reduce-scattered as backward finishes it; the rank updates
+//            its partition; the updated chunks are all-gathered;
+//   stage 2  as stage 1, and the gradients are partitioned too: each micro-batch's gradients are
+//            reduce-scattered from a bucket into this rank's gradient partition;
+//   stage 3  as stage 2, and the parameters are partitioned too: a layer's parameters are
+//            all-gathered just before its forward or backward and released after
+//            (runtime/zero/param_fetcher.h).
+// Per rank and step (one micro-batch), stages 0–2 move 2Ψ(W−1)/W elements, stage 3 3Ψ(W−1)/W.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -22,6 +28,9 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "plugin/plugin.h"
+#include "zero/gradient_reducer.h"
+#include "zero/layout.h"
+#include "zero/param_fetcher.h"
 
 namespace ds {
 
@@ -29,8 +38,11 @@ struct EngineConfig {
   int64_t micro_batch = 1;                  // samples per rank per micro-step
   int64_t grad_accum = 1;                   // micro-steps per optimizer step (GAS)
   double gradient_clipping = 0.0;           // max global L2 norm; 0 = off
-  int zero_stage = 0;                       // 0 or 1 (see above)
-  int64_t reduce_bucket_elems = 500000000;  // gradient elements per all-reduce bucket (stage 0)
+  int zero_stage = 0;                          // 0..3 (see above)
+  int64_t reduce_bucket_elems = 500000000;     // gradient elements per reduction (a unit, stages 0-2)
+  int64_t allgather_bucket_elems = 500000000;  // parameter elements per all-gather (a unit, stages 1-2)
+  bool overlap_comm = false;                   // stages 2-3: reduce buckets while backward goes on
+  zero::FetchLimits stage3;                    // stage 3's prefetch, live cap and persistence
   bool prescale_gradients = false;          // divide by world size before summing (else after)
   double predivide_factor = 1.0;            // DeepSpeed's gradient_predivide_factor
   uint64_t seed = 42;                       // parameter init and data order
@@ -40,7 +52,7 @@ struct EngineConfig {
 struct ParamSlot {
   std::string name;  // "<layer>.<param>"
   ds_shape shape;
-  size_t offset = 0;  // elements from the start of the flat buffer
+  size_t offset = 0;  // elements from the start of the full (padded) flat buffer
   size_t size = 0;    // elements
 };
 
@@ -54,13 +66,15 @@ struct StepStats {
   int64_t samples = 0;       // samples in the global batch
 };
 
-// Bytes held by this rank, by kind.
+// Bytes held by this rank, by kind. Parameters and gradients include the pooled full-size copies
+// of stages 2-3 (gathered layers, gradient buckets) at their peak so far.
 struct MemoryReport {
   size_t params = 0, grads = 0, optimizer_state = 0, activations = 0, workspace = 0;
+  size_t model_states() const { return params + grads + optimizer_state; }
 };
 
 // Builds the optimizer for the n parameters this rank updates (all of them at stage 0, its partition
-// at stage 1), once the model's size is known; `reducer` sums per-tensor norms across ranks (Lamb).
+// at stages 1-3), once the model's size is known; `reducer` sums per-tensor norms across ranks (Lamb).
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(size_t n, NormReducer reducer)>;
 
 class Engine {
@@ -75,27 +89,33 @@ class Engine {
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * group_.size(); }
   size_t num_parameters() const { return num_params_; }
-  std::span<const float> parameters() const { return {params_.data(), num_params_}; }
+  // Every parameter, tensor after tensor in slot order (Ψ elements, no padding). A collective at
+  // stage 3 (every rank must call it).
+  std::vector<float> gather_parameters();
   const std::vector<ParamSlot>& slots() const { return slots_; }
+  const zero::PartitionLayout& layout() const { return *layout_; }
   MemoryReport memory() const;
 
  private:
   struct Layer {
     std::string name;
     size_t first_slot = 0, num_slots = 0;  // into slots_
-    size_t begin = 0, end = 0;             // element range of its parameters in the flat buffers
     ds_shape input_shape{}, output_shape{};
     std::vector<float> output;             // activation [micro_batch, ...]
     std::vector<float> workspace;
   };
   void build_layers();
+  void build_partition();
   void init_parameters();
   void forward(const ds_batch& batch);
-  void backward(const ds_batch& batch, bool reduce_during);
-  void launch_reduction(size_t begin, size_t end);
-  double reduce_gradients();  // averages gradients across ranks; returns the global gradient norm
+  void backward(const ds_batch& batch, bool last_micro_batch);
+  double gradient_norm();
   void update(double lr);
-  std::vector<ds_tensor> views(std::vector<float>& buffer, const Layer& layer);
+  const float* acquire_params(size_t layer);
+  void release_params(size_t layer);
+  float* owned_params(const zero::Unit& unit);
+  // ds_tensor views of a layer's tensors inside `unit_base` (its unit's data), into `out`.
+  void views(const float* unit_base, size_t layer, std::vector<ds_tensor>& out) const;
 
   EngineConfig config_;
   Plugin& plugin_;
@@ -107,15 +127,17 @@ class Engine {
 
   std::vector<ParamSlot> slots_;
   std::vector<Layer> layers_;
-  size_t num_params_ = 0;                       // Ψ
-  size_t part_size_ = 0;                        // P = ceil(Ψ / W); the flat buffers hold W·P elements
-  size_t part_begin_ = 0;                       // this rank's partition: [part_begin_, part_begin_ + P)
-  std::vector<float> params_, grads_;           // flat, [W·P], zero padding after Ψ
-  std::vector<float> grad_a_, grad_b_;          // activation gradients, ping-pong, [max activation]
-  std::vector<float> input_data_;               // micro-batch input (F32 or I32 bit patterns)
-  std::vector<int32_t> target_data_;            // micro-batch target (I32) or F32 bit patterns
-  std::vector<TensorRange> tensor_ranges_;     // the tensors inside what this rank updates
-  std::vector<std::unique_ptr<Work>> pending_;  // in-flight gradient all-reduces
+  size_t num_params_ = 0;                          // Ψ
+  std::unique_ptr<zero::PartitionLayout> layout_;  // stage 0: one rank's view, nothing padded
+  std::vector<float> params_;                      // stages 0-2: [full size]; stage 3: the partition [P]
+  std::unique_ptr<zero::GradientReducer> grads_;
+  std::unique_ptr<zero::ParamFetcher> fetcher_;    // stage 3
+  std::vector<Segment> segments_;                  // what the optimizer updates (P elements)
+  std::vector<TensorRange> tensor_ranges_;         // the tensors inside those P elements
+  std::vector<float> grad_a_, grad_b_;             // activation gradients, ping-pong, [max activation]
+  std::vector<float> input_data_;                  // micro-batch input (F32 or I32 bit patterns)
+  std::vector<int32_t> target_data_;               // micro-batch target (I32) or F32 bit patterns
+  std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
   int64_t steps_ = 0;
   int64_t steps_per_epoch_ = 0;
 };

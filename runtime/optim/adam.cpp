@@ -38,9 +38,8 @@ class Adam final : public Optimizer {
  public:
   Adam(const AdamParams& params, size_t n) : params_(params), exp_avg_(n, 0.0f), exp_avg_sq_(n, 0.0f) {}
 
-  void step(float* params, const float* grads, size_t n, const std::vector<TensorRange>&, double lr,
-            int64_t step) override {
-    check_step_args("Adam", n, exp_avg_.size(), step);
+  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
+    check_step_args("Adam", segments, exp_avg_.size(), step);
     const float beta1 = static_cast<float>(params_.beta1), beta2 = static_cast<float>(params_.beta2);
     AdamArgs a{beta1,
                beta2,
@@ -49,10 +48,14 @@ class Adam final : public Optimizer {
                static_cast<float>(params_.weight_decay),
                params_.bias_correction ? bias_correction(beta1, step) : 1.0f,
                params_.bias_correction ? bias_correction(beta2, step) : 1.0f};
-    if (params_.adam_w_mode)
-      adam_loop<true>(params, grads, exp_avg_.data(), exp_avg_sq_.data(), n, a);
-    else
-      adam_loop<false>(params, grads, exp_avg_.data(), exp_avg_sq_.data(), n, a);
+    size_t k = 0;  // state offset of the segment
+    for (const Segment& s : segments) {
+      if (params_.adam_w_mode)
+        adam_loop<true>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
+      else
+        adam_loop<false>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
+      k += s.size;
+    }
   }
 
   std::vector<std::pair<std::string, std::vector<float>*>> state() override {

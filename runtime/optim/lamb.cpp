@@ -20,26 +20,22 @@ class Lamb final : public Optimizer {
   Lamb(const LambParams& params, size_t n, NormReducer reduce)
       : params_(params), reduce_(std::move(reduce)), exp_avg_(n, 0.0f), exp_avg_sq_(n, 0.0f) {}
 
-  void step(float* params, const float* grads, size_t n, const std::vector<TensorRange>& tensors, double lr,
+  void step(std::span<const Segment> segments, const std::vector<TensorRange>& tensors, double lr,
             int64_t step) override {
-    check_step_args("Lamb", n, exp_avg_.size(), step);
+    const size_t n = check_step_args("Lamb", segments, exp_avg_.size(), step);
     std::vector<TensorRange> whole{{0, n}};
-    const auto& ranges = tensors.empty() ? whole : tensors;
-    for (const auto& t : ranges)
-      if (t.offset > n || t.size > n - t.offset)
-        throw std::invalid_argument(fmt::format("Lamb: tensor [{}, +{}) outside [0, {})", t.offset, t.size, n));
+    const std::vector<TensorView> views = locate(segments, tensors.empty() ? whole : tensors);
 
     const float beta1 = static_cast<float>(params_.beta1), beta2 = static_cast<float>(params_.beta2);
     const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
-    float* m = exp_avg_.data();
-    float* v = exp_avg_sq_.data();
-    std::vector<double> sums(2 * ranges.size(), 0.0);  // per tensor: Σp², Σu²
-    for (size_t t = 0; t < ranges.size(); ++t) {
-      for (size_t i = ranges[t].offset; i < ranges[t].offset + ranges[t].size; ++i) {
-        m[i] = beta1 * m[i] + one_minus_beta1 * grads[i];
-        v[i] = beta2 * v[i] + one_minus_beta2 * grads[i] * grads[i];
-        const float u = update(params[i], m[i], v[i]);
-        sums[2 * t] += static_cast<double>(params[i]) * params[i];
+    std::vector<double> sums(2 * views.size(), 0.0);  // per tensor: Σp², Σu²
+    for (size_t t = 0; t < views.size(); ++t) {
+      const TensorView& x = views[t];
+      for (size_t i = 0; i < x.size; ++i) {
+        x.m[i] = beta1 * x.m[i] + one_minus_beta1 * x.g[i];
+        x.v[i] = beta2 * x.v[i] + one_minus_beta2 * x.g[i] * x.g[i];
+        const float u = update(x.p[i], x.m[i], x.v[i]);
+        sums[2 * t] += static_cast<double>(x.p[i]) * x.p[i];
         sums[2 * t + 1] += static_cast<double>(u) * u;
       }
     }
@@ -49,10 +45,10 @@ class Lamb final : public Optimizer {
                                                           std::sqrt(bias_correction(beta2, step)) /
                                                           bias_correction(beta1, step)
                                                     : static_cast<float>(lr);
-    for (size_t t = 0; t < ranges.size(); ++t) {
+    for (size_t t = 0; t < views.size(); ++t) {
+      const TensorView& x = views[t];
       const float scale = step_size * trust_ratio(sums[2 * t], sums[2 * t + 1]);
-      for (size_t i = ranges[t].offset; i < ranges[t].offset + ranges[t].size; ++i)
-        params[i] -= scale * update(params[i], m[i], v[i]);
+      for (size_t i = 0; i < x.size; ++i) x.p[i] -= scale * update(x.p[i], x.m[i], x.v[i]);
     }
   }
 
@@ -66,6 +62,40 @@ class Lamb final : public Optimizer {
   }
 
  private:
+  struct TensorView {  // one tensor's elements and state
+    float* p;
+    const float* g;
+    float *m, *v;
+    size_t size;
+  };
+
+  // Pointers to each tensor's elements; throws std::invalid_argument for a range outside [0, n) or
+  // across a segment boundary.
+  std::vector<TensorView> locate(std::span<const Segment> segments, const std::vector<TensorRange>& ranges) {
+    std::vector<TensorView> views;
+    for (const TensorRange& t : ranges) {
+      if (t.size == 0) {  // a tensor outside this rank's partition
+        views.push_back({nullptr, nullptr, nullptr, nullptr, 0});
+        continue;
+      }
+      size_t start = 0;  // of the segment, among the n elements
+      const Segment* home = nullptr;
+      for (const Segment& s : segments) {
+        if (t.offset >= start && t.offset - start <= s.size && t.size <= s.size - (t.offset - start)) {
+          home = &s;
+          break;
+        }
+        start += s.size;
+      }
+      if (!home)
+        throw std::invalid_argument(fmt::format("Lamb: tensor [{}, +{}) is not inside one segment", t.offset, t.size));
+      const size_t within = t.offset - start;
+      views.push_back({home->params + within, home->grads + within, exp_avg_.data() + t.offset,
+                       exp_avg_sq_.data() + t.offset, t.size});
+    }
+    return views;
+  }
+
   // u for one element (recomputed in the second pass from the same p, m, v: identical bits).
   float update(float p, float m, float v) const {
     const float eps = static_cast<float>(params_.eps);

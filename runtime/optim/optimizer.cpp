@@ -25,9 +25,12 @@ float bias_correction(float beta, int64_t step) {
   return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
 }
 
-void check_step_args(const char* name, size_t n, size_t expected, int64_t step) {
+size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step) {
+  size_t n = 0;
+  for (const Segment& s : segments) n += s.size;
   if (n != expected) throw std::invalid_argument(fmt::format("{}: step over {} elements, made for {}", name, n, expected));
   if (step < 1) throw std::invalid_argument(fmt::format("{}: step {} < 1", name, step));
+  return n;
 }
 
 }  // namespace ds::optim

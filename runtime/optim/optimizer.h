@@ -3,7 +3,8 @@
 // Lamb as FusedLamb. Math is fp32 per element, as in DeepSpeed's kernels.
 //
 // An optimizer is made for n elements — the whole model at ZeRO stage 0, one rank's partition
-// later — and keeps state for exactly those. Adam and SGD are element-wise and need nothing else.
+// later — and keeps state for exactly those. The n elements may lie in several places (a rank's
+// chunks of the flat buffers at ZeRO stages 1 and 2): a step takes them as segments, in order. Adam and SGD are element-wise and need nothing else.
 // Lamb's trust ratio needs per-tensor norms: `tensors` names the tensors, and when a partition
 // boundary cuts a tensor the caller supplies a NormReducer that sums the partial norms across ranks.
 //
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +25,15 @@
 namespace ds {
 
 struct TensorRange {
-  size_t offset, size;  // one parameter tensor inside a flat buffer (elements)
+  size_t offset, size;  // one parameter tensor among the n elements (offsets count across segments)
+};
+
+// A contiguous piece of the elements a step updates: params[0..size) and their grads. State element
+// k belongs to the k-th element of the segments taken in order.
+struct Segment {
+  float* params;
+  const float* grads;
+  size_t size;
 };
 
 // Lamb on a partition: `sums` holds, per entry of `tensors`, [Σp², Σu²] over this rank's slice
@@ -36,14 +46,20 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
 
-  // One update of params[0..n) from grads[0..n) (already averaged, unscaled, clipped) at learning
-  // rate lr, in place. `step` is the 1-based count of updates applied so far including this one
-  // (Adam's and Lamb's bias correction; SGD's first step initialises its momentum buffer).
-  // `tensors` gives tensor boundaries inside [0, n): Lamb computes one trust ratio per tensor and
-  // leaves elements outside every range (padding) unchanged; an empty list means [0, n) is one
-  // tensor. Adam and SGD ignore it.
-  virtual void step(float* params, const float* grads, size_t n, const std::vector<TensorRange>& tensors,
-                    double lr, int64_t step) = 0;
+  // One update of the segments' params from their grads (already averaged, unscaled, clipped) at
+  // learning rate lr, in place; the segments hold n elements in all. `step` is the 1-based count of
+  // updates applied so far including this one (Adam's and Lamb's bias correction; SGD's first step
+  // initialises its momentum buffer). `tensors` gives tensor boundaries inside [0, n), each within
+  // one segment: Lamb computes one trust ratio per tensor and leaves elements outside every range
+  // (padding) unchanged; an empty list means [0, n) is one tensor. Adam and SGD ignore it.
+  virtual void step(std::span<const Segment> segments, const std::vector<TensorRange>& tensors, double lr,
+                    int64_t step) = 0;
+  // The same for one contiguous segment of n elements.
+  void step(float* params, const float* grads, size_t n, const std::vector<TensorRange>& tensors, double lr,
+            int64_t step) {
+    const Segment whole{params, grads, n};
+    this->step(std::span<const Segment>(&whole, 1), tensors, lr, step);
+  }
 
   // Named state buffers (e.g. "exp_avg", "exp_avg_sq"), each n floats, for checkpoints and memory
   // accounting. SGD without momentum has none.

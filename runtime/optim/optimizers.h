@@ -12,7 +12,8 @@ std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormRed
 // code computes it (so the fp32 rounding of 1 - beta cancels in the bias-corrected moments).
 float bias_correction(float beta, int64_t step);
 
-// Throws std::invalid_argument unless n matches the size the optimizer was made for and step >= 1.
-void check_step_args(const char* name, size_t n, size_t expected, int64_t step);
+// The segments' total size; throws std::invalid_argument unless it matches the size the optimizer
+// was made for and step >= 1.
+size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step);
 
 }  // namespace ds::optim

@@ -16,25 +16,12 @@ class Sgd final : public Optimizer {
     if (params.momentum != 0.0) momentum_buffer_.assign(n, 0.0f);
   }
 
-  void step(float* params, const float* grads, size_t n, const std::vector<TensorRange>&, double lr_value,
-            int64_t step) override {
-    check_step_args("SGD", n, n_, step);
-    float* __restrict p = params;
-    const float* __restrict g = grads;
-    const float lr = static_cast<float>(lr_value), wd = static_cast<float>(params_.weight_decay);
-    const float mu = static_cast<float>(params_.momentum);
-    const float keep = static_cast<float>(1.0 - params_.dampening);
-    if (mu == 0.0f) {
-      for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-      return;
-    }
-    float* __restrict buf = momentum_buffer_.data();
-    const bool first = step == 1, nesterov = params_.nesterov;
-    for (size_t i = 0; i < n; ++i) {
-      const float d = g[i] + wd * p[i];
-      const float b = first ? d : mu * buf[i] + keep * d;
-      buf[i] = b;
-      p[i] -= lr * (nesterov ? d + mu * b : b);
+  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
+    check_step_args("SGD", segments, n_, step);
+    size_t k = 0;  // state offset of the segment
+    for (const Segment& s : segments) {
+      update(s.params, s.grads, momentum_buffer_.empty() ? nullptr : momentum_buffer_.data() + k, s.size, lr, step);
+      k += s.size;
     }
   }
 
@@ -44,6 +31,24 @@ class Sgd final : public Optimizer {
   }
 
  private:
+  void update(float* __restrict p, const float* __restrict g, float* __restrict buf, size_t n, double lr_value,
+              int64_t step) const {
+    const float lr = static_cast<float>(lr_value), wd = static_cast<float>(params_.weight_decay);
+    const float mu = static_cast<float>(params_.momentum);
+    const float keep = static_cast<float>(1.0 - params_.dampening);
+    if (mu == 0.0f) {
+      for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+      return;
+    }
+    const bool first = step == 1, nesterov = params_.nesterov;
+    for (size_t i = 0; i < n; ++i) {
+      const float d = g[i] + wd * p[i];
+      const float b = first ? d : mu * buf[i] + keep * d;
+      buf[i] = b;
+      p[i] -= lr * (nesterov ? d + mu * b : b);
+    }
+  }
+
   SgdParams params_;
   size_t n_;
   std::vector<float> momentum_buffer_;  // n floats when momentum ≠ 0, else empty

@@ -1,0 +1,75 @@
+// ZeRO's gradient path. As backward finishes a unit's gradients (the flat buffers are in layer
+// order and backward runs last to first, so units finish from the last to the first) they are
+// reduced across the ranks on the communication thread while backward goes on:
+//   stage 0   the full gradient buffer is kept; on the step's last micro-batch each unit is
+//             all-reduced in place;
+//   stage 1   the full gradient buffer is kept (micro-batches accumulate into it); on the last
+//             micro-batch each unit is reduce-scattered in place: this rank's chunk receives the sum;
+//   stage 2/3 no full buffer: a unit's gradients go to a pooled bucket, zeroed for each micro-batch,
+//             which is reduce-scattered (every micro-batch) and added into this rank's gradient
+//             partition [P]; with overlap_comm up to two buckets are in flight while backward
+//             computes the next (DeepSpeed's overlap_comm), else each is reduced before backward
+//             goes on.
+// Averaging follows DeepSpeed: gradients are multiplied by 1/W before the sum with
+// prescale_gradients, else by 1/predivide_factor before and predivide_factor/W after.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "zero/buffer_pool.h"
+#include "zero/layout.h"
+
+namespace ds::zero {
+
+struct Averaging {
+  bool prescale = false;        // prescale_gradients
+  double predivide_factor = 1;  // gradient_predivide_factor
+};
+
+class GradientReducer {
+ public:
+  GradientReducer(const PartitionLayout& layout, ProcessGroup& group, int stage, Averaging averaging, bool overlap);
+  ~GradientReducer();
+
+  // Zeroes the gradients for a new step.
+  void begin_step();
+  // Where the unit's gradients accumulate during this micro-batch ([unit padded], the layer's
+  // tensors at their offsets from the unit's start); the plugin adds into it.
+  float* unit_grads(size_t unit);
+  // Backward is done with the unit for this micro-batch; `last` = the step's last micro-batch.
+  void unit_done(size_t unit, bool last);
+  // Waits for every reduction and finishes the averaging. Afterwards owned_grads(u) holds this
+  // rank's averaged gradients of each unit's chunk (at stage 0 the whole unit).
+  void finish();
+  float* owned_grads(const Unit& unit);
+  double owned_sum_of_squares();    // Σg² over every unit's owned gradients, in order
+  void scale_owned(double factor);  // clipping
+
+  size_t bytes() const;  // gradient memory held: full buffer or partition, plus the pooled buckets
+
+ private:
+  struct InFlight {
+    size_t unit;
+    std::vector<float> bucket;  // stages 2-3
+    std::unique_ptr<Work> work;
+  };
+  void scale(float* data, size_t n, double factor);
+  void complete_oldest();
+
+  const PartitionLayout& layout_;
+  ProcessGroup& group_;
+  int stage_;
+  double pre_ = 1.0, post_ = 1.0;  // factors before and after the sum
+  size_t max_in_flight_;           // stages 2-3: pooled buckets being reduced at once
+  std::vector<float> grads_;       // stages 0-1: [full size]; stages 2-3: the partition [P]
+  std::vector<float> bucket_;      // stages 2-3: the unit backward is filling, [unit padded]
+  size_t bucket_unit_ = SIZE_MAX;
+  std::deque<InFlight> in_flight_;
+  BufferPool pool_;
+};
+
+}  // namespace ds::zero
