@@ -3,11 +3,13 @@
 // rendezvous store; builds the Gloo process group and the engine; trains; reports progress.
 // Exit status: 0, 2 for a bad config or flag, 1 for anything else (plugin, communication).
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include <CLI/CLI.hpp>
@@ -41,9 +43,19 @@ void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
     throw ConfigError(fmt::format("{}: fp16.enabled: mixed precision is not implemented yet in dsworker", origin));
   if (c.bf16.enabled)
     throw ConfigError(fmt::format("{}: bf16.enabled: mixed precision is not implemented yet in dsworker", origin));
-  if (c.zero_optimization.stage > 1)
-    throw ConfigError(fmt::format("{}: zero_optimization.stage: {} is not implemented yet (0 and 1 are)", origin,
-                                  c.zero_optimization.stage));
+  const ZeroConfig& z = c.zero_optimization;
+  auto refuse = [&](const char* key, const std::string& value, const char* what) {
+    throw ConfigError(fmt::format("{}: zero_optimization.{}: {}: {} is not implemented yet", origin, key, value, what));
+  };
+  if (z.offload_optimizer && z.offload_optimizer->device != OffloadDevice::none)
+    refuse("offload_optimizer.device", "not none", "ZeRO-Offload");
+  if (z.offload_param && z.offload_param->device != OffloadDevice::none)
+    refuse("offload_param.device", "not none", "ZeRO-Offload");
+  if (z.zero_hpz_partition_size > 1)
+    refuse("zero_hpz_partition_size", std::to_string(z.zero_hpz_partition_size), "ZeRO++ hierarchical partitioning");
+  if (z.zero_quantized_weights || z.zero_quantized_nontrainable_weights || z.zero_quantized_gradients)
+    refuse("zero_quantized_*", "true", "ZeRO++ quantized communication");
+  if (z.mics_shard_size > 0) refuse("mics_shard_size", std::to_string(z.mics_shard_size), "MiCS sharding");
 }
 
 EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
@@ -53,6 +65,12 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   e.gradient_clipping = c.gradient_clipping;
   e.zero_stage = static_cast<int>(c.zero_optimization.stage);
   e.reduce_bucket_elems = c.zero_optimization.reduce_bucket_size;
+  e.allgather_bucket_elems = c.zero_optimization.allgather_bucket_size;
+  e.overlap_comm = c.zero_optimization.overlap_comm;
+  e.stage3.prefetch_elems = c.zero_optimization.prefetch_bucket_size;
+  e.stage3.max_live_elems = c.zero_optimization.max_live_parameters;
+  e.stage3.persistence = c.zero_optimization.param_persistence_threshold;
+  e.stage3.model_persistence = c.zero_optimization.model_persistence_threshold;
   e.prescale_gradients = c.prescale_gradients;
   e.predivide_factor = c.gradient_predivide_factor;
   e.seed = seed;
@@ -83,7 +101,31 @@ int blas_threads_for() {
 std::string format_bytes(size_t bytes) {
   if (bytes >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
   if (bytes >= (size_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
-  return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+std::string memory_line(const MemoryReport& m) {
+  return fmt::format("params {}, grads {}, optimizer state {} (model states {}), activations {}",
+                     format_bytes(m.params), format_bytes(m.grads), format_bytes(m.optimizer_state),
+                     format_bytes(m.model_states()), format_bytes(m.activations + m.workspace));
+}
+
+// Bytes this rank sent per step, per collective, since `before` (the counters before the first step).
+std::string comms_line(const CommsLogger& comms, const std::map<std::string, uint64_t>& before, int64_t steps) {
+  std::string line;
+  for (const auto& [op, bytes] : before) {
+    const uint64_t sent = comms.stats(op).sent_bytes - bytes;
+    if (sent > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", op, format_bytes(sent / std::max<int64_t>(steps, 1)));
+  }
+  return line.empty() ? "nothing (one rank)" : line;
+}
+
+// Peak resident memory of this process (VmHWM), bytes.
+size_t peak_rss() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;
 }
 
 std::string format_rate(double samples_per_sec) {
@@ -131,10 +173,11 @@ int train(const WorkerOptions& o) {
                  static_cast<long long>(config.train_micro_batch_size_per_gpu),
                  static_cast<long long>(config.gradient_accumulation_steps), env.world_size,
                  static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()));
-    std::fprintf(stderr, "dsworker: memory per rank: params %s, grads %s, optimizer state %s, activations %s\n",
-                 format_bytes(m.params).c_str(), format_bytes(m.grads).c_str(),
-                 format_bytes(m.optimizer_state).c_str(), format_bytes(m.activations + m.workspace).c_str());
+    std::fprintf(stderr, "dsworker: memory per rank at start: %s\n", memory_line(m).c_str());
   }
+  std::map<std::string, uint64_t> sent_before;
+  for (const char* op : {"allreduce", "reduce_scatter", "allgather", "broadcast"})
+    sent_before[op] = group->comms().stats(op).sent_bytes;
 
   std::optional<MetricsWriter> metrics;
   if (lead) {
@@ -162,6 +205,9 @@ int train(const WorkerOptions& o) {
     std::printf("done: %lld steps in %.2f s | loss %.4f -> %.4f | %s samples/s\n", static_cast<long long>(steps),
                 total_seconds, first_loss, last_loss,
                 format_rate(total_seconds > 0 ? steps * engine.global_batch() / total_seconds : 0).c_str());
+    std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
+                format_bytes(peak_rss()).c_str());
+    std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, steps).c_str());
     if (config.comms_logger.enabled) std::printf("%s", group->comms().summary().c_str());
   }
   group->barrier();  // nobody tears the store down while a peer still needs it

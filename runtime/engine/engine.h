@@ -41,7 +41,7 @@ struct EngineConfig {
   int zero_stage = 0;                          // 0..3 (see above)
   int64_t reduce_bucket_elems = 500000000;     // gradient elements per reduction (a unit, stages 0-2)
   int64_t allgather_bucket_elems = 500000000;  // parameter elements per all-gather (a unit, stages 1-2)
-  bool overlap_comm = false;                   // stages 2-3: reduce buckets while backward goes on
+  bool overlap_comm = false;                   // stages 2-3: reduce a bucket while backward fills the next
   zero::FetchLimits stage3;                    // stage 3's prefetch, live cap and persistence
   bool prescale_gradients = false;          // divide by world size before summing (else after)
   double predivide_factor = 1.0;            // DeepSpeed's gradient_predivide_factor

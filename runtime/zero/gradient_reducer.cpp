@@ -7,7 +7,7 @@ namespace ds::zero {
 
 GradientReducer::GradientReducer(const PartitionLayout& layout, ProcessGroup& group, int stage, Averaging averaging,
                                  bool overlap)
-    : layout_(layout), group_(group), stage_(stage), max_in_flight_(overlap ? 2 : 0) {
+    : layout_(layout), group_(group), stage_(stage), max_in_flight_(overlap ? 1 : 0) {
   const double world = group.size();
   if (group.size() > 1) {
     pre_ = averaging.prescale ? 1.0 / world : 1.0 / averaging.predivide_factor;

@@ -7,8 +7,8 @@
 //             micro-batch each unit is reduce-scattered in place: this rank's chunk receives the sum;
 //   stage 2/3 no full buffer: a unit's gradients go to a pooled bucket, zeroed for each micro-batch,
 //             which is reduce-scattered (every micro-batch) and added into this rank's gradient
-//             partition [P]; with overlap_comm up to two buckets are in flight while backward
-//             computes the next (DeepSpeed's overlap_comm), else each is reduced before backward
+//             partition [P]; with overlap_comm one bucket is reduced while backward fills the
+//             next (double buffering, as DeepSpeed's overlap_comm), else each is reduced before backward
 //             goes on.
 // Averaging follows DeepSpeed: gradients are multiplied by 1/W before the sum with
 // prescale_gradients, else by 1/predivide_factor before and predivide_factor/W after.
