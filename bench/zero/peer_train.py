@@ -13,7 +13,9 @@ Started by dsrun (which sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_P
                     stage 2: FullyShardedDataParallel(SHARD_GRAD_OP) + torch.optim.Adam
                     stage 3: FullyShardedDataParallel(FULL_SHARD) + torch.optim.Adam
                   gradient_clipping > 0: clip_grad_norm_ (FSDP: its own clip_grad_norm_).
-A stage the implementation cannot run here prints "peer unavailable: <reason>" and exits 3.
+A stage the implementation cannot run here prints "peer unavailable: <reason>" and exits 3 (Debian's torch 1.13 on
+Python 3.11: FSDP fails to import, and torch 1.x's FSDP computes on CUDA only anyway; DeepSpeed 0.19.8's engine fails in
+deepspeed.initialize, as it calls torch 2.0's hook API). The zero_optimization block's bucket sizes and stage3_* settings are DeepSpeed's; the ddp peer ignores them.
 
 Model ("model" block of the config, defaults as models/mlp/mlp.cpp): Linear(in_features, hidden) -> ReLU ->
 [Linear(hidden, hidden) -> ReLU] x (layers - 1) -> Linear(hidden, classes); mean softmax cross-entropy; PyTorch's
@@ -109,6 +111,17 @@ def blas_fix(mode):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def torch_frame(e, torch):
+    """Where in torch an exception was raised: the innermost frame under torch's package directory."""
+    import traceback
+
+    base = os.path.dirname(os.path.dirname(torch.__file__))
+    tb = traceback.extract_tb(e.__traceback__)
+    frames = [f for f in tb if f.filename.startswith(os.path.dirname(torch.__file__))]
+    f = frames[-1] if frames else tb[-1]
+    return f"{os.path.relpath(f.filename, base) if f.filename.startswith(base) else f.filename}:{f.lineno} {f.name}"
 
 
 def unavailable(reason):
@@ -209,17 +222,31 @@ def main():
             opt = ZeroRedundancyOptimizer(train_model.parameters(), optimizer_class=torch.optim.Adam, **adam_kw)
             info["wrapper"] = "DistributedDataParallel (bucket_cap_mb 25) + ZeroRedundancyOptimizer"
         elif stage in (2, 3):
+            strategy = "SHARD_GRAD_OP" if stage == 2 else "FULL_SHARD"
+            cuda_only = ""
+            if int(torch.__version__.split(".")[0]) < 2 and not torch.cuda.is_available():
+                # torch 1.x's FullyShardedDataParallel._get_compute_device: "For now, the compute device is always
+                # a CUDA GPU device" (a module on CPU gets torch.device("cuda", torch.cuda.current_device())).
+                cuda_only = (f"; past the import, FSDP in torch {torch.__version__} computes on CUDA only "
+                             "(FullyShardedDataParallel._get_compute_device takes torch.cuda.current_device() for "
+                             "a module on CPU), and this torch has no CUDA")
             try:
                 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
             except Exception as e:  # noqa: BLE001
-                unavailable(f"ZeRO stage {stage} counterpart is FSDP, and `from torch.distributed.fsdp import "
-                            f"FullyShardedDataParallel` fails on torch {torch.__version__} / Python "
-                            f"{sys.version.split()[0]}: {type(e).__name__}: {e}")
-            strategy = ShardingStrategy.SHARD_GRAD_OP if stage == 2 else ShardingStrategy.FULL_SHARD
+                why = ""
+                if isinstance(e, ValueError) and "mutable default" in str(e) and "TensorProperties" in str(e):
+                    why = ("; since Python 3.11, dataclasses reject every unhashable default value (up to 3.10 only "
+                           "list, dict and set), and this torch's @dataclass ShardedTensorMetadata has "
+                           "`field(default=TensorProperties())`")
+                unavailable(f"ZeRO stage {stage}'s counterpart is FSDP({strategy}), and `from torch.distributed.fsdp "
+                            f"import FullyShardedDataParallel` fails on torch {torch.__version__} / Python "
+                            f"{sys.version.split()[0]}: {type(e).__name__}: {e} (at {torch_frame(e, torch)}){why}"
+                            + cuda_only)
             try:
-                train_model = FSDP(model, sharding_strategy=strategy)
+                train_model = FSDP(model, sharding_strategy=getattr(ShardingStrategy, strategy))
             except Exception as e:  # noqa: BLE001
-                unavailable(f"FSDP({strategy.name}) on CPU: {type(e).__name__}: {e}")
+                unavailable(f"FSDP({strategy}) with the module on CPU, torch {torch.__version__}: "
+                            f"{type(e).__name__}: {e} (at {torch_frame(e, torch)})")
             opt = torch.optim.Adam(train_model.parameters(), **adam_kw)
             info["wrapper"] = f"FullyShardedDataParallel({strategy.name})"
         else:

@@ -13,16 +13,25 @@ Every side trains the same model on 2 ranks of this machine, started by dsrun (D
           classes 10: 54,583,306 parameters, fp32.
   config  train_micro_batch_size_per_gpu --micro-batch (32), gradient_accumulation_steps --gas (1), so a global
           batch of 64; optimizer Adam (lr 1e-4, betas 0.9/0.999, eps 1e-8, weight_decay 0); gradient_clipping 1.0;
-          zero_optimization.stage S; no scheduler.
+          no scheduler; zero_optimization: stage S, reduce_bucket_size and allgather_bucket_size --bucket (2e7
+          elements, 76 MiB at fp32; DeepSpeed's default 5e8 would make the whole model one bucket, and stage 2
+          would then save no gradient memory), at stages 2 and 3 also overlap_comm true, at stage 3 also
+          stage3_prefetch_bucket_size --bucket, stage3_param_persistence_threshold 1e5 (the biases and the last
+          layer stay gathered) and stage3_max_live_parameters 1e9 (no cap here). Integers in the JSON. Both sides
+          get the same file (DDP and FSDP ignore the zero_optimization block except its stage).
   steps   --warmup-steps (5) + --steps (20) per run; only the last --steps are timed.
 
 Sides:
   ours           dsrun --num_gpus 2 build/worker/dsworker --model mlp --config CFG --steps N --metrics m.jsonl
                  Step time: dsworker's JSONL has per step "samples_per_sec" = global batch / the step's wall time
-                 on rank 0 (steady clock around the whole optimizer step: micro-batch generation, forward,
-                 backward with the overlapped all-reduce, gradient norm and clipping, Adam, the loss all-reduce),
-                 so the step time is exactly global_batch / samples_per_sec. Also parsed: dsworker's
-                 "memory per rank" line (params, grads, optimizer state, activations).
+                 on rank 0 (steady clock around the whole optimizer step: micro-batch generation, forward with
+                 the stage 3 parameter all-gathers, backward with the overlapped all-reduce (stage 0) or
+                 reduce-scatter (stages 1-3), gradient norm and clipping, Adam, the stage 1-2 parameter
+                 all-gather, the loss all-reduce), so the step time is exactly global_batch / samples_per_sec.
+                 Also parsed from rank 0's output: "memory per rank at start: ..." (stderr) and "memory per rank
+                 at peak: params, grads, optimizer state (model states), activations; peak RSS" (stdout): the
+                 bytes dsworker itself holds, the peak one including its transient buckets and gathered layers;
+                 and "sent per rank per step: allgather, allreduce, reduce_scatter" (bytes this rank sends).
                  BLAS threads: dsworker sets OpenBLAS to CPUs / LOCAL_SIZE = 1 thread per rank here (the benchmark
                  clears OMP_NUM_THREADS and OPENBLAS_* for it), and re-executes itself with OPENBLAS_CORETYPE set
                  when Debian's OpenBLAS misdetects the CPU.
@@ -45,7 +54,12 @@ RANK variable in their environment) are polled every 50 ms for VmHWM, the peak r
 re-exec of itself starts a new address space, so for dsworker it is the peak of the re-executed image, which
 trains). Also recorded: the OPENBLAS_CORETYPE each rank process actually ran with.
 Theory: fp32 + Adam keeps 16 bytes per parameter (Ψ): parameters 4Ψ + gradients 4Ψ + Adam's two moments 8Ψ; per
-rank with N ranks: stage 0 16Ψ, stage 1 8Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N.
+rank with N ranks: stage 0 16Ψ, stage 1 8Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N (dsworker's "at start"
+figures). Transient buffers come on top of that at the peak: at stages 2 and 3 up to two gradient buckets of at
+most reduce_bucket_size elements (the one backward fills and the one being reduce-scattered, overlap_comm), and at
+stage 3 the gathered parameters of the layers in use and prefetched (one layer here: 4096x4096 + 4096 elements,
+64 MiB) plus the persistent small layers; the summary prints the model states at start and at the peak next to the
+formula.
 
 A stage that dsworker refuses (exit 2, "... is not implemented yet") prints "not implemented" and is not tried
 again; a stage the peer cannot run (peer_train.py exits 3, "peer unavailable: ...") prints "not available" with the
@@ -181,7 +195,14 @@ def count_params(in_f, hidden, layers, classes):
 
 
 SIZE = r"([\d.]+) (B|KiB|MiB|GiB)"
-MEM_RE = re.compile(rf"memory per rank: params {SIZE}, grads {SIZE}, optimizer state {SIZE}, activations {SIZE}")
+# dsworker, rank 0: "memory per rank at start: ..." (stderr, prefixed "dsworker: ") and "memory per rank at peak: ...;
+# peak RSS ..." (stdout); both prefixed "[rank 0] " by dsrun.
+MEM_RE = re.compile(rf"memory per rank at (start|peak): params {SIZE}, grads {SIZE}, optimizer state {SIZE} "
+                    rf"\(model states {SIZE}\), activations {SIZE}(?:; peak RSS {SIZE})?")
+MEM_KEYS = ("params", "grads", "optimizer_state", "model_states", "activations", "peak_rss")
+SENT_RE = re.compile(r"sent per rank per step: (.*)$")
+SENT_ITEM_RE = re.compile(rf"(\w+) {SIZE}")
+RANK_PREFIX_RE = re.compile(r"^\[rank (\d+)\] ")
 UNIT_MIB = {"B": 1 / MIB, "KiB": 1 / 1024.0, "MiB": 1.0, "GiB": 1024.0}
 PARAMS_RE = re.compile(r"dsworker: model \S+: (\d+) parameters")
 
@@ -231,9 +252,25 @@ class Bench:
                                                      "weight_decay": 0}},
             "gradient_clipping": 1.0,
             "steps_per_print": 1000000,
-            "zero_optimization": {"stage": stage},
+            "zero_optimization": self.zero_config(stage, probe),
             "model": model,
         }
+
+    def zero_config(self, stage, probe=False):
+        """The zero_optimization block: the stage, and buckets small enough that stages 2-3 shard gradients."""
+        z = {"stage": stage}
+        if probe:
+            return z
+        bucket = int(self.args.bucket)
+        z["reduce_bucket_size"] = bucket
+        z["allgather_bucket_size"] = bucket
+        if stage >= 2:
+            z["overlap_comm"] = True
+        if stage == 3:
+            z["stage3_prefetch_bucket_size"] = bucket
+            z["stage3_param_persistence_threshold"] = 100000
+            z["stage3_max_live_parameters"] = 1000000000
+        return z
 
     def argv(self, side, cfg_path, metrics, steps, port, impl=None):
         a = self.args
@@ -325,7 +362,9 @@ class Bench:
         if left:
             sample["errors"].append(f"{len(left)} process(es) left after dsrun exited (killed): "
                                     + "; ".join(f"{p} {' '.join(c)[:120]}" for p, c in left[:3]))
-        lines = [re.sub(r"^\[rank \d+\] ", "", l) for l in text.splitlines()]
+        lines = [RANK_PREFIX_RE.sub("", l) for l in text.splitlines()]
+        rank0 = [RANK_PREFIX_RE.sub("", l) for l in text.splitlines()
+                 if not RANK_PREFIX_RE.match(l) or RANK_PREFIX_RE.match(l).group(1) == "0"]
         if side != "peer" and rc == 2 and "is not implemented yet" in text:
             sample["status"] = "not implemented"
             reason = next((l for l in lines if "is not implemented yet" in l), "").strip()
@@ -341,7 +380,7 @@ class Bench:
         elif rc != 0:
             sample["errors"].append(f"dsrun exit code {rc}")
         else:
-            self.parse_ok_run(sample, lines, metrics, steps)
+            self.parse_ok_run(sample, rank0, metrics, steps)
         if not sample["ok"] and sample["status"] == "failed":
             sample["log_tail"] = "\n".join(text.splitlines()[-25:])
         self.samples.append(sample)
@@ -372,8 +411,12 @@ class Bench:
         for l in lines:
             m = MEM_RE.search(l)
             if m:
-                v = [float(m.group(i)) * UNIT_MIB[m.group(i + 1)] for i in (1, 3, 5, 7)]
-                sample["reported_mib"] = dict(zip(("params", "grads", "optimizer_state", "activations"), v))
+                v = {k: float(m.group(2 + 2 * i)) * UNIT_MIB[m.group(3 + 2 * i)]
+                     for i, k in enumerate(MEM_KEYS) if m.group(2 + 2 * i) is not None}
+                sample["reported_mib" if m.group(1) == "peak" else "reported_start_mib"] = v
+            m = SENT_RE.search(l)
+            if m:
+                sample["sent_mib"] = {k: float(n) * UNIT_MIB[u] for k, n, u in SENT_ITEM_RE.findall(m.group(1))}
             m = PARAMS_RE.search(l)
             if m:
                 sample["num_parameters"] = int(m.group(1))
@@ -381,11 +424,16 @@ class Bench:
                 info = json.loads(l[len("PEER_INFO "):])
                 sample["peer_info"] = info
                 sample["num_parameters"] = info.get("num_parameters")
-                sample["reported_mib"] = {"params": info["param_bytes"] / MIB, "grads": info["grad_bytes"] / MIB,
-                                          "optimizer_state": info["optimizer_state_bytes"] / MIB}
+                rep = {"params": info["param_bytes"] / MIB, "grads": info["grad_bytes"] / MIB,
+                       "optimizer_state": info["optimizer_state_bytes"] / MIB}
+                rep["model_states"] = sum(rep.values())
+                sample["reported_mib"] = rep
+        if sample["side"] != "peer" and "reported_mib" not in sample:
+            sample["warnings"] = ["no \"memory per rank at peak\" line from rank 0"]
         if len(sample["ranks"]) != RANKS or any(r["peak_rss_mib"] <= 0 for r in sample["ranks"].values()):
             # A run of a few milliseconds can end between two polls: no memory figure, but the times stand.
-            sample["warnings"] = [f"found {len(sample['ranks'])} of {RANKS} rank processes in /proc: no peak RSS"]
+            sample.setdefault("warnings", []).append(
+                f"found {len(sample['ranks'])} of {RANKS} rank processes in /proc: no peak RSS")
         sample["ok"] = True
         sample["status"] = "ok"
 
@@ -399,6 +447,8 @@ class Bench:
                 f"run {s['wall_s']:.1f} s, loss {s['loss_first_last'][0]:.4f} -> {s['loss_first_last'][1]:.4f}")
         elif s["status"] in ("not implemented", "not available"):
             log(f"{head} {s['status']}: {s['reason']}")
+            for w in s.get("warnings", []):
+                log(f"    warning: {w}")
         else:
             log(f"{head} FAILED: {' | '.join(s['errors'])}")
             if s.get("log_tail"):
@@ -442,6 +492,23 @@ def fmt_ratio(a, b):
     return f"{a / b:.2f}x"
 
 
+def fmt_mib(v):
+    return f"{v:.0f}" if v >= 10 or v == 0 else f"{v:.1f}" if v >= 0.1 else f"{v * MIB:.0f} B"
+
+
+def fmt_reported(rep):
+    """params P, grads G, optimizer state O (model states M), activations A; peak RSS R MiB"""
+    s = ", ".join(f"{k.replace('_', ' ')} {fmt_mib(rep[k])}" for k in ("params", "grads", "optimizer_state")
+                  if k in rep)
+    if "model_states" in rep:
+        s += f" (model states {fmt_mib(rep['model_states'])})"
+    if "activations" in rep:
+        s += f", activations {fmt_mib(rep['activations'])}"
+    if "peak_rss" in rep:
+        s += f"; peak RSS {fmt_mib(rep['peak_rss'])}"
+    return s + " MiB"
+
+
 def summary(bench, psi):
     a = bench.args
     out = []
@@ -473,11 +540,26 @@ def summary(bench, psi):
                 r.append(statistics.median(vals) if vals else float("nan"))
             rss[side] = max(r)
             rep = ok[-1].get("reported_mib", {})
-            rep_s = ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in rep.items()) + " MiB" if rep else "-"
+            rep_s = fmt_reported(rep) if rep else "-"
+            if side != "peer" and rep:
+                rep_s = "at peak: " + rep_s
             r_s = [f"{x:.0f}" if x == x else "-" for x in r]
             lines.append(f"  {name:14} {med[side]:>9.0f} ms {min(run_meds):>7.0f}-{max(run_meds):<5.0f} ms "
                          f"{min(steps):>7.0f}-{max(steps):<5.0f} ms {r_s[0]:>9} / {r_s[1]:<6} MiB  {rep_s}"
                          + (f"  [{len(ok)}/{len(mine)} runs ok]" if len(ok) != len(mine) else ""))
+            pad = " " * 84
+            start = ok[-1].get("reported_start_mib")
+            if start:
+                lines.append(f"{pad}at start: {fmt_reported(start)}")
+            ms = [x.get("model_states") for x in (start or {}, rep) if x.get("model_states")]
+            if ms:
+                lines.append(f"{pad}model states / theory: " + ", ".join(
+                    f"{w} {fmt_ratio(v * MIB, theory_bytes(stage, psi))}"
+                    for w, v in zip(("at start", "at peak") if start else ("reported",), ms)))
+            sent = ok[-1].get("sent_mib")
+            if sent:
+                lines.append(f"{pad}sent per rank per step: "
+                             + ", ".join(f"{k} {fmt_mib(v)}" for k, v in sent.items()) + " MiB")
         if "ours" in med and "peer" in med:
             lines.append(f"  ratio ours/peer: step time {fmt_ratio(med['ours'], med['peer'])}, peak RSS (larger rank) "
                          + (fmt_ratio(rss['ours'], rss['peer']) if rss['ours'] == rss['ours'] and
@@ -547,6 +629,8 @@ def main():
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--bucket", type=float, default=2e7,
+                   help="reduce/allgather bucket size and stage3_prefetch_bucket_size, elements (default 2e7)")
     p.add_argument("--peer", choices=("auto", "deepspeed", "ddp"), default="auto",
                    help="auto: DeepSpeed's engine if its probe runs, else DDP (default)")
     p.add_argument("--peer-coretype", default="auto",
@@ -572,8 +656,9 @@ def main():
     args.sides = [s for s in args.sides.split(",") if s]
     if not args.sides or set(args.sides) - set(ALL_SIDES):
         p.error(f"--sides takes a comma-separated subset of {','.join(ALL_SIDES)}")
-    if args.reps < 1 or args.steps < 1 or args.warmup_steps < 0 or args.micro_batch < 1 or args.gas < 1:
-        p.error("--reps, --steps, --micro-batch, --gas must be >= 1 and --warmup-steps >= 0")
+    if args.reps < 1 or args.steps < 1 or args.warmup_steps < 0 or args.micro_batch < 1 or args.gas < 1 \
+            or args.bucket < 1:
+        p.error("--reps, --steps, --micro-batch, --gas, --bucket must be >= 1 and --warmup-steps >= 0")
     args.dsrun = os.path.abspath(args.dsrun)
     args.dsworker = os.path.abspath(args.dsworker)
     for path in (args.dsrun, args.dsworker):

@@ -1,0 +1,51 @@
+// 16-bit floating-point storage: IEEE binary16 (fp16) and bfloat16 (bf16), as raw uint16_t bit
+// patterns, with conversions to and from fp32. float → 16-bit rounds to nearest, ties to even;
+// overflow gives ±inf (fp16: |x| ≥ 65520); NaN stays NaN (quiet, sign kept); fp16 denormals are
+// exact both ways. 16-bit → float is exact. Math is always done in fp32.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ds::amp {
+
+enum class Half { F16, BF16 };
+
+inline uint16_t fp16_from_float(float x) {
+  const _Float16 h = static_cast<_Float16>(x);  // the compiler's IEEE conversion (F16C or libgcc)
+  uint16_t bits;
+  std::memcpy(&bits, &h, sizeof bits);
+  return bits;
+}
+
+inline float fp16_to_float(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, sizeof bits);
+  return static_cast<float>(h);
+}
+
+inline uint16_t bf16_from_float(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep it quiet
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even (carries into the exponent)
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+inline uint16_t half_from_float(Half type, float x) { return type == Half::F16 ? fp16_from_float(x) : bf16_from_float(x); }
+inline float half_to_float(Half type, uint16_t bits) { return type == Half::F16 ? fp16_to_float(bits) : bf16_to_float(bits); }
+
+// Bulk conversions of n elements.
+void to_float(Half type, const uint16_t* in, float* out, size_t n);
+void from_float(Half type, const float* in, uint16_t* out, size_t n);
+// out[i] = half(float(out[i]) + in[i]): accumulation into 16-bit storage.
+void accumulate(Half type, const float* in, uint16_t* out, size_t n);
+
+}  // namespace ds::amp
