@@ -442,8 +442,10 @@ class Bench:
         if s["status"] == "ok":
             rss = " / ".join(f"{r['peak_rss_mib']:.0f}" for _, r in sorted(s["ranks"].items())) or "-"
             cores = ",".join(sorted({str(r["openblas_coretype"]) for r in s["ranks"].values()}))
+            ms = s.get("reported_mib", {}).get("model_states")
             log(f"{head} step median {s['median_ms']:.0f} ms (min {min(s['step_ms']):.0f}, max "
-                f"{max(s['step_ms']):.0f}), peak RSS per rank {rss} MiB, OPENBLAS_CORETYPE {cores}, "
+                f"{max(s['step_ms']):.0f}), peak RSS per rank {rss} MiB"
+                + (f" (model states {ms:.0f} MiB)" if ms else "") + f", OPENBLAS_CORETYPE {cores}, "
                 f"run {s['wall_s']:.1f} s, loss {s['loss_first_last'][0]:.4f} -> {s['loss_first_last'][1]:.4f}")
         elif s["status"] in ("not implemented", "not available"):
             log(f"{head} {s['status']}: {s['reason']}")
@@ -718,6 +720,8 @@ def main():
               f"fp32, Adam, gradient_clipping 1.0; {RANKS} CPU ranks, global batch {gb} "
               f"(micro {args.micro_batch} x GAS {args.gas} x {RANKS})")
         print(f"ours: {info['dsrun']} + dsworker --model {args.model}, 1 OpenBLAS thread per rank")
+        for stage in args.stages:
+            print(f"stage {stage} zero_optimization (both sides): {json.dumps(bench.zero_config(stage))}")
         if "peer" in args.sides:
             if bench.peer_probe and not bench.peer_probe["ok"]:
                 print(f"DeepSpeed {info.get('deepspeed', '?')}'s engine does not run on torch {info['torch']}: "

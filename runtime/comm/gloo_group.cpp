@@ -16,6 +16,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "comm/process_group.h"
+#include "amp/half.h"
 #include "comm/rendezvous.h"
 #include "comm/ring.h"
 #include "core/errors.h"
@@ -27,13 +28,35 @@ size_t element_bytes(DataType type) {
     case DataType::F32: return 4;
     case DataType::F64: return 8;
     case DataType::I32: return 4;
+    case DataType::F16: return 2;
+    case DataType::BF16: return 2;
   }
   throw CommError("comm: unknown DataType");
 }
 
 namespace {
 
-const char* type_name(DataType t) { return t == DataType::F32 ? "F32" : t == DataType::F64 ? "F64" : "I32"; }
+const char* type_name(DataType t) {
+  switch (t) {
+    case DataType::F32: return "F32";
+    case DataType::F64: return "F64";
+    case DataType::I32: return "I32";
+    case DataType::F16: return "F16";
+    case DataType::BF16: return "BF16";
+  }
+  return "?";
+}
+
+// 16-bit floats: each pair is combined in fp32 and rounded back (what NCCL does per hop).
+template <amp::Half kType, bool kMax>
+void half_reduce(void* out, const void* a, const void* b, size_t n) {
+  auto* o = static_cast<uint16_t*>(out);
+  auto *x = static_cast<const uint16_t*>(a), *y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    const float p = amp::half_to_float(kType, x[i]), q = amp::half_to_float(kType, y[i]);
+    o[i] = amp::half_from_float(kType, kMax ? (p < q ? q : p) : p + q);
+  }
+}
 
 template <typename T>
 void sum(void* out, const void* a, const void* b, size_t n) {
@@ -53,6 +76,8 @@ ring::ReduceFn reduce_fn(DataType t, ReduceOp op) {
     case DataType::F32: return is_max ? max<float> : sum<float>;
     case DataType::F64: return is_max ? max<double> : sum<double>;
     case DataType::I32: return is_max ? max<int32_t> : sum<int32_t>;
+    case DataType::F16: return is_max ? half_reduce<amp::Half::F16, true> : half_reduce<amp::Half::F16, false>;
+    case DataType::BF16: return is_max ? half_reduce<amp::Half::BF16, true> : half_reduce<amp::Half::BF16, false>;
   }
   return nullptr;
 }
@@ -67,6 +92,11 @@ void divide(DataType t, void* data, size_t n, int by) {
   if (t == DataType::F32) divide<float>(data, n, by);
   if (t == DataType::F64) divide<double>(data, n, by);
   if (t == DataType::I32) divide<int32_t>(data, n, by);  // truncates toward zero
+  if (t == DataType::F16 || t == DataType::BF16) {
+    const amp::Half h = t == DataType::F16 ? amp::Half::F16 : amp::Half::BF16;
+    auto* d = static_cast<uint16_t*>(data);
+    for (size_t i = 0; i < n; ++i) d[i] = amp::half_from_float(h, amp::half_to_float(h, d[i]) / static_cast<float>(by));
+  }
 }
 
 // A view of a Store with every key under a prefix.

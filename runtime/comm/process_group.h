@@ -15,7 +15,7 @@
 
 namespace ds {
 
-enum class DataType { F32, F64, I32 };
+enum class DataType { F32, F64, I32, F16, BF16 };  // F16/BF16: raw 16-bit patterns, summed in fp32 per hop
 enum class ReduceOp { Sum, Avg, Max };  // Avg: Sum, then divide by size (I32: truncating)
 
 size_t element_bytes(DataType type);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "amp/half.h"
 #include "comm/thread_ranks.h"
 
 using namespace ds;
@@ -208,5 +209,34 @@ TEST_CASE("collectives: large reduce_scatter and allgather in place across sever
       for (int q = 0; q < size; ++q)
         for (size_t i = 0; i < count; i += 997) REQUIRE(buf[q * count + i] == static_cast<float>(q * 1000 + static_cast<int>(i % 11)));
     });
+  }
+}
+
+TEST_CASE("collectives: fp16 and bf16 sum, max and gather for world sizes 1 to 4") {
+  // Small integers and halves are exact in both formats, so sums compare with ==.
+  for (DataType type : {DataType::F16, DataType::BF16}) {
+    const amp::Half h = type == DataType::F16 ? amp::Half::F16 : amp::Half::BF16;
+    for (int world : {1, 2, 3, 4}) {
+      CAPTURE(world);
+      const size_t count = 7;
+      run_ranks(world, [&](ProcessGroup& g) {
+        auto input = [&](int r) {
+          std::vector<uint16_t> v(count * world);
+          for (size_t i = 0; i < v.size(); ++i) v[i] = amp::half_from_float(h, 0.5f * static_cast<float>((r + 1) * (i % 3 + 1)));
+          return v;
+        };
+        std::vector<uint16_t> data = input(g.rank());
+        g.allreduce(data.data(), data.size(), type, ReduceOp::Sum);
+        for (size_t i = 0; i < data.size(); ++i)
+          CHECK(amp::half_to_float(h, data[i]) == 0.5f * static_cast<float>((i % 3 + 1) * world * (world + 1) / 2));
+        std::vector<uint16_t> in = input(g.rank()), out(count);
+        g.reduce_scatter(in.data(), out.data(), count, type, ReduceOp::Max);
+        for (size_t i = 0; i < count; ++i)
+          CHECK(amp::half_to_float(h, out[i]) == 0.5f * static_cast<float>(world * ((g.rank() * count + i) % 3 + 1)));
+        std::vector<uint16_t> mine(count, amp::half_from_float(h, static_cast<float>(g.rank()))), all(count * world);
+        g.allgather(mine.data(), all.data(), count, type);
+        for (size_t i = 0; i < all.size(); ++i) CHECK(amp::half_to_float(h, all[i]) == static_cast<float>(i / count));
+      });
+    }
   }
 }
