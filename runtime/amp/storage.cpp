@@ -1,0 +1,90 @@
+// Bulk storage operations (see storage.h): the switch on the type is outside every loop, so each
+// loop is plain and vectorizes.
+#include "amp/storage.h"
+
+#include <cstdint>
+
+#include "amp/half.h"
+
+namespace ds::amp {
+namespace {
+
+Half half_of(Storage s) { return s == Storage::F16 ? Half::F16 : Half::BF16; }
+
+}  // namespace
+
+size_t storage_bytes(Storage s) { return s == Storage::F32 ? 4 : 2; }
+
+void to_float(Storage s, const void* in, float* out, size_t n) {
+  if (s == Storage::F32) {
+    const auto* x = static_cast<const float*>(in);
+    for (size_t i = 0; i < n; ++i) out[i] = x[i];
+    return;
+  }
+  to_float(half_of(s), static_cast<const uint16_t*>(in), out, n);
+}
+
+void from_float(Storage s, const float* in, void* out, size_t n) {
+  if (s == Storage::F32) {
+    auto* y = static_cast<float*>(out);
+    for (size_t i = 0; i < n; ++i) y[i] = in[i];
+    return;
+  }
+  from_float(half_of(s), in, static_cast<uint16_t*>(out), n);
+}
+
+void add_float(Storage s, const float* in, void* out, size_t n) {
+  if (s == Storage::F32) {
+    auto* y = static_cast<float*>(out);
+    for (size_t i = 0; i < n; ++i) y[i] += in[i];
+    return;
+  }
+  accumulate(half_of(s), in, static_cast<uint16_t*>(out), n);
+}
+
+void add(Storage s, const void* in, void* out, size_t n) {
+  if (s == Storage::F32) {
+    add_float(s, static_cast<const float*>(in), out, n);
+    return;
+  }
+  const Half h = half_of(s);
+  const auto* x = static_cast<const uint16_t*>(in);
+  auto* y = static_cast<uint16_t*>(out);
+  for (size_t i = 0; i < n; ++i) y[i] = half_from_float(h, half_to_float(h, y[i]) + half_to_float(h, x[i]));
+}
+
+void scale(Storage s, void* data, size_t n, double factor) {
+  if (factor == 1.0) return;
+  if (s == Storage::F32) {
+    auto* x = static_cast<float*>(data);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] * factor);
+    return;
+  }
+  const Half h = half_of(s);
+  auto* x = static_cast<uint16_t*>(data);
+  for (size_t i = 0; i < n; ++i) x[i] = half_from_float(h, static_cast<float>(half_to_float(h, x[i]) * factor));
+}
+
+double sum_squares(Storage s, const void* data, size_t n) {
+  double sum = 0.0;
+  if (s == Storage::F32) {
+    const auto* x = static_cast<const float*>(data);
+    for (size_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+    return sum;
+  }
+  const Half h = half_of(s);
+  const auto* x = static_cast<const uint16_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    const double v = half_to_float(h, x[i]);
+    sum += v * v;
+  }
+  return sum;
+}
+
+void round_to(Storage s, float* data, size_t n) {
+  if (s == Storage::F32) return;
+  const Half h = half_of(s);
+  for (size_t i = 0; i < n; ++i) data[i] = half_to_float(h, half_from_float(h, data[i]));
+}
+
+}  // namespace ds::amp
