@@ -65,8 +65,8 @@ void scale(Storage s, void* data, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) x[i] = half_from_float(h, static_cast<float>(half_to_float(h, x[i]) * factor));
 }
 
-double sum_squares(Storage s, const void* data, size_t n) {
-  double sum = 0.0;
+double sum_squares(Storage s, const void* data, size_t n, double start) {
+  double sum = start;
   if (s == Storage::F32) {
     const auto* x = static_cast<const float*>(data);
     for (size_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];

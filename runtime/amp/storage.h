@@ -16,7 +16,7 @@ void from_float(Storage s, const float* in, void* out, size_t n);
 void add_float(Storage s, const float* in, void* out, size_t n);  // out[i] += in[i]
 void add(Storage s, const void* in, void* out, size_t n);         // out[i] += in[i], both of storage s
 void scale(Storage s, void* data, size_t n, double factor);       // data[i] *= factor
-double sum_squares(Storage s, const void* data, size_t n);         // Σ data[i]², in order
+double sum_squares(Storage s, const void* data, size_t n, double start = 0.0);  // start + Σ data[i]², in order
 void round_to(Storage s, float* data, size_t n);                  // each value rounded to s's precision
 
 }  // namespace ds::amp

@@ -64,7 +64,8 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     reducer = [this](std::vector<double>& sums) { group_.allreduce(sums.data(), sums.size(), DataType::F64, ReduceOp::Sum); };
   optimizer_ = make_optimizer(layout_->partition_size(), reducer);
   if (config_.zero_stage == 3)
-    fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), config_.stage3, config_.grad_accum);
+    fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), amp::Storage::F32, config_.stage3,
+                                                    config_.grad_accum);
 }
 
 void Engine::build_layers() {
@@ -127,7 +128,7 @@ void Engine::build_partition() {
   for (const zero::Unit& u : layout_->units()) {
     if (u.chunk == 0) continue;
     float* p = owned_params(u);
-    const float* g = grads_->owned_grads(u);
+    const float* g = static_cast<const float*>(grads_->owned_grads(u));
     if (!segments_.empty() && segments_.back().params + segments_.back().size == p &&
         segments_.back().grads + segments_.back().size == g)
       segments_.back().size += u.chunk;  // contiguous with the previous unit's chunk
@@ -185,7 +186,7 @@ void Engine::views(const float* unit_base, size_t layer, std::vector<ds_tensor>&
 }
 
 const float* Engine::acquire_params(size_t layer) {
-  if (fetcher_) return fetcher_->acquire(layer);
+  if (fetcher_) return static_cast<const float*>(fetcher_->acquire(layer));
   return params_.data() + layout_->unit_of_layer(layer).begin;
 }
 
@@ -217,7 +218,7 @@ void Engine::backward(const ds_batch& batch, bool last_micro_batch) {
     Layer& layer = layers_[i];
     const size_t unit = layout_->unit_index(i);
     views(acquire_params(i), i, param_views_);
-    views(grads_->unit_grads(unit), i, grad_views_);
+    views(static_cast<float*>(grads_->unit_grads(unit)), i, grad_views_);
     ds_tensor input = i == 0 ? *batch.input
                              : ds_tensor{layers_[i - 1].output.data(), DS_F32, layers_[i - 1].output_shape};
     ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};

@@ -3,17 +3,25 @@
 
 #include <algorithm>
 
+#include "zero/collective_type.h"
+
 namespace ds::zero {
 
 GradientReducer::GradientReducer(const PartitionLayout& layout, ProcessGroup& group, int stage, Averaging averaging,
-                                 bool overlap)
-    : layout_(layout), group_(group), stage_(stage), max_in_flight_(overlap ? 1 : 0) {
+                                 bool overlap, amp::Storage storage)
+    : layout_(layout),
+      group_(group),
+      stage_(stage),
+      storage_(storage),
+      type_(collective_type(storage)),
+      elem_(amp::storage_bytes(storage)),
+      max_in_flight_(overlap ? 1 : 0) {
   const double world = group.size();
   if (group.size() > 1) {
     pre_ = averaging.prescale ? 1.0 / world : 1.0 / averaging.predivide_factor;
     post_ = averaging.prescale ? 1.0 : averaging.predivide_factor / world;
   }
-  grads_.assign(stage <= 1 ? layout.full_size() : layout.partition_size(), 0.0f);
+  grads_.assign((stage <= 1 ? layout.full_size() : layout.partition_size()) * elem_, std::byte{0});
 }
 
 GradientReducer::~GradientReducer() {
@@ -25,19 +33,14 @@ GradientReducer::~GradientReducer() {
   }
 }
 
-void GradientReducer::scale(float* data, size_t n, double factor) {
-  if (factor == 1.0) return;
-  for (size_t k = 0; k < n; ++k) data[k] = static_cast<float>(data[k] * factor);
-}
+void GradientReducer::begin_step() { std::fill(grads_.begin(), grads_.end(), std::byte{0}); }
 
-void GradientReducer::begin_step() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
-
-float* GradientReducer::unit_grads(size_t unit) {
+void* GradientReducer::unit_grads(size_t unit) {
   const Unit& u = layout_.units()[unit];
-  if (stage_ <= 1) return grads_.data() + u.begin;
+  if (stage_ <= 1) return at(grads_, u.begin);
   if (bucket_unit_ != unit) {
-    bucket_ = pool_.acquire(u.padded());
-    std::fill(bucket_.begin(), bucket_.end(), 0.0f);
+    bucket_ = pool_.acquire(u.padded() * elem_);
+    std::fill(bucket_.begin(), bucket_.end(), std::byte{0});
     bucket_unit_ = unit;
   }
   return bucket_.data();
@@ -48,25 +51,24 @@ void GradientReducer::unit_done(size_t unit, bool last) {
   const bool single = group_.size() == 1;
   if (stage_ <= 1) {
     if (!last || single || u.size == 0) return;
-    float* data = grads_.data() + u.begin;
-    scale(data, u.padded(), pre_);
+    std::byte* data = at(grads_, u.begin);
+    amp::scale(storage_, data, u.padded(), pre_);
     in_flight_.push_back({unit, {}, stage_ == 0
-                                        ? group_.allreduce_async(data, u.padded(), DataType::F32, ReduceOp::Sum)
-                                        : group_.reduce_scatter_async(data, grads_.data() + layout_.owned_begin(u),
-                                                                      u.chunk, DataType::F32, ReduceOp::Sum)});
+                                        ? group_.allreduce_async(data, u.padded(), type_, ReduceOp::Sum)
+                                        : group_.reduce_scatter_async(data, at(grads_, layout_.owned_begin(u)),
+                                                                      u.chunk, type_, ReduceOp::Sum)});
     return;
   }
-  std::vector<float> bucket = std::move(bucket_);
+  std::vector<std::byte> bucket = std::move(bucket_);
   bucket_unit_ = SIZE_MAX;
   if (single || u.size == 0) {  // nothing to reduce: the bucket is this rank's chunk
-    std::transform(bucket.begin(), bucket.end(), grads_.begin() + u.part_offset, grads_.begin() + u.part_offset,
-                   [](float g, float sum) { return sum + g; });
+    amp::add(storage_, bucket.data(), at(grads_, u.part_offset), u.chunk);
     pool_.release(std::move(bucket));
     return;
   }
-  scale(bucket.data(), bucket.size(), pre_);
-  float* mine = bucket.data() + static_cast<size_t>(layout_.rank()) * u.chunk;
-  auto work = group_.reduce_scatter_async(bucket.data(), mine, u.chunk, DataType::F32, ReduceOp::Sum);
+  amp::scale(storage_, bucket.data(), u.padded(), pre_);
+  std::byte* mine = at(bucket, static_cast<size_t>(layout_.rank()) * u.chunk);
+  auto work = group_.reduce_scatter_async(bucket.data(), mine, u.chunk, type_, ReduceOp::Sum);
   in_flight_.push_back({unit, std::move(bucket), std::move(work)});
   while (in_flight_.size() > max_in_flight_) complete_oldest();
 }
@@ -77,9 +79,7 @@ void GradientReducer::complete_oldest() {
   f.work->wait();
   if (stage_ <= 1) return;
   const Unit& u = layout_.units()[f.unit];
-  const float* mine = f.bucket.data() + static_cast<size_t>(layout_.rank()) * u.chunk;
-  float* sum = grads_.data() + u.part_offset;
-  for (size_t k = 0; k < u.chunk; ++k) sum[k] += mine[k];
+  amp::add(storage_, at(f.bucket, static_cast<size_t>(layout_.rank()) * u.chunk), at(grads_, u.part_offset), u.chunk);
   pool_.release(std::move(f.bucket));
 }
 
@@ -87,31 +87,28 @@ void GradientReducer::finish() {
   while (!in_flight_.empty()) complete_oldest();
   if (post_ == 1.0) return;
   if (stage_ == 1) {
-    for (const Unit& u : layout_.units()) scale(grads_.data() + layout_.owned_begin(u), u.chunk, post_);
+    for (const Unit& u : layout_.units()) amp::scale(storage_, at(grads_, layout_.owned_begin(u)), u.chunk, post_);
   } else {
-    scale(grads_.data(), grads_.size(), post_);
+    amp::scale(storage_, grads_.data(), grads_.size() / elem_, post_);
   }
 }
 
-float* GradientReducer::owned_grads(const Unit& unit) {
-  if (stage_ == 0) return grads_.data() + unit.begin;
-  if (stage_ == 1) return grads_.data() + layout_.owned_begin(unit);
-  return grads_.data() + unit.part_offset;
+void* GradientReducer::owned_grads(const Unit& unit) {
+  if (stage_ == 0) return at(grads_, unit.begin);
+  if (stage_ == 1) return at(grads_, layout_.owned_begin(unit));
+  return at(grads_, unit.part_offset);
 }
 
 double GradientReducer::owned_sum_of_squares() {
   double sum = 0.0;
-  for (const Unit& u : layout_.units()) {
-    const float* g = owned_grads(u);
-    for (size_t k = 0; k < u.chunk; ++k) sum += static_cast<double>(g[k]) * g[k];
-  }
+  for (const Unit& u : layout_.units()) sum = amp::sum_squares(storage_, owned_grads(u), u.chunk, sum);
   return sum;
 }
 
 void GradientReducer::scale_owned(double factor) {
-  for (const Unit& u : layout_.units()) scale(owned_grads(u), u.chunk, factor);
+  for (const Unit& u : layout_.units()) amp::scale(storage_, owned_grads(u), u.chunk, factor);
 }
 
-size_t GradientReducer::bytes() const { return grads_.size() * sizeof(float) + pool_.bytes(); }
+size_t GradientReducer::bytes() const { return grads_.size() + pool_.bytes(); }
 
 }  // namespace ds::zero

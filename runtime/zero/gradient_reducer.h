@@ -10,6 +10,8 @@
 //             partition [P]; with overlap_comm one bucket is reduced while backward fills the
 //             next (double buffering, as DeepSpeed's overlap_comm), else each is reduced before backward
 //             goes on.
+// Gradients are stored, reduced and accumulated in `storage` (fp32, or fp16/bf16 under mixed
+// precision: 16-bit sums rounded once per step of the ring and per accumulation).
 // Averaging follows DeepSpeed: gradients are multiplied by 1/W before the sum with
 // prescale_gradients, else by 1/predivide_factor before and predivide_factor/W after.
 #pragma once
@@ -19,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "amp/storage.h"
 #include "comm/process_group.h"
 #include "zero/buffer_pool.h"
 #include "zero/layout.h"
@@ -32,20 +35,21 @@ struct Averaging {
 
 class GradientReducer {
  public:
-  GradientReducer(const PartitionLayout& layout, ProcessGroup& group, int stage, Averaging averaging, bool overlap);
+  GradientReducer(const PartitionLayout& layout, ProcessGroup& group, int stage, Averaging averaging, bool overlap,
+                  amp::Storage storage = amp::Storage::F32);
   ~GradientReducer();
 
   // Zeroes the gradients for a new step.
   void begin_step();
   // Where the unit's gradients accumulate during this micro-batch ([unit padded], the layer's
   // tensors at their offsets from the unit's start); the plugin adds into it.
-  float* unit_grads(size_t unit);
+  void* unit_grads(size_t unit);
   // Backward is done with the unit for this micro-batch; `last` = the step's last micro-batch.
   void unit_done(size_t unit, bool last);
   // Waits for every reduction and finishes the averaging. Afterwards owned_grads(u) holds this
   // rank's averaged gradients of each unit's chunk (at stage 0 the whole unit).
   void finish();
-  float* owned_grads(const Unit& unit);
+  void* owned_grads(const Unit& unit);
   double owned_sum_of_squares();    // Σg² over every unit's owned gradients, in order
   void scale_owned(double factor);  // clipping
 
@@ -54,19 +58,22 @@ class GradientReducer {
  private:
   struct InFlight {
     size_t unit;
-    std::vector<float> bucket;  // stages 2-3
+    std::vector<std::byte> bucket;  // stages 2-3
     std::unique_ptr<Work> work;
   };
-  void scale(float* data, size_t n, double factor);
+  std::byte* at(std::vector<std::byte>& buffer, size_t element) const { return buffer.data() + element * elem_; }
   void complete_oldest();
 
   const PartitionLayout& layout_;
   ProcessGroup& group_;
   int stage_;
+  amp::Storage storage_;
+  DataType type_;  // of the collectives
+  size_t elem_;    // bytes per element
   double pre_ = 1.0, post_ = 1.0;  // factors before and after the sum
   size_t max_in_flight_;           // stages 2-3: pooled buckets being reduced at once
-  std::vector<float> grads_;       // stages 0-1: [full size]; stages 2-3: the partition [P]
-  std::vector<float> bucket_;      // stages 2-3: the unit backward is filling, [unit padded]
+  std::vector<std::byte> grads_;   // stages 0-1: [full size]; stages 2-3: the partition [P]
+  std::vector<std::byte> bucket_;  // stages 2-3: the unit backward is filling, [unit padded]
   size_t bucket_unit_ = SIZE_MAX;
   std::deque<InFlight> in_flight_;
   BufferPool pool_;

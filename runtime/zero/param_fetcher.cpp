@@ -5,11 +5,18 @@
 
 #include <fmt/format.h>
 
+#include "zero/collective_type.h"
+
 namespace ds::zero {
 
-ParamFetcher::ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, const float* partition,
-                           FetchLimits limits, int64_t micro_batches)
-    : layout_(layout), group_(group), partition_(partition), limits_(limits) {
+ParamFetcher::ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, const void* partition,
+                           amp::Storage storage, FetchLimits limits, int64_t micro_batches)
+    : layout_(layout),
+      group_(group),
+      partition_(static_cast<const std::byte*>(partition)),
+      type_(collective_type(storage)),
+      elem_(amp::storage_bytes(storage)),
+      limits_(limits) {
   const size_t layers = layout.units().size();  // one unit per layer at stage 3
   for (int64_t m = 0; m < micro_batches; ++m) {
     for (size_t i = 0; i < layers; ++i) order_.push_back(i);
@@ -25,8 +32,8 @@ ParamFetcher::ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, c
     if (size == 0 || (size <= limits.persistence && persisted + size <= limits.model_persistence)) {
       state_[i] = State::Persistent;
       persisted += size;
-      buffer_[i].resize(layout.units()[i].padded());
-      persistent_bytes_ += buffer_[i].size() * sizeof(float);
+      buffer_[i].resize(layout.units()[i].padded() * elem_);
+      persistent_bytes_ += buffer_[i].size();
     }
   }
   end_step();
@@ -44,8 +51,8 @@ ParamFetcher::~ParamFetcher() {
 
 void ParamFetcher::gather(size_t layer, bool ahead) {
   const Unit& u = layout_.units()[layer];
-  buffer_[layer] = pool_.acquire(u.padded());
-  pending_[layer] = group_.allgather_async(partition_ + u.part_offset, buffer_[layer].data(), u.chunk, DataType::F32);
+  buffer_[layer] = pool_.acquire(u.padded() * elem_);
+  pending_[layer] = group_.allgather_async(partition_ + u.part_offset * elem_, buffer_[layer].data(), u.chunk, type_);
   state_[layer] = State::InFlight;
   held_elems_ += u.padded();
   ahead_[layer] = ahead;
@@ -64,7 +71,7 @@ void ParamFetcher::prefetch_after(size_t position) {
   }
 }
 
-const float* ParamFetcher::acquire(size_t layer) {
+const void* ParamFetcher::acquire(size_t layer) {
   if (position_ >= order_.size() || order_[position_] != layer)
     throw std::logic_error(fmt::format("ParamFetcher: layer {} acquired out of order", layer));
   if (state_[layer] == State::Released) gather(layer, false);
@@ -87,7 +94,7 @@ void ParamFetcher::release(size_t layer) {
   ++position_;
   if (state_[layer] == State::Persistent) return;
   if (position_ < order_.size() && order_[position_] == layer) return;  // used again right away
-  held_elems_ -= buffer_[layer].size();
+  held_elems_ -= layout_.units()[layer].padded();
   pool_.release(std::move(buffer_[layer]));
   buffer_[layer] = {};
   state_[layer] = State::Released;
@@ -99,7 +106,7 @@ void ParamFetcher::end_step() {
   for (size_t i = 0; i < state_.size(); ++i) {
     const Unit& u = layout_.units()[i];
     if (state_[i] == State::Persistent && u.chunk > 0)
-      gathers.push_back(group_.allgather_async(partition_ + u.part_offset, buffer_[i].data(), u.chunk, DataType::F32));
+      gathers.push_back(group_.allgather_async(partition_ + u.part_offset * elem_, buffer_[i].data(), u.chunk, type_));
   }
   for (auto& work : gathers) work->wait();
 }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "amp/storage.h"
 #include "comm/process_group.h"
 #include "zero/buffer_pool.h"
 #include "zero/layout.h"
@@ -35,16 +36,16 @@ struct FetchLimits {
 
 class ParamFetcher {
  public:
-  // `partition` (this rank's P elements, which the optimizer updates) must outlive the fetcher;
-  // gathers the persistent layers (a collective).
-  ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, const float* partition, FetchLimits limits,
-               int64_t micro_batches);
+  // `partition` (this rank's P elements of `storage`, which the optimizer step writes) must outlive
+  // the fetcher; gathers the persistent layers (a collective).
+  ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, const void* partition, amp::Storage storage,
+               FetchLimits limits, int64_t micro_batches);
   ~ParamFetcher();
 
   // The layer's gathered parameters ([unit padded], the layer's tensors at their offsets from the
   // unit's start); waits for its gather and starts prefetches. Layers must be acquired in the
   // order of use, each released before the next is acquired.
-  const float* acquire(size_t layer);
+  const void* acquire(size_t layer);
   void release(size_t layer);
   // After the optimizer step (every use of the step done): re-gathers the persistent layers.
   void end_step();
@@ -59,13 +60,15 @@ class ParamFetcher {
 
   const PartitionLayout& layout_;
   ProcessGroup& group_;
-  const float* partition_;
+  const std::byte* partition_;
+  DataType type_;  // of the gathers
+  size_t elem_;    // bytes per element
   FetchLimits limits_;
   std::vector<size_t> order_;  // layers in order of use within a step
   size_t position_ = 0;        // index into order_ of the next use
   std::vector<State> state_;   // per layer
   std::vector<bool> ahead_;    // per layer: gathered by a prefetch, not used yet
-  std::vector<std::vector<float>> buffer_;                 // per layer: its gathered unit, when held
+  std::vector<std::vector<std::byte>> buffer_;             // per layer: its gathered unit, when held
   std::vector<std::unique_ptr<Work>> pending_;             // per layer: its gather in flight
   size_t held_elems_ = 0, ahead_elems_ = 0;                // non-persistent layers
   size_t persistent_bytes_ = 0;
