@@ -16,9 +16,9 @@ Every side trains the same model on 2 ranks of this machine, started by dsrun (D
           no scheduler; zero_optimization: stage S, reduce_bucket_size and allgather_bucket_size --bucket (2e7
           elements, 76 MiB at fp32; DeepSpeed's default 5e8 would make the whole model one bucket, and stage 2
           would then save no gradient memory), at stages 2 and 3 also overlap_comm true, at stage 3 also
-          stage3_prefetch_bucket_size --bucket, stage3_param_persistence_threshold 1e5 (the biases and the last
-          layer stay gathered) and stage3_max_live_parameters 1e9 (no cap here). Integers in the JSON. Both sides
-          get the same file (DDP and FSDP ignore the zero_optimization block except its stage).
+          stage3_prefetch_bucket_size --bucket, stage3_param_persistence_threshold 1e5 (the last Linear layer,
+          40,970 elements, stays gathered) and stage3_max_live_parameters 1e9 (no cap here). Integers in the JSON.
+          Both sides get the same file (DDP and FSDP ignore the zero_optimization block except its stage).
   steps   --warmup-steps (5) + --steps (20) per run; only the last --steps are timed.
 
 Sides:
@@ -56,10 +56,10 @@ trains). Also recorded: the OPENBLAS_CORETYPE each rank process actually ran wit
 Theory: fp32 + Adam keeps 16 bytes per parameter (Ψ): parameters 4Ψ + gradients 4Ψ + Adam's two moments 8Ψ; per
 rank with N ranks: stage 0 16Ψ, stage 1 8Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N (dsworker's "at start"
 figures). Transient buffers come on top of that at the peak: at stages 2 and 3 up to two gradient buckets of at
-most reduce_bucket_size elements (the one backward fills and the one being reduce-scattered, overlap_comm), and at
-stage 3 the gathered parameters of the layers in use and prefetched (one layer here: 4096x4096 + 4096 elements,
-64 MiB) plus the persistent small layers; the summary prints the model states at start and at the peak next to the
-formula.
+most reduce_bucket_size elements (the one backward fills and the one being reduce-scattered, overlap_comm; here one
+4096x4096 layer each, 64 MiB), and at stage 3 the gathered parameters of the layer in use and the prefetched ones
+(here up to 2 x 64 MiB, plus what dsworker's buffer pool keeps); the summary prints the model states at start and at
+the peak next to the formula.
 
 A stage that dsworker refuses (exit 2, "... is not implemented yet") prints "not implemented" and is not tried
 again; a stage the peer cannot run (peer_train.py exits 3, "peer unavailable: ...") prints "not available" with the
