@@ -22,6 +22,12 @@ namespace {
 
 const char* kModel = R"({"in_features": 12, "hidden": 24, "classes": 5, "num_samples": 256})";
 
+// An engine with the config's optimizer and LR schedule.
+Engine make_engine(const EngineConfig& e, Plugin& plugin, ProcessGroup& group, const DsConfig& config) {
+  return Engine(e, plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
+                make_lr_schedule(config.scheduler, config.optimizer.lr));
+}
+
 // Parameters after `steps` optimizer steps on `world` ranks (rank 0's copy; all ranks are checked equal).
 std::vector<float> train(int world, int micro, int gas, double clip, const std::string& optimizer, int steps,
                          int stage = 0, const std::function<void(EngineConfig&)>& tweak = {}) {
@@ -43,8 +49,7 @@ std::vector<float> train(int world, int micro, int gas, double clip, const std::
     e.seed = 7;
     e.zero_stage = stage;
     if (tweak) tweak(e);
-    Engine engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
-                  make_lr_schedule(config.scheduler, config.optimizer.lr));
+    Engine engine = make_engine(e, *plugin, group, config);
     for (int s = 0; s < steps; ++s) engine.step();
     std::vector<float> params = engine.gather_parameters();  // a collective at stage 3: outside the lock
     std::lock_guard lock(mutex);
@@ -103,8 +108,7 @@ TEST_CASE("engine: training lowers the loss") {
     auto plugin = Plugin::load(std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so", kModel);
     EngineConfig e;
     e.micro_batch = 16;
-    Engine engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
-                  make_lr_schedule(config.scheduler, config.optimizer.lr));
+    Engine engine = make_engine(e, *plugin, group, config);
     const double first = engine.step().loss;
     double last = first;
     for (int s = 0; s < 100; ++s) last = engine.step().loss;
@@ -125,8 +129,7 @@ TEST_CASE("engine: a non-finite gradient stops training with the step number") {
                                R"({"num_samples": 64, "inject_nonfinite_grad_steps": [3]})");
     EngineConfig e;
     e.micro_batch = 8;
-    Engine engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
-                  make_lr_schedule(config.scheduler, config.optimizer.lr));
+    Engine engine = make_engine(e, *plugin, group, config);
     engine.step();
     engine.step();
     CHECK_THROWS_WITH(engine.step(), doctest::Contains("step 3: the gradient norm is inf"));
@@ -204,8 +207,7 @@ TEST_CASE("engine: model-state memory and communication per rank match the ZeRO 
         e.reduce_bucket_elems = 20000;  // one hidden layer (16512) per bucket
         e.stage3.prefetch_elems = 20000;
         e.stage3.persistence = 0;
-        Engine engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
-                      make_lr_schedule(config.scheduler, config.optimizer.lr));
+        Engine engine = make_engine(e, *plugin, group, config);
         engine.step();  // warm-up: the pools fill, and the constructor's collectives are not a step
         const CommsLogger& comms = group.comms();
         auto sent = [&] {
