@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -39,10 +40,6 @@ struct WorkerOptions {
 
 // Features of ds_config that parse but are not implemented yet are refused, never ignored.
 void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
-  if (c.fp16.enabled)
-    throw ConfigError(fmt::format("{}: fp16.enabled: mixed precision is not implemented yet in dsworker", origin));
-  if (c.bf16.enabled)
-    throw ConfigError(fmt::format("{}: bf16.enabled: mixed precision is not implemented yet in dsworker", origin));
   const ZeroConfig& z = c.zero_optimization;
   auto refuse = [&](const char* key, const std::string& value, const char* what) {
     throw ConfigError(fmt::format("{}: zero_optimization.{}: {}: {} is not implemented yet", origin, key, value, what));
@@ -56,6 +53,22 @@ void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
   if (z.zero_quantized_weights || z.zero_quantized_nontrainable_weights || z.zero_quantized_gradients)
     refuse("zero_quantized_*", "true", "ZeRO++ quantized communication");
   if (z.mics_shard_size > 0) refuse("mics_shard_size", std::to_string(z.mics_shard_size), "MiCS sharding");
+}
+
+amp::Storage storage_of(Dtype d) {
+  return d == Dtype::fp16 ? amp::Storage::F16 : d == Dtype::bf16 ? amp::Storage::BF16 : amp::Storage::F32;
+}
+
+// DeepSpeed's ZeRO scaler with the documented defaults, whichever fp16 keys are written.
+amp::LossScalerConfig loss_scaler_config(const Fp16Config& f) {
+  amp::LossScalerConfig s;
+  s.dynamic = f.loss_scale == 0.0;
+  s.initial_scale = s.dynamic ? std::ldexp(1.0, static_cast<int>(f.initial_scale_power)) : f.loss_scale;
+  s.window = f.loss_scale_window;
+  s.min_scale = f.min_loss_scale;
+  s.hysteresis = f.hysteresis;
+  s.consecutive_hysteresis = f.consecutive_hysteresis;
+  return s;
 }
 
 EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
@@ -73,6 +86,10 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   e.stage3.model_persistence = c.zero_optimization.model_persistence_threshold;
   e.prescale_gradients = c.prescale_gradients;
   e.predivide_factor = c.gradient_predivide_factor;
+  e.precision = storage_of(c.model_dtype());
+  e.grad_storage = storage_of(c.grad_accum_dtype);
+  if (c.fp16.enabled) e.loss_scaling = loss_scaler_config(c.fp16);
+  e.cast_inputs = c.fp16.enabled && c.fp16.auto_cast;
   e.seed = seed;
   return e;
 }
@@ -166,10 +183,12 @@ int train(const WorkerOptions& o) {
   if (lead) {
     MemoryReport m = engine.memory();
     std::fprintf(stderr,
-                 "dsworker: model %s: %zu parameters in %d layers; world size %d, ZeRO stage %d, global batch %lld "
+                 "dsworker: model %s: %zu parameters in %d layers; world size %d, ZeRO stage %d, %s (gradients %s), "
+                 "global batch %lld "
                  "(micro %lld x accumulation %lld x ranks %d); %lld steps (%lld per epoch)\n",
                  plugin->name().c_str(), engine.num_parameters(), plugin->num_layers(), env.world_size,
-                 static_cast<int>(config.zero_optimization.stage), static_cast<long long>(engine.global_batch()),
+                 static_cast<int>(config.zero_optimization.stage), std::string(dtype_name(config.model_dtype())).c_str(),
+                 std::string(dtype_name(config.grad_accum_dtype)).c_str(), static_cast<long long>(engine.global_batch()),
                  static_cast<long long>(config.train_micro_batch_size_per_gpu),
                  static_cast<long long>(config.gradient_accumulation_steps), env.world_size,
                  static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()));
@@ -193,18 +212,25 @@ int train(const WorkerOptions& o) {
     last_loss = stats.loss;
     if (!lead) continue;
     metrics->write(stats, stats.step * engine.global_batch());
+    if (stats.skipped)
+      std::printf("step %lld: overflow, skipping; loss scale %s -> %s\n", static_cast<long long>(stats.step),
+                  fmt::format("{}", stats.loss_scale).c_str(), fmt::format("{}", engine.loss_scale()).c_str());
     const int64_t every = config.steps_per_print.value_or(10);
     if (every > 0 && (stats.step % every == 0 || stats.step == steps))
-      std::printf("step %lld/%lld | epoch %lld | loss %.4f | lr %.3e | grad_norm %.4f | %s samples/s\n",
+      std::printf("step %lld/%lld | epoch %lld | loss %.4f | lr %.3e | grad_norm %.4f | %s%s samples/s\n",
                   static_cast<long long>(stats.step), static_cast<long long>(steps),
                   static_cast<long long>(stats.epoch), stats.loss, stats.lr, stats.grad_norm,
+                  config.fp16.enabled ? fmt::format("loss_scale {} | ", stats.loss_scale).c_str() : "",
                   format_rate(stats.samples / stats.seconds).c_str());
     std::fflush(stdout);
   }
   if (lead) {
-    std::printf("done: %lld steps in %.2f s | loss %.4f -> %.4f | %s samples/s\n", static_cast<long long>(steps),
+    std::printf("done: %lld steps in %.2f s | loss %.4f -> %.4f | %s samples/s%s\n", static_cast<long long>(steps),
                 total_seconds, first_loss, last_loss,
-                format_rate(total_seconds > 0 ? steps * engine.global_batch() / total_seconds : 0).c_str());
+                format_rate(total_seconds > 0 ? steps * engine.global_batch() / total_seconds : 0).c_str(),
+                engine.skipped_steps() > 0
+                    ? fmt::format(" | {} skipped on overflow, loss scale {}", engine.skipped_steps(), engine.loss_scale()).c_str()
+                    : "");
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
     std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, steps).c_str());

@@ -37,7 +37,8 @@ void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
   if (jsonl_) {
     nlohmann::ordered_json j = {{"step", s.step},   {"epoch", s.epoch},         {"loss", s.loss},
                                 {"lr", s.lr},       {"grad_norm", s.grad_norm}, {"samples_per_sec", samples_per_sec},
-                                {"samples", global_samples}};
+                                {"samples", global_samples}, {"loss_scale", s.loss_scale},
+                                {"skipped", s.skipped}};
     *jsonl_ << j.dump() << "\n";
     jsonl_->flush();
   }
@@ -45,6 +46,7 @@ void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
     csv("train_loss") << global_samples << "," << fmt::format("{}", s.loss) << "\n";
     csv("lr") << global_samples << "," << fmt::format("{}", s.lr) << "\n";
     csv("grad_norm") << global_samples << "," << fmt::format("{}", s.grad_norm) << "\n";
+    csv("loss_scale") << global_samples << "," << fmt::format("{}", s.loss_scale) << "\n";
     for (auto& [name, f] : csv_files_) f.flush();
   }
 }

@@ -15,7 +15,7 @@ Half half_of(Storage s) { return s == Storage::F16 ? Half::F16 : Half::BF16; }
 
 size_t storage_bytes(Storage s) { return s == Storage::F32 ? 4 : 2; }
 
-void to_float(Storage s, const void* in, float* out, size_t n) {
+DS_AMP_BULK void to_float(Storage s, const void* in, float* out, size_t n) {
   if (s == Storage::F32) {
     const auto* x = static_cast<const float*>(in);
     for (size_t i = 0; i < n; ++i) out[i] = x[i];
@@ -24,7 +24,7 @@ void to_float(Storage s, const void* in, float* out, size_t n) {
   to_float(half_of(s), static_cast<const uint16_t*>(in), out, n);
 }
 
-void from_float(Storage s, const float* in, void* out, size_t n) {
+DS_AMP_BULK void from_float(Storage s, const float* in, void* out, size_t n) {
   if (s == Storage::F32) {
     auto* y = static_cast<float*>(out);
     for (size_t i = 0; i < n; ++i) y[i] = in[i];
@@ -33,7 +33,7 @@ void from_float(Storage s, const float* in, void* out, size_t n) {
   from_float(half_of(s), in, static_cast<uint16_t*>(out), n);
 }
 
-void add_float(Storage s, const float* in, void* out, size_t n) {
+DS_AMP_BULK void add_float(Storage s, const float* in, void* out, size_t n) {
   if (s == Storage::F32) {
     auto* y = static_cast<float*>(out);
     for (size_t i = 0; i < n; ++i) y[i] += in[i];
@@ -42,7 +42,7 @@ void add_float(Storage s, const float* in, void* out, size_t n) {
   accumulate(half_of(s), in, static_cast<uint16_t*>(out), n);
 }
 
-void add(Storage s, const void* in, void* out, size_t n) {
+DS_AMP_BULK void add(Storage s, const void* in, void* out, size_t n) {
   if (s == Storage::F32) {
     add_float(s, static_cast<const float*>(in), out, n);
     return;
@@ -53,7 +53,7 @@ void add(Storage s, const void* in, void* out, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = half_from_float(h, half_to_float(h, y[i]) + half_to_float(h, x[i]));
 }
 
-void scale(Storage s, void* data, size_t n, double factor) {
+DS_AMP_BULK void scale(Storage s, void* data, size_t n, double factor) {
   if (factor == 1.0) return;
   if (s == Storage::F32) {
     auto* x = static_cast<float*>(data);
@@ -65,7 +65,7 @@ void scale(Storage s, void* data, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) x[i] = half_from_float(h, static_cast<float>(half_to_float(h, x[i]) * factor));
 }
 
-double sum_squares(Storage s, const void* data, size_t n, double start) {
+DS_AMP_BULK double sum_squares(Storage s, const void* data, size_t n, double start) {
   double sum = start;
   if (s == Storage::F32) {
     const auto* x = static_cast<const float*>(data);
@@ -81,7 +81,7 @@ double sum_squares(Storage s, const void* data, size_t n, double start) {
   return sum;
 }
 
-void round_to(Storage s, float* data, size_t n) {
+DS_AMP_BULK void round_to(Storage s, float* data, size_t n) {
   if (s == Storage::F32) return;
   const Half h = half_of(s);
   for (size_t i = 0; i < n; ++i) data[i] = half_to_float(h, half_from_float(h, data[i]));

@@ -23,6 +23,8 @@ Fp16Config parse_fp16(Section& top) {
   c.loss_scale = s.number("loss_scale", c.loss_scale);
   s.at_least("loss_scale", c.loss_scale, 0.0);
   c.initial_scale_power = at_least(s, "initial_scale_power", c.initial_scale_power, 0);
+  if (c.initial_scale_power > 64)  // 2^p must stay a finite fp32 loss gradient with room to grow
+    s.fail("initial_scale_power", fmt::format("{} is above 64", c.initial_scale_power));
   c.loss_scale_window = at_least(s, "loss_scale_window", c.loss_scale_window, 1);
   c.hysteresis = at_least(s, "hysteresis", c.hysteresis, 1);
   c.consecutive_hysteresis = s.flag("consecutive_hysteresis", c.consecutive_hysteresis);

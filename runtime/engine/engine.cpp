@@ -1,4 +1,4 @@
-// The training engine at ZeRO stages 0-3 (see engine.h for the step's shape).
+// The training engine at ZeRO stages 0-3, in fp32, fp16 or bf16 (see engine.h for the step's shape).
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "core/errors.h"
 #include "engine/rng.h"
+#include "zero/collective_type.h"
 
 namespace ds {
 namespace {
@@ -29,6 +30,10 @@ ds_shape batched(int64_t n, const ds_shape& sample) {
   s.dims[0] = n;
   for (int d = 0; d < sample.ndim; ++d) s.dims[d + 1] = sample.dims[d];
   return s;
+}
+
+std::string_view storage_name(amp::Storage s) {
+  return s == amp::Storage::F32 ? "fp32" : s == amp::Storage::F16 ? "fp16" : "bf16";
 }
 
 std::string shape_text(const ds_shape& s) {
@@ -56,6 +61,8 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                   config_.grad_accum));
   if (config_.zero_stage < 0 || config_.zero_stage > 3)
     throw ConfigError(fmt::format("zero_optimization.stage: {} is not one of 0, 1, 2, 3", config_.zero_stage));
+  elem_ = amp::storage_bytes(config_.precision);
+  if (config_.loss_scaling) scaler_.emplace(*config_.loss_scaling);
   build_layers();
   build_partition();
   init_parameters();
@@ -64,7 +71,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     reducer = [this](std::vector<double>& sums) { group_.allreduce(sums.data(), sums.size(), DataType::F64, ReduceOp::Sum); };
   optimizer_ = make_optimizer(layout_->partition_size(), reducer);
   if (config_.zero_stage == 3)
-    fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), amp::Storage::F32, config_.stage3,
+    fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), config_.precision, config_.stage3,
                                                     config_.grad_accum);
 }
 
@@ -78,7 +85,10 @@ void Engine::build_layers() {
     Layer layer;
     layer.name = info.name;
     layer.first_slot = slots_.size();
-    for (const auto& p : info.params) slots_.push_back(ParamSlot{info.name + "." + p.name, p.shape, 0, elements(p.shape)});
+    for (const auto& p : info.params) {
+      slots_.push_back(ParamSlot{info.name + "." + p.name, p.shape, 0, elements(p.shape)});
+      layer.size += slots_.back().size;
+    }
     layer.num_slots = slots_.size() - layer.first_slot;
     layer.input_shape = shape;
     layer.output_shape = plugin_.output_shape(i, shape);
@@ -104,11 +114,7 @@ void Engine::build_layers() {
 void Engine::build_partition() {
   const int stage = config_.zero_stage;
   std::vector<size_t> layer_sizes;
-  for (const Layer& layer : layers_) {
-    size_t n = 0;
-    for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s) n += slots_[s].size;
-    layer_sizes.push_back(n);
-  }
+  for (const Layer& layer : layers_) layer_sizes.push_back(layer.size);
   const auto unit_elems = static_cast<size_t>(
       stage == 0 ? config_.reduce_bucket_elems : std::min(config_.reduce_bucket_elems, config_.allgather_bucket_elems));
   const bool partitioned = stage > 0;
@@ -122,13 +128,25 @@ void Engine::build_partition() {
     }
     num_params_ += layer_sizes[i];
   }
-  params_.assign(stage == 3 ? layout_->partition_size() : layout_->full_size(), 0.0f);
-  grads_ = std::make_unique<zero::GradientReducer>(
-      *layout_, group_, stage, zero::Averaging{config_.prescale_gradients, config_.predivide_factor}, config_.overlap_comm);
+  const size_t partition = layout_->partition_size();
+  params_.assign((stage == 3 ? partition : layout_->full_size()) * elem_, std::byte{0});
+  grads_ = std::make_unique<zero::GradientReducer>(*layout_, group_, stage,
+                                                   zero::Averaging{config_.prescale_gradients, config_.predivide_factor},
+                                                   config_.overlap_comm, config_.grad_storage);
+  size_t max_unit = 0;
+  for (const zero::Unit& u : layout_->units()) max_unit = std::max(max_unit, u.padded());
+  if (config_.precision != amp::Storage::F32) {
+    master_.assign(partition, 0.0f);
+    param_scratch_.assign(max_unit, 0.0f);
+  }
+  if (config_.grad_storage != amp::Storage::F32) {
+    grads32_.assign(partition, 0.0f);
+    grad_scratch_.assign(max_unit, 0.0f);
+  }
   for (const zero::Unit& u : layout_->units()) {
     if (u.chunk == 0) continue;
-    float* p = owned_params(u);
-    const float* g = static_cast<const float*>(grads_->owned_grads(u));
+    float* p = master(u);
+    const float* g = optimizer_grads(u);
     if (!segments_.empty() && segments_.back().params + segments_.back().size == p &&
         segments_.back().grads + segments_.back().size == g)
       segments_.back().size += u.chunk;  // contiguous with the previous unit's chunk
@@ -138,14 +156,33 @@ void Engine::build_partition() {
   for (const ParamSlot& slot : slots_) tensor_ranges_.push_back(layout_->owned_part(slot.offset, slot.size));
 }
 
-float* Engine::owned_params(const zero::Unit& unit) {
-  return config_.zero_stage == 3 ? params_.data() + unit.part_offset : params_.data() + layout_->owned_begin(unit);
+std::byte* Engine::owned_params(const zero::Unit& unit) {
+  return params_.data() + (config_.zero_stage == 3 ? unit.part_offset : layout_->owned_begin(unit)) * elem_;
+}
+
+float* Engine::master(const zero::Unit& unit) {
+  if (config_.precision == amp::Storage::F32) return reinterpret_cast<float*>(owned_params(unit));
+  return master_.data() + unit.part_offset;
+}
+
+const float* Engine::optimizer_grads(const zero::Unit& unit) {
+  if (config_.grad_storage == amp::Storage::F32) return static_cast<const float*>(grads_->owned_grads(unit));
+  return grads32_.data() + unit.part_offset;
+}
+
+size_t Engine::layer_offset(size_t layer) const {
+  return layout_->layer_begin(layer) - layout_->unit_of_layer(layer).begin;
 }
 
 // Each parameter has its own random stream, seeded by (seed, parameter index): the initial weights
-// depend on the seed only, never on the world size, the stage or the order of allocation. At stage
-// 3 each rank keeps the part it owns of each tensor it generates.
+// depend on the seed only, never on the world size, the stage, the precision or the order of
+// allocation. At stage 3 each rank keeps the part it owns of each tensor it generates. Under mixed
+// precision the fp32 values become the master copy and are rounded into the 16-bit parameters.
 void Engine::init_parameters() {
+  const bool fp32 = config_.precision == amp::Storage::F32;
+  const size_t n = params_.size() / elem_;
+  std::vector<float> rounded_later(fp32 ? 0 : n);
+  float* initial = fp32 ? reinterpret_cast<float*>(params_.data()) : rounded_later.data();  // [n], fp32
   size_t index = 0;
   std::vector<float> values;
   for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
@@ -165,17 +202,23 @@ void Engine::init_parameters() {
         }
       }
       if (config_.zero_stage < 3) {
-        std::copy(values.begin(), values.end(), params_.begin() + static_cast<std::ptrdiff_t>(slot.offset));
+        std::copy(values.begin(), values.end(), initial + slot.offset);
         continue;
       }
       const TensorRange mine = layout_->owned_part(slot.offset, slot.size);
       const zero::Unit& u = layout_->unit_of_layer(static_cast<size_t>(i));
       const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
-      if (mine.size > 0) std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, params_.begin() + static_cast<std::ptrdiff_t>(mine.offset));
+      if (mine.size > 0) std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, initial + mine.offset);
     }
   }
   // Every replica starts identical even if ranks' maths libraries differ (stage 3 keeps one copy).
-  if (config_.zero_stage < 3) group_.broadcast(params_.data(), params_.size(), DataType::F32, 0);
+  if (config_.zero_stage < 3) group_.broadcast(initial, n, DataType::F32, 0);
+  if (fp32) return;
+  amp::from_float(config_.precision, initial, params_.data(), n);
+  for (const zero::Unit& u : layout_->units()) {
+    const size_t at = config_.zero_stage == 3 ? u.part_offset : layout_->owned_begin(u);
+    std::copy_n(initial + at, u.chunk, master_.data() + u.part_offset);
+  }
 }
 
 void Engine::views(const float* unit_base, size_t layer, std::vector<ds_tensor>& out) const {
@@ -186,12 +229,31 @@ void Engine::views(const float* unit_base, size_t layer, std::vector<ds_tensor>&
 }
 
 const float* Engine::acquire_params(size_t layer) {
-  if (fetcher_) return static_cast<const float*>(fetcher_->acquire(layer));
-  return params_.data() + layout_->unit_of_layer(layer).begin;
+  const zero::Unit& unit = layout_->unit_of_layer(layer);
+  const auto* base = fetcher_ ? static_cast<const std::byte*>(fetcher_->acquire(layer)) : params_.data() + unit.begin * elem_;
+  if (config_.precision == amp::Storage::F32) return reinterpret_cast<const float*>(base);
+  const size_t offset = layer_offset(layer);
+  amp::to_float(config_.precision, base + offset * elem_, param_scratch_.data() + offset, layers_[layer].size);
+  return param_scratch_.data();
 }
 
 void Engine::release_params(size_t layer) {
   if (fetcher_) fetcher_->release(layer);
+}
+
+float* Engine::layer_grads(size_t layer) {
+  void* unit_grads = grads_->unit_grads(layout_->unit_index(layer));
+  if (config_.grad_storage == amp::Storage::F32) return static_cast<float*>(unit_grads);
+  std::fill_n(grad_scratch_.data() + layer_offset(layer), layers_[layer].size, 0.0f);
+  return grad_scratch_.data();
+}
+
+void Engine::store_grads(size_t layer) {
+  if (config_.grad_storage == amp::Storage::F32) return;
+  const size_t offset = layer_offset(layer);
+  auto* unit_grads = static_cast<std::byte*>(grads_->unit_grads(layout_->unit_index(layer)));
+  amp::add_float(config_.grad_storage, grad_scratch_.data() + offset,
+                 unit_grads + offset * amp::storage_bytes(config_.grad_storage), layers_[layer].size);
 }
 
 void Engine::forward(const ds_batch& batch) {
@@ -203,22 +265,24 @@ void Engine::forward(const ds_batch& batch) {
     ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
     plugin_.forward(static_cast<int32_t>(i), param_views_.data(), *input, output, layer.workspace.data(), batch);
     release_params(i);
+    if (i + 1 < layers_.size()) amp::round_to(config_.precision, layer.output.data(), layer.output.size());  // the loss stays fp32
     previous = output;
     input = &previous;
   }
 }
 
-// Backward through every layer, last to first. A unit's gradients are final for this micro-batch
-// once the backward of its first layer returns; the reducer then starts their reduction.
-void Engine::backward(const ds_batch& batch, bool last_micro_batch) {
-  float loss_grad = 1.0f / static_cast<float>(config_.grad_accum);
+// Backward through every layer, last to first, from d(loss)/d(loss) = loss scale / GAS. A unit's
+// gradients are final for this micro-batch once the backward of its first layer returns; the
+// reducer then starts their reduction.
+void Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale) {
+  float loss_grad = static_cast<float>(scale / static_cast<double>(config_.grad_accum));
   ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape};
   std::vector<float>* next = &grad_a_;
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = layers_[i];
     const size_t unit = layout_->unit_index(i);
     views(acquire_params(i), i, param_views_);
-    views(static_cast<float*>(grads_->unit_grads(unit)), i, grad_views_);
+    views(layer_grads(i), i, grad_views_);
     ds_tensor input = i == 0 ? *batch.input
                              : ds_tensor{layers_[i - 1].output.data(), DS_F32, layers_[i - 1].output_shape};
     ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
@@ -226,6 +290,8 @@ void Engine::backward(const ds_batch& batch, bool last_micro_batch) {
     plugin_.backward(static_cast<int32_t>(i), param_views_.data(), input, output, grad_output,
                      i == 0 ? nullptr : &grad_input, grad_views_.data(), layer.workspace.data(), batch);
     release_params(i);
+    store_grads(i);
+    if (i > 0) amp::round_to(config_.precision, next->data(), elements(layer.input_shape));
     if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
@@ -237,6 +303,7 @@ StepStats Engine::step() {
   const int64_t epoch = steps_ / steps_per_epoch_;
   const int64_t within = steps_ % steps_per_epoch_;
   const int64_t mb = config_.micro_batch;
+  const double scale = loss_scale();
   grads_->begin_step();
 
   ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape)};
@@ -245,47 +312,75 @@ StepStats Engine::step() {
   for (int64_t m = 0; m < config_.grad_accum; ++m) {
     std::vector<int64_t> indices = sampler_.indices(epoch, (within * config_.grad_accum + m) * mb, mb);
     plugin_.get_batch(indices.data(), mb, input, target);
+    if (config_.cast_inputs && data_.input_dtype == DS_F32)
+      amp::round_to(config_.precision, input_data_.data(), input_data_.size());
     ds_batch batch{&input, &target, steps_ + 1, static_cast<int32_t>(m)};
     forward(batch);
     loss_sum += layers_.back().output[0];
-    backward(batch, m == config_.grad_accum - 1);
+    backward(batch, m == config_.grad_accum - 1, scale);
   }
   grads_->finish();
-  const double norm = gradient_norm();
-  if (!std::isfinite(norm))
-    throw std::runtime_error(fmt::format("step {}: the gradient norm is {} (fp32 training has no loss scaling to "
-                                         "skip such a step); stopping", steps_ + 1, norm));
-  if (config_.gradient_clipping > 0.0) {
-    const double coef = std::min(1.0, config_.gradient_clipping / (norm + 1e-6));
-    if (coef < 1.0) grads_->scale_owned(coef);  // the gradients this rank updates with
-  }
+  const double norm = gradient_norm() / scale;
   ++steps_;
-  const double lr = schedule_->lr(steps_);
-  update(lr);
-
-  double loss = loss_sum / static_cast<double>(config_.grad_accum);
-  if (group_.size() > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
   StepStats stats;
   stats.step = steps_;
   stats.epoch = epoch;
-  stats.loss = loss;
-  stats.lr = lr;
   stats.grad_norm = norm;
+  stats.loss_scale = scale;
+  stats.lr = schedule_->lr(updates_ + 1);
+  const bool overflow = !std::isfinite(norm);
+  if (overflow && !scaler_)
+    throw std::runtime_error(fmt::format("step {}: the gradient norm is {}; {} training has no loss scaling to skip "
+                                         "such a step (fp16 has); stopping",
+                                         steps_, norm, storage_name(config_.precision)));
+  if (scaler_) {
+    try {
+      stats.skipped = scaler_->update(overflow).skipped;
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(fmt::format("step {}: {}", steps_, e.what()));
+    }
+  }
+  if (!stats.skipped) update(norm, scale, stats.lr);
+  else if (fetcher_) fetcher_->end_step();
+
+  double loss = loss_sum / static_cast<double>(config_.grad_accum);
+  if (group_.size() > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
+  stats.loss = loss;
   stats.samples = global_batch();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
 
-// The global L2 norm of the averaged gradient: this rank's sum of squares over what it owns, summed
-// across ranks when partitioned.
+// The global L2 norm of the averaged (still loss-scaled) gradient: this rank's sum of squares over
+// what it owns, summed across ranks when partitioned. Non-finite when any rank holds a non-finite
+// gradient, so every rank takes the same decision on overflow without another collective.
 double Engine::gradient_norm() {
   double sum_sq = grads_->owned_sum_of_squares();
   if (config_.zero_stage >= 1 && group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
   return std::sqrt(sum_sq);
 }
 
-void Engine::update(double lr) {
-  optimizer_->step(segments_, tensor_ranges_, lr, steps_);
+// Unscales and clips the gradients this rank updates with (one factor: clip coefficient / loss
+// scale, applied while converting 16-bit gradients to fp32), updates the fp32 parameters, rounds
+// them back into the 16-bit copy, and rebuilds the full parameters (stages 1-2) or the persistent
+// layers (stage 3).
+void Engine::update(double norm, double scale, double lr) {
+  const double coef = config_.gradient_clipping > 0.0 ? std::min(1.0, config_.gradient_clipping / (norm + 1e-6)) : 1.0;
+  const double factor = coef / scale;
+  if (config_.grad_storage == amp::Storage::F32) {
+    if (factor != 1.0) grads_->scale_owned(factor);
+  } else {
+    for (const zero::Unit& u : layout_->units()) {
+      float* g = grads32_.data() + u.part_offset;
+      amp::to_float(config_.grad_storage, grads_->owned_grads(u), g, u.chunk);
+      if (factor != 1.0)
+        for (size_t k = 0; k < u.chunk; ++k) g[k] = static_cast<float>(g[k] * factor);
+    }
+  }
+  ++updates_;
+  optimizer_->step(segments_, tensor_ranges_, lr, updates_);
+  if (config_.precision != amp::Storage::F32)
+    for (const zero::Unit& u : layout_->units()) amp::from_float(config_.precision, master(u), owned_params(u), u.chunk);
   if (config_.zero_stage == 3) {
     fetcher_->end_step();
     return;
@@ -294,24 +389,26 @@ void Engine::update(double lr) {
   std::vector<std::unique_ptr<Work>> gathers;  // stages 1-2: every unit rebuilt from its chunks, in place
   for (const zero::Unit& u : layout_->units())
     if (u.chunk > 0)
-      gathers.push_back(group_.allgather_async(params_.data() + layout_->owned_begin(u), params_.data() + u.begin,
-                                               u.chunk, DataType::F32));
+      gathers.push_back(group_.allgather_async(owned_params(u), params_.data() + u.begin * elem_, u.chunk,
+                                               zero::collective_type(config_.precision)));
   for (auto& work : gathers) work->wait();
 }
 
+// Unit by unit: the fp32 parameters where a rank holds them all (one rank, or stage 0), else
+// every rank's fp32 chunk gathered.
 std::vector<float> Engine::gather_parameters() {
   std::vector<float> out;
   out.reserve(num_params_);
   std::vector<float> unit_data;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const zero::Unit& u = layout_->unit_of_layer(i);
-    const float* base = params_.data() + u.begin;
-    if (config_.zero_stage == 3) {  // a unit is one layer: gather it
+  const bool partitioned = layout_->world() > 1;
+  for (const zero::Unit& u : layout_->units()) {
+    const float* base = master(u);
+    if (partitioned) {
       unit_data.resize(u.padded());
-      if (u.chunk > 0) group_.allgather(params_.data() + u.part_offset, unit_data.data(), u.chunk, DataType::F32);
+      if (u.chunk > 0) group_.allgather(base, unit_data.data(), u.chunk, DataType::F32);
       base = unit_data.data();
     }
-    for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s)
+    for (size_t s = layers_[u.first_layer].first_slot; s < layers_[u.end_layer - 1].first_slot + layers_[u.end_layer - 1].num_slots; ++s)
       out.insert(out.end(), base + (slots_[s].offset - u.begin), base + (slots_[s].offset - u.begin) + slots_[s].size);
   }
   return out;
@@ -319,11 +416,13 @@ std::vector<float> Engine::gather_parameters() {
 
 MemoryReport Engine::memory() const {
   MemoryReport r;
-  r.params = params_.size() * sizeof(float);
+  r.params = params_.size();
   if (fetcher_) r.params += fetcher_->pooled_bytes() + fetcher_->persistent_bytes();
   r.grads = grads_->bytes();
   for (auto& [name, buffer] : optimizer_->state()) r.optimizer_state += buffer->size() * sizeof(float);
+  r.optimizer_state += master_.size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
+  r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_.size()) * sizeof(float);
   for (const auto& layer : layers_) {
     r.activations += layer.output.size() * sizeof(float);
     r.workspace += layer.workspace.size() * sizeof(float);

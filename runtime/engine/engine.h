@@ -15,14 +15,28 @@
 //            all-gathered just before its forward or backward and released after
 //            (runtime/zero/param_fetcher.h).
 // Per rank and step (one micro-batch), stages 0–2 move 2Ψ(W−1)/W elements, stage 3 3Ψ(W−1)/W.
+//
+// Mixed precision (fp16 or bf16 `precision`): the parameters the layers use are stored in 16 bits
+// (full buffer at stages 0-2, the partition at stage 3) beside an fp32 master copy of this rank's
+// partition [P], which the optimizer updates and which is rounded back into the 16-bit parameters
+// after each update. Gradients are accumulated and reduced in `grad_storage` (grad_accum_dtype) and
+// converted to fp32 for the optimizer. The plugin ABI is fp32: a layer's parameters are converted
+// to an fp32 scratch copy before it runs, its gradients land in an fp32 scratch and are added into
+// the 16-bit gradients after, and its outputs and input gradients are rounded to `precision` (the
+// values a 16-bit activation can hold; the buffers stay fp32 on CPU). fp16 multiplies the loss by
+// the loss scale before backward; a non-finite gradient norm (summed across ranks, so every rank
+// agrees) skips the step: no optimizer or LR update, the step still counts.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "amp/loss_scaler.h"
+#include "amp/storage.h"
 #include "comm/process_group.h"
 #include "engine/sampler.h"
 #include "optim/lr_schedule.h"
@@ -45,6 +59,10 @@ struct EngineConfig {
   zero::FetchLimits stage3;                    // stage 3's prefetch, live cap and persistence
   bool prescale_gradients = false;          // divide by world size before summing (else after)
   double predivide_factor = 1.0;            // DeepSpeed's gradient_predivide_factor
+  amp::Storage precision = amp::Storage::F32;     // parameters and activations (fp16.enabled / bf16.enabled)
+  amp::Storage grad_storage = amp::Storage::F32;  // gradient accumulation and reduction (grad_accum_dtype)
+  std::optional<amp::LossScalerConfig> loss_scaling;  // fp16; none: scale 1, a non-finite gradient stops
+  bool cast_inputs = false;                 // round floating inputs to `precision` (fp16.auto_cast)
   uint64_t seed = 42;                       // parameter init and data order
 };
 
@@ -61,13 +79,17 @@ struct StepStats {
   int64_t epoch = 0;
   double loss = 0.0;         // mean over micro-batches and ranks
   double lr = 0.0;           // learning rate applied at this step
-  double grad_norm = 0.0;    // global L2 norm of the averaged gradient, before clipping
+  double grad_norm = 0.0;    // global L2 norm of the averaged (unscaled) gradient, before clipping
+  double loss_scale = 1.0;   // the loss scale this step's backward used (1 without fp16)
+  bool skipped = false;      // fp16 overflow: the step applied no update
   double seconds = 0.0;      // wall time of the step on this rank
   int64_t samples = 0;       // samples in the global batch
 };
 
 // Bytes held by this rank, by kind. Parameters and gradients include the pooled full-size copies
-// of stages 2-3 (gathered layers, gradient buckets) at their peak so far.
+// of stages 2-3 (gathered layers, gradient buckets) at their peak so far. Under mixed precision the
+// fp32 master copy counts as optimizer state (as in the ZeRO paper's K = 12), and the fp32 copies
+// of gradients and of one unit's parameters made for the optimizer and the plugin as workspace.
 struct MemoryReport {
   size_t params = 0, grads = 0, optimizer_state = 0, activations = 0, workspace = 0;
   size_t model_states() const { return params + grads + optimizer_state; }
@@ -81,16 +103,20 @@ class Engine {
  public:
   Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, const OptimizerFactory& make_optimizer,
          std::unique_ptr<LrSchedule> schedule);
-  // Runs one optimizer step; throws on a plugin or communication error, or a non-finite gradient.
+  // Runs one optimizer step; throws on a plugin or communication error, or a non-finite gradient
+  // without loss scaling, or an overflow at the minimum loss scale.
   StepStats step();
 
   int64_t steps_taken() const { return steps_; }
+  int64_t skipped_steps() const { return steps_ - updates_; }
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }  // for the next step
   // Optimizer steps in one pass over the data: floor(per-rank samples / (micro_batch · GAS)).
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * group_.size(); }
   size_t num_parameters() const { return num_params_; }
-  // Every parameter, tensor after tensor in slot order (Ψ elements, no padding). A collective at
-  // stage 3 (every rank must call it).
+  // Every parameter in fp32 (the master copy under mixed precision), tensor after tensor in slot
+  // order (Ψ elements, no padding). A collective at stages 1-3 with several ranks (every rank must
+  // call it).
   std::vector<float> gather_parameters();
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const zero::PartitionLayout& layout() const { return *layout_; }
@@ -100,6 +126,7 @@ class Engine {
   struct Layer {
     std::string name;
     size_t first_slot = 0, num_slots = 0;  // into slots_
+    size_t size = 0;                       // parameter elements
     ds_shape input_shape{}, output_shape{};
     std::vector<float> output;             // activation [micro_batch, ...]
     std::vector<float> workspace;
@@ -108,12 +135,21 @@ class Engine {
   void build_partition();
   void init_parameters();
   void forward(const ds_batch& batch);
-  void backward(const ds_batch& batch, bool last_micro_batch);
+  void backward(const ds_batch& batch, bool last_micro_batch, double scale);
   double gradient_norm();
-  void update(double lr);
+  void update(double norm, double scale, double lr);
+  // The layer's parameters in fp32 as its unit's base (the layer's tensors at their offsets from the
+  // unit's start), gathered at stage 3; release after use.
   const float* acquire_params(size_t layer);
   void release_params(size_t layer);
-  float* owned_params(const zero::Unit& unit);
+  // Where the plugin adds the layer's gradients (as the unit's base); store_grads then adds them
+  // into the gradient buffers when they are 16-bit.
+  float* layer_grads(size_t layer);
+  void store_grads(size_t layer);
+  size_t layer_offset(size_t layer) const;        // from its unit's start
+  std::byte* owned_params(const zero::Unit& unit);  // this rank's chunk of the unit, in `precision`
+  float* master(const zero::Unit& unit);           // the fp32 parameters the optimizer updates
+  const float* optimizer_grads(const zero::Unit& unit);
   // ds_tensor views of a layer's tensors inside `unit_base` (its unit's data), into `out`.
   void views(const float* unit_base, size_t layer, std::vector<ds_tensor>& out) const;
 
@@ -129,7 +165,12 @@ class Engine {
   std::vector<Layer> layers_;
   size_t num_params_ = 0;                          // Ψ
   std::unique_ptr<zero::PartitionLayout> layout_;  // stage 0: one rank's view, nothing padded
-  std::vector<float> params_;                      // stages 0-2: [full size]; stage 3: the partition [P]
+  size_t elem_ = 4;                                // bytes per parameter element (of `precision`)
+  std::vector<std::byte> params_;                  // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]
+  std::vector<float> master_;                      // 16-bit precision: the fp32 master partition [P]
+  std::vector<float> grads32_;                     // 16-bit gradients: the fp32 gradient partition [P]
+  std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one unit's fp32 parameters/gradients [max unit padded]
+  std::optional<amp::LossScaler> scaler_;
   std::unique_ptr<zero::GradientReducer> grads_;
   std::unique_ptr<zero::ParamFetcher> fetcher_;    // stage 3
   std::vector<Segment> segments_;                  // what the optimizer updates (P elements)
@@ -138,7 +179,8 @@ class Engine {
   std::vector<float> input_data_;                  // micro-batch input (F32 or I32 bit patterns)
   std::vector<int32_t> target_data_;               // micro-batch target (I32) or F32 bit patterns
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
-  int64_t steps_ = 0;
+  int64_t steps_ = 0;    // optimizer steps taken, skipped ones included
+  int64_t updates_ = 0;  // optimizer steps applied (the optimizer's and the LR schedule's count)
   int64_t steps_per_epoch_ = 0;
 };
 

@@ -1,0 +1,117 @@
+// Shared by the engine tests: training the `mlp` plugin on N thread ranks (real Gloo over loopback)
+// with a given optimizer, batch, stage and precision, checking that every rank holds the same
+// parameters after every step.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/process_group.h"
+#include "comm/thread_ranks.h"
+#include "config/ds_config.h"
+#include "engine/engine.h"
+
+namespace ds::test {
+
+inline const char* kModel = R"({"in_features": 12, "hidden": 24, "classes": 5, "num_samples": 256})";
+inline const std::string kAdam = R"({"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}})";
+inline const std::string kSgd = R"({"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}})";
+inline const std::string kLamb = R"({"type": "Lamb", "params": {"lr": 0.01, "weight_decay": 0.01}})";
+
+inline std::string plugin_path() { return std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so"; }
+
+// An engine with the config's optimizer and LR schedule.
+inline Engine make_engine(const EngineConfig& e, Plugin& plugin, ProcessGroup& group, const DsConfig& config) {
+  return Engine(e, plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
+                make_lr_schedule(config.scheduler, config.optimizer.lr));
+}
+
+struct Run {
+  std::vector<float> initial;    // rank 0's fp32 parameters before the first step
+  std::vector<float> params;     // rank 0's fp32 parameters at the end
+  std::vector<StepStats> steps;  // rank 0's, one per step
+};
+
+struct RunSpec {
+  int world = 1, micro = 4, gas = 1, steps = 20, stage = 0;
+  double clip = 0.0;
+  std::string optimizer = kAdam;
+  std::string model = kModel;
+  bool every_step = false;  // compare the ranks' parameters after every step, not only at the end
+  std::function<void(EngineConfig&)> tweak;
+};
+
+inline Run run_training(const RunSpec& spec) {
+  nlohmann::json cfg = {{"train_micro_batch_size_per_gpu", spec.micro},
+                        {"gradient_accumulation_steps", spec.gas},
+                        {"gradient_clipping", spec.clip},
+                        {"optimizer", nlohmann::json::parse(spec.optimizer)},
+                        {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", 0.01}, {"warmup_num_steps", 5}}}}}};
+  DsConfig config = parse_config(cfg, "test", spec.world);
+  std::vector<std::vector<std::vector<float>>> params(spec.world);  // [rank][check]
+  Run run;
+  std::mutex mutex;
+  run_ranks(spec.world, [&](ProcessGroup& group) {
+    auto plugin = Plugin::load(plugin_path(), spec.model);
+    EngineConfig e;
+    e.micro_batch = config.train_micro_batch_size_per_gpu;
+    e.grad_accum = config.gradient_accumulation_steps;
+    e.gradient_clipping = config.gradient_clipping;
+    e.reduce_bucket_elems = 100;  // several buckets, launched during backward
+    e.seed = 7;
+    e.zero_stage = spec.stage;
+    if (spec.tweak) spec.tweak(e);
+    Engine engine = make_engine(e, *plugin, group, config);
+    std::vector<std::vector<float>> mine;
+    std::vector<StepStats> stats;
+    std::vector<float> initial = engine.gather_parameters();
+    for (int s = 0; s < spec.steps; ++s) {
+      stats.push_back(engine.step());
+      if (spec.every_step || s + 1 == spec.steps) mine.push_back(engine.gather_parameters());  // a collective
+    }
+    std::lock_guard lock(mutex);
+    params[group.rank()] = std::move(mine);
+    if (group.rank() != 0) return;
+    run.steps = std::move(stats);
+    run.initial = std::move(initial);
+  });
+  for (int r = 1; r < spec.world; ++r) REQUIRE(params[r] == params[0]);  // replicas never drift apart
+  run.params = params[0].back();
+  return run;
+}
+
+// Parameters after `steps` optimizer steps on `world` ranks (rank 0's copy; all ranks are checked equal).
+inline std::vector<float> train(int world, int micro, int gas, double clip, const std::string& optimizer, int steps,
+                                int stage = 0, const std::function<void(EngineConfig&)>& tweak = {}) {
+  RunSpec spec;
+  spec.world = world;
+  spec.micro = micro;
+  spec.gas = gas;
+  spec.clip = clip;
+  spec.optimizer = optimizer;
+  spec.steps = steps;
+  spec.stage = stage;
+  spec.tweak = tweak;
+  return run_training(spec).params;
+}
+
+// ‖a − b‖
+inline double distance(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(sum);
+}
+
+// ‖a − b‖ / ‖b‖
+inline double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  return distance(a, b) / distance(b, std::vector<float>(b.size(), 0.0f));
+}
+
+}  // namespace ds::test
