@@ -40,6 +40,10 @@ struct WorkerOptions {
 
 // Features of ds_config that parse but are not implemented yet are refused, never ignored.
 void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
+  if (c.communication_data_type != c.grad_accum_dtype)
+    throw ConfigError(fmt::format("{}: communication_data_type: {}: gradients are reduced in the type they accumulate in "
+                                  "(data_types.grad_accum_dtype, here {}); another type is not implemented",
+                                  origin, dtype_name(c.communication_data_type), dtype_name(c.grad_accum_dtype)));
   const ZeroConfig& z = c.zero_optimization;
   auto refuse = [&](const char* key, const std::string& value, const char* what) {
     throw ConfigError(fmt::format("{}: zero_optimization.{}: {}: {} is not implemented yet", origin, key, value, what));

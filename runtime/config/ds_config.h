@@ -239,7 +239,7 @@ struct DsConfig {
   double gradient_clipping = 0.0;             // global-norm threshold; 0 disables (docs say 1.0)
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
-  Dtype communication_data_type = Dtype::fp32;  // resolved: null = fp16 if fp16, bf16 if bf16, else fp32
+  Dtype communication_data_type = Dtype::fp32;  // resolved: null = grad_accum_dtype
   bool dataloader_drop_last = false;
   bool zero_allow_untested_optimizer = false;
 

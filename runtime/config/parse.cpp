@@ -122,10 +122,12 @@ DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size) {
   c.optimizer = *optimizer;
   resolve_triad(ctx, c, train, micro, gas);
   if (c.fp16.enabled && c.bf16.enabled) ctx.fail("bf16.enabled", "fp16 and bf16 cannot both be enabled");
-  c.communication_data_type = comm_dtype.value_or(c.model_dtype());
   // DeepSpeed's engine.get_data_types: bf16 without ZeRO accumulates in fp32.
   bool bf16_no_zero = c.bf16.enabled && c.zero_optimization.stage == 0;
   c.grad_accum_dtype = grad_accum_dtype.value_or(bf16_no_zero ? Dtype::fp32 : c.model_dtype());
+  // Gradients are reduced in the type they accumulate in (DeepSpeed: the model dtype, but its
+  // BF16_Optimizer reduces its fp32 accumulators in fp32 too).
+  c.communication_data_type = comm_dtype.value_or(c.grad_accum_dtype);
   c.warnings = ctx.warnings;
   return c;
 }

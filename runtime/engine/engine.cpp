@@ -133,15 +133,14 @@ void Engine::build_partition() {
   grads_ = std::make_unique<zero::GradientReducer>(*layout_, group_, stage,
                                                    zero::Averaging{config_.prescale_gradients, config_.predivide_factor},
                                                    config_.overlap_comm, config_.grad_storage);
-  size_t max_unit = 0;
-  for (const zero::Unit& u : layout_->units()) max_unit = std::max(max_unit, u.padded());
+  const size_t max_layer = *std::max_element(layer_sizes.begin(), layer_sizes.end());
   if (config_.precision != amp::Storage::F32) {
     master_.assign(partition, 0.0f);
-    param_scratch_.assign(max_unit, 0.0f);
+    param_scratch_.assign(max_layer, 0.0f);
   }
   if (config_.grad_storage != amp::Storage::F32) {
     grads32_.assign(partition, 0.0f);
-    grad_scratch_.assign(max_unit, 0.0f);
+    grad_scratch_.assign(max_layer, 0.0f);
   }
   for (const zero::Unit& u : layout_->units()) {
     if (u.chunk == 0) continue;
@@ -170,9 +169,6 @@ const float* Engine::optimizer_grads(const zero::Unit& unit) {
   return grads32_.data() + unit.part_offset;
 }
 
-size_t Engine::layer_offset(size_t layer) const {
-  return layout_->layer_begin(layer) - layout_->unit_of_layer(layer).begin;
-}
 
 // Each parameter has its own random stream, seeded by (seed, parameter index): the initial weights
 // depend on the seed only, never on the world size, the stage, the precision or the order of
@@ -221,19 +217,22 @@ void Engine::init_parameters() {
   }
 }
 
-void Engine::views(const float* unit_base, size_t layer, std::vector<ds_tensor>& out) const {
-  const size_t unit_begin = layout_->unit_of_layer(layer).begin;
+void Engine::views(const float* layer_base, size_t layer, std::vector<ds_tensor>& out) const {
+  const size_t begin = layout_->layer_begin(layer);
   out.clear();
   for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s)
-    out.push_back(ds_tensor{const_cast<float*>(unit_base) + (slots_[s].offset - unit_begin), DS_F32, slots_[s].shape});
+    out.push_back(ds_tensor{const_cast<float*>(layer_base) + (slots_[s].offset - begin), DS_F32, slots_[s].shape});
+}
+
+std::byte* Engine::layer_in_unit(void* unit_base, size_t layer, size_t elem) const {
+  return static_cast<std::byte*>(unit_base) + (layout_->layer_begin(layer) - layout_->unit_of_layer(layer).begin) * elem;
 }
 
 const float* Engine::acquire_params(size_t layer) {
-  const zero::Unit& unit = layout_->unit_of_layer(layer);
-  const auto* base = fetcher_ ? static_cast<const std::byte*>(fetcher_->acquire(layer)) : params_.data() + unit.begin * elem_;
+  void* unit = fetcher_ ? const_cast<void*>(fetcher_->acquire(layer)) : params_.data() + layout_->unit_of_layer(layer).begin * elem_;
+  const std::byte* base = layer_in_unit(unit, layer, elem_);
   if (config_.precision == amp::Storage::F32) return reinterpret_cast<const float*>(base);
-  const size_t offset = layer_offset(layer);
-  amp::to_float(config_.precision, base + offset * elem_, param_scratch_.data() + offset, layers_[layer].size);
+  amp::to_float(config_.precision, base, param_scratch_.data(), layers_[layer].size);
   return param_scratch_.data();
 }
 
@@ -242,18 +241,16 @@ void Engine::release_params(size_t layer) {
 }
 
 float* Engine::layer_grads(size_t layer) {
-  void* unit_grads = grads_->unit_grads(layout_->unit_index(layer));
-  if (config_.grad_storage == amp::Storage::F32) return static_cast<float*>(unit_grads);
-  std::fill_n(grad_scratch_.data() + layer_offset(layer), layers_[layer].size, 0.0f);
+  if (config_.grad_storage == amp::Storage::F32)
+    return reinterpret_cast<float*>(layer_in_unit(grads_->unit_grads(layout_->unit_index(layer)), layer, sizeof(float)));
+  std::fill_n(grad_scratch_.data(), layers_[layer].size, 0.0f);
   return grad_scratch_.data();
 }
 
 void Engine::store_grads(size_t layer) {
   if (config_.grad_storage == amp::Storage::F32) return;
-  const size_t offset = layer_offset(layer);
-  auto* unit_grads = static_cast<std::byte*>(grads_->unit_grads(layout_->unit_index(layer)));
-  amp::add_float(config_.grad_storage, grad_scratch_.data() + offset,
-                 unit_grads + offset * amp::storage_bytes(config_.grad_storage), layers_[layer].size);
+  std::byte* grads = layer_in_unit(grads_->unit_grads(layout_->unit_index(layer)), layer, amp::storage_bytes(config_.grad_storage));
+  amp::add_float(config_.grad_storage, grad_scratch_.data(), grads, layers_[layer].size);
 }
 
 void Engine::forward(const ds_batch& batch) {

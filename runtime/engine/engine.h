@@ -138,20 +138,21 @@ class Engine {
   void backward(const ds_batch& batch, bool last_micro_batch, double scale);
   double gradient_norm();
   void update(double norm, double scale, double lr);
-  // The layer's parameters in fp32 as its unit's base (the layer's tensors at their offsets from the
-  // unit's start), gathered at stage 3; release after use.
+  // The layer's parameters in fp32 (its tensors one after another), gathered at stage 3; release
+  // after use.
   const float* acquire_params(size_t layer);
   void release_params(size_t layer);
-  // Where the plugin adds the layer's gradients (as the unit's base); store_grads then adds them
-  // into the gradient buffers when they are 16-bit.
+  // Where the plugin adds the layer's gradients (fp32, its tensors one after another); store_grads
+  // then adds them into the gradient buffers when those are 16-bit.
   float* layer_grads(size_t layer);
   void store_grads(size_t layer);
-  size_t layer_offset(size_t layer) const;        // from its unit's start
+  // The layer's first element inside its unit's data (elements of `elem` bytes).
+  std::byte* layer_in_unit(void* unit_base, size_t layer, size_t elem) const;
   std::byte* owned_params(const zero::Unit& unit);  // this rank's chunk of the unit, in `precision`
   float* master(const zero::Unit& unit);           // the fp32 parameters the optimizer updates
   const float* optimizer_grads(const zero::Unit& unit);
-  // ds_tensor views of a layer's tensors inside `unit_base` (its unit's data), into `out`.
-  void views(const float* unit_base, size_t layer, std::vector<ds_tensor>& out) const;
+  // ds_tensor views of a layer's tensors inside `layer_base` (the layer's fp32 data), into `out`.
+  void views(const float* layer_base, size_t layer, std::vector<ds_tensor>& out) const;
 
   EngineConfig config_;
   Plugin& plugin_;
@@ -169,7 +170,7 @@ class Engine {
   std::vector<std::byte> params_;                  // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]
   std::vector<float> master_;                      // 16-bit precision: the fp32 master partition [P]
   std::vector<float> grads32_;                     // 16-bit gradients: the fp32 gradient partition [P]
-  std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one unit's fp32 parameters/gradients [max unit padded]
+  std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]
   std::optional<amp::LossScaler> scaler_;
   std::unique_ptr<zero::GradientReducer> grads_;
   std::unique_ptr<zero::ParamFetcher> fetcher_;    // stage 3

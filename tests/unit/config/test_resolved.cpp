@@ -85,10 +85,11 @@ TEST_CASE("resolved json: dtype defaults follow precision and stage") {
   CHECK(fp16.communication_data_type == ds::Dtype::fp16);
   CHECK(fp16.grad_accum_dtype == ds::Dtype::fp16);
   auto bf16 = parse(R"({"train_batch_size": 8, "bf16": {"enabled": true}})");
-  CHECK(bf16.communication_data_type == ds::Dtype::bf16);
   CHECK(bf16.grad_accum_dtype == ds::Dtype::fp32);  // bf16 without ZeRO accumulates in fp32
+  CHECK(bf16.communication_data_type == ds::Dtype::fp32);  // and reduces what it accumulates
   auto bf16_zero = parse(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 1}})");
   CHECK(bf16_zero.grad_accum_dtype == ds::Dtype::bf16);
+  CHECK(bf16_zero.communication_data_type == ds::Dtype::bf16);
   auto explicit_types = parse(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "communication_data_type": "FP32",
                                   "data_types": {"grad_accum_dtype": "bf16"}})");
   CHECK(explicit_types.communication_data_type == ds::Dtype::fp32);  // case-insensitive, as DeepSpeed
