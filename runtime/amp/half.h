@@ -51,7 +51,9 @@ inline float bf16_to_float(uint16_t bits) {
 inline uint16_t half_from_float(Half type, float x) { return type == Half::F16 ? fp16_from_float(x) : bf16_from_float(x); }
 inline float half_to_float(Half type, uint16_t bits) { return type == Half::F16 ? fp16_to_float(bits) : bf16_to_float(bits); }
 
-// Bulk conversions of n elements.
+// Bulk conversions of n elements (fp16 with F16C where the CPU has it, the same results either way).
+// Loops that work on 16-bit data in place go through fp32 blocks of this many elements.
+constexpr size_t kHalfBlock = 256;
 void to_float(Half type, const uint16_t* in, float* out, size_t n);
 void from_float(Half type, const float* in, uint16_t* out, size_t n);
 // out[i] = half(float(out[i]) + in[i]): accumulation into 16-bit storage.

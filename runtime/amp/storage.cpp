@@ -2,6 +2,7 @@
 // loop is plain and vectorizes.
 #include "amp/storage.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "amp/half.h"
@@ -50,7 +51,14 @@ DS_AMP_BULK void add(Storage s, const void* in, void* out, size_t n) {
   const Half h = half_of(s);
   const auto* x = static_cast<const uint16_t*>(in);
   auto* y = static_cast<uint16_t*>(out);
-  for (size_t i = 0; i < n; ++i) y[i] = half_from_float(h, half_to_float(h, y[i]) + half_to_float(h, x[i]));
+  float a[kHalfBlock], b[kHalfBlock];
+  for (size_t i = 0; i < n; i += kHalfBlock) {
+    const size_t m = std::min(kHalfBlock, n - i);
+    to_float(h, x + i, a, m);
+    to_float(h, y + i, b, m);
+    for (size_t k = 0; k < m; ++k) b[k] += a[k];
+    from_float(h, b, y + i, m);
+  }
 }
 
 DS_AMP_BULK void scale(Storage s, void* data, size_t n, double factor) {
@@ -62,7 +70,13 @@ DS_AMP_BULK void scale(Storage s, void* data, size_t n, double factor) {
   }
   const Half h = half_of(s);
   auto* x = static_cast<uint16_t*>(data);
-  for (size_t i = 0; i < n; ++i) x[i] = half_from_float(h, static_cast<float>(half_to_float(h, x[i]) * factor));
+  float a[kHalfBlock];
+  for (size_t i = 0; i < n; i += kHalfBlock) {
+    const size_t m = std::min(kHalfBlock, n - i);
+    to_float(h, x + i, a, m);
+    for (size_t k = 0; k < m; ++k) a[k] = static_cast<float>(a[k] * factor);
+    from_float(h, a, x + i, m);
+  }
 }
 
 DS_AMP_BULK double sum_squares(Storage s, const void* data, size_t n, double start) {
@@ -74,9 +88,11 @@ DS_AMP_BULK double sum_squares(Storage s, const void* data, size_t n, double sta
   }
   const Half h = half_of(s);
   const auto* x = static_cast<const uint16_t*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    const double v = half_to_float(h, x[i]);
-    sum += v * v;
+  float a[kHalfBlock];
+  for (size_t i = 0; i < n; i += kHalfBlock) {
+    const size_t m = std::min(kHalfBlock, n - i);
+    to_float(h, x + i, a, m);
+    for (size_t k = 0; k < m; ++k) sum += static_cast<double>(a[k]) * a[k];
   }
   return sum;
 }
@@ -84,7 +100,12 @@ DS_AMP_BULK double sum_squares(Storage s, const void* data, size_t n, double sta
 DS_AMP_BULK void round_to(Storage s, float* data, size_t n) {
   if (s == Storage::F32) return;
   const Half h = half_of(s);
-  for (size_t i = 0; i < n; ++i) data[i] = half_to_float(h, half_from_float(h, data[i]));
+  uint16_t a[kHalfBlock];
+  for (size_t i = 0; i < n; i += kHalfBlock) {
+    const size_t m = std::min(kHalfBlock, n - i);
+    from_float(h, data + i, a, m);
+    to_float(h, a, data + i, m);
+  }
 }
 
 }  // namespace ds::amp
