@@ -17,6 +17,7 @@
 //   label[i] = argmax_c (T · x[i])_c for a fixed random "teacher" T [classes, in_features] from
 //   data_seed; so labels are learnable (a linear model can reach ~0 loss), unlike random ones.
 // Input f32 [n, in_features]; target i32 [n] (one scalar per sample).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -117,6 +118,8 @@ class CrossEntropyLoss : public ds::sdk::Layer {
   void forward(const Forward& f) override {
     const int64_t n = f.input.dim(0);
     f.output.f32()[0] = ds::cpu::cross_entropy_forward(f.input.f32(), labels(f.batch, n), n, classes_, stats(f.workspace));
+    if (!f.batch.predictions.empty())  // the logits
+      std::copy_n(f.input.f32(), n * classes_, f.batch.predictions.f32());
   }
   void backward(const Backward& b) override {
     if (b.grad_input.empty()) return;
@@ -174,6 +177,7 @@ class Mlp : public ds::sdk::Model {
   }
 
   ds::sdk::DatasetInfo dataset_info() const override { return {num_samples_, DS_F32, {in_}, DS_I32, {}}; }
+  ds::sdk::Shape predictions_shape(const ds::sdk::Shape& input) const override { return {input[0], classes_}; }
 
   void get_batch(std::span<const int64_t> indices, const ds::sdk::Tensor& input, const ds::sdk::Tensor& target) override {
     float* x = input.f32();

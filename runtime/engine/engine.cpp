@@ -36,6 +36,26 @@ std::string_view storage_name(amp::Storage s) {
   return s == amp::Storage::F32 ? "fp32" : s == amp::Storage::F16 ? "fp16" : "bf16";
 }
 
+bool same_shape(const ds_shape& a, const ds_shape& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.dims[d] != b.dims[d]) return false;
+  return true;
+}
+
+// The plugin's own dataset (the mlp plugin's synthetic one).
+class PluginDataset : public Dataset {
+ public:
+  explicit PluginDataset(Plugin& plugin) : plugin_(plugin) {}
+  ds_dataset_info info() const override { return plugin_.dataset_info(); }
+  void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) override {
+    plugin_.get_batch(indices, n, input, target);
+  }
+
+ private:
+  Plugin& plugin_;
+};
+
 std::string shape_text(const ds_shape& s) {
   std::string t = "[";
   for (int d = 0; d < s.ndim; ++d) t += (d ? ", " : "") + std::to_string(s.dims[d]);
@@ -44,14 +64,31 @@ std::string shape_text(const ds_shape& s) {
 
 }  // namespace
 
+// The data's samples must be what the model takes.
+void check_samples(const ds_dataset_info& model, const ds_dataset_info& data, const std::string& plugin) {
+  if (model.input_dtype != data.input_dtype || model.target_dtype != data.target_dtype ||
+      !same_shape(model.input_shape, data.input_shape) || !same_shape(model.target_shape, data.target_shape))
+    throw ConfigError(fmt::format("data: samples are input {} and target {}, but the model ({}) takes input {} and "
+                                  "target {} (check the model's seq_len)",
+                                  shape_text(data.input_shape), shape_text(data.target_shape), plugin,
+                                  shape_text(model.input_shape), shape_text(model.target_shape)));
+}
+
 Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, const OptimizerFactory& make_optimizer,
-               std::unique_ptr<LrSchedule> schedule)
+               std::unique_ptr<LrSchedule> schedule, Dataset* data)
     : config_(config),
       plugin_(plugin),
       group_(group),
       schedule_(std::move(schedule)),
-      sampler_(plugin.dataset_info().num_samples, group.rank(), group.size(), config.seed),
-      data_(plugin.dataset_info()) {
+      own_data_(data ? nullptr : std::make_unique<PluginDataset>(plugin)),
+      dataset_(data ? *data : *own_data_),
+      data_(dataset_.info()),
+      sampler_(data_.num_samples, group.rank(), group.size(), config.seed) {
+  const ds_dataset_info model_data = plugin.dataset_info();
+  if (data) check_samples(model_data, data_, plugin.name());
+  else if (model_data.num_samples == 0)
+    throw ConfigError(fmt::format("the model ({}) has no data of its own: give the config a `data` block "
+                                  "(\"data\": {{\"path\": \"…\"}})", plugin.name()));
   const int64_t per_step = config_.micro_batch * config_.grad_accum;
   steps_per_epoch_ = sampler_.per_rank() / per_step;
   if (steps_per_epoch_ == 0)
@@ -75,26 +112,37 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                                     config_.grad_accum);
 }
 
+Engine::~Engine() = default;
+
 void Engine::build_layers() {
   const int n = plugin_.num_layers();
   if (n <= 0) throw PluginError(fmt::format("plugin {}: the model has no layers", plugin_.path()));
   ds_shape shape = batched(config_.micro_batch, data_.input_shape);
-  size_t max_activation = elements(shape);
+  size_t max_activation = elements(shape), max_workspace = 0, tied = 0;
   for (int i = 0; i < n; ++i) {
     LayerInfo info = plugin_.layer(i);
     Layer layer;
     layer.name = info.name;
     layer.first_slot = slots_.size();
     for (const auto& p : info.params) {
-      slots_.push_back(ParamSlot{info.name + "." + p.name, p.shape, 0, elements(p.shape)});
-      layer.size += slots_.back().size;
+      ParamSlot slot{info.name + "." + p.name, p.shape, 0, elements(p.shape)};
+      if (p.tied_to.empty()) {
+        layer.size += slot.size;
+      } else {  // the loader checked that it names an earlier layer's own parameter of this shape
+        auto owner = std::find_if(slots_.begin(), slots_.end(), [&](const ParamSlot& s) { return s.name == p.tied_to; });
+        slot.owner = owner - slots_.begin();
+        slot.tied_offset = tied;
+        tied += slot.size;
+      }
+      slots_.push_back(std::move(slot));
     }
     layer.num_slots = slots_.size() - layer.first_slot;
     layer.input_shape = shape;
     layer.output_shape = plugin_.output_shape(i, shape);
     layer.output.resize(elements(layer.output_shape));
-    size_t ws = plugin_.workspace_bytes(i, shape);
-    layer.workspace.resize((ws + sizeof(float) - 1) / sizeof(float));
+    const size_t ws = (plugin_.workspace_bytes(i, shape) + sizeof(float) - 1) / sizeof(float);
+    max_workspace = std::max(max_workspace, ws);
+    if (!config_.recompute) layer.workspace.resize(ws);
     max_activation = std::max(max_activation, layer.output.size());
     shape = layer.output_shape;
     layers_.push_back(std::move(layer));
@@ -102,6 +150,9 @@ void Engine::build_layers() {
   if (elements(shape) != 1)
     throw PluginError(fmt::format("plugin {}: the last layer '{}' must output the loss as [1], not {}",
                                   plugin_.path(), layers_.back().name, shape_text(shape)));
+  if (config_.recompute) shared_workspace_.resize(max_workspace);
+  tied_values_.assign(tied, 0.0f);
+  tied_grads_.assign(tied, 0.0f);
   grad_a_.assign(max_activation, 0.0f);
   grad_b_.assign(max_activation, 0.0f);
   input_data_.resize(elements(batched(config_.micro_batch, data_.input_shape)));
@@ -123,11 +174,14 @@ void Engine::build_partition() {
   for (size_t i = 0; i < layers_.size(); ++i) {
     size_t offset = layout_->layer_begin(i);
     for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s) {
+      if (slots_[s].owner >= 0) continue;
       slots_[s].offset = offset;
       offset += slots_[s].size;
     }
     num_params_ += layer_sizes[i];
   }
+  for (ParamSlot& slot : slots_)
+    if (slot.owner >= 0) slot.offset = slots_[static_cast<size_t>(slot.owner)].offset;
   const size_t partition = layout_->partition_size();
   params_.assign((stage == 3 ? partition : layout_->full_size()) * elem_, std::byte{0});
   grads_ = std::make_unique<zero::GradientReducer>(*layout_, group_, stage,
@@ -152,7 +206,8 @@ void Engine::build_partition() {
     else
       segments_.push_back(Segment{p, g, u.chunk});
   }
-  for (const ParamSlot& slot : slots_) tensor_ranges_.push_back(layout_->owned_part(slot.offset, slot.size));
+  for (const ParamSlot& slot : slots_)
+    if (slot.owner < 0) tensor_ranges_.push_back(layout_->owned_part(slot.offset, slot.size));
 }
 
 std::byte* Engine::owned_params(const zero::Unit& unit) {
@@ -186,6 +241,7 @@ void Engine::init_parameters() {
     for (const auto& p : info.params) {
       const ParamSlot& slot = slots_[index];
       SplitMix64 rng(mix_seed(config_.seed, index++));
+      if (slot.owner >= 0) continue;  // tied: the owner's values
       values.resize(slot.size);
       for (float& w : values) {
         switch (p.init) {
@@ -217,27 +273,42 @@ void Engine::init_parameters() {
   }
 }
 
-void Engine::views(const float* layer_base, size_t layer, std::vector<ds_tensor>& out) const {
+void Engine::views(const float* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out) const {
   const size_t begin = layout_->layer_begin(layer);
   out.clear();
-  for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s)
-    out.push_back(ds_tensor{const_cast<float*>(layer_base) + (slots_[s].offset - begin), DS_F32, slots_[s].shape});
+  for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s) {
+    const ParamSlot& slot = slots_[s];
+    const float* data = slot.owner >= 0 ? tied_base + slot.tied_offset : layer_base + (slot.offset - begin);
+    out.push_back(ds_tensor{const_cast<float*>(data), DS_F32, slot.shape});
+  }
 }
 
 std::byte* Engine::layer_in_unit(void* unit_base, size_t layer, size_t elem) const {
   return static_cast<std::byte*>(unit_base) + (layout_->layer_begin(layer) - layout_->unit_of_layer(layer).begin) * elem;
 }
 
-const float* Engine::acquire_params(size_t layer) {
-  void* unit = fetcher_ ? const_cast<void*>(fetcher_->acquire(layer)) : params_.data() + layout_->unit_of_layer(layer).begin * elem_;
-  const std::byte* base = layer_in_unit(unit, layer, elem_);
-  if (config_.precision == amp::Storage::F32) return reinterpret_cast<const float*>(base);
-  amp::to_float(config_.precision, base, param_scratch_.data(), layers_[layer].size);
+// Training uses the stage 3 fetcher (prefetching in the step's fixed order of use); evaluation and
+// prediction gather each layer on the spot (a forward-only pass has another order).
+const float* Engine::acquire_params(size_t layer, bool training) {
+  const zero::Unit& unit = layout_->unit_of_layer(layer);
+  void* base = params_.data() + unit.begin * elem_;
+  if (fetcher_ && training) {
+    base = const_cast<void*>(fetcher_->acquire(layer));
+  } else if (fetcher_) {
+    inference_unit_.resize(unit.padded() * elem_);
+    if (unit.chunk > 0)
+      group_.allgather(params_.data() + unit.part_offset * elem_, inference_unit_.data(), unit.chunk,
+                       zero::collective_type(config_.precision));
+    base = inference_unit_.data();
+  }
+  const std::byte* layer_base = layer_in_unit(base, layer, elem_);
+  if (config_.precision == amp::Storage::F32) return reinterpret_cast<const float*>(layer_base);
+  amp::to_float(config_.precision, layer_base, param_scratch_.data(), layers_[layer].size);
   return param_scratch_.data();
 }
 
-void Engine::release_params(size_t layer) {
-  if (fetcher_) fetcher_->release(layer);
+void Engine::release_params(size_t layer, bool training) {
+  if (fetcher_ && training) fetcher_->release(layer);
 }
 
 float* Engine::layer_grads(size_t layer) {
@@ -253,24 +324,61 @@ void Engine::store_grads(size_t layer) {
   amp::add_float(config_.grad_storage, grad_scratch_.data(), grads, layers_[layer].size);
 }
 
-void Engine::forward(const ds_batch& batch) {
-  const ds_tensor* input = batch.input;
-  ds_tensor previous{};
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    Layer& layer = layers_[i];
-    views(acquire_params(i), i, param_views_);
-    ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
-    plugin_.forward(static_cast<int32_t>(i), param_views_.data(), *input, output, layer.workspace.data(), batch);
-    release_params(i);
-    if (i + 1 < layers_.size()) amp::round_to(config_.precision, layer.output.data(), layer.output.size());  // the loss stays fp32
-    previous = output;
-    input = &previous;
+bool Engine::owns(size_t layer, const ParamSlot& tied) const {
+  const auto owner = static_cast<size_t>(tied.owner);
+  return owner >= layers_[layer].first_slot && owner < layers_[layer].first_slot + layers_[layer].num_slots;
+}
+
+void Engine::copy_tied_values(size_t layer, const float* params) {
+  const size_t begin = layout_->layer_begin(layer);
+  for (const ParamSlot& slot : slots_)
+    if (slot.owner >= 0 && owns(layer, slot))
+      std::copy_n(params + (slot.offset - begin), slot.size, tied_values_.data() + slot.tied_offset);
+}
+
+void Engine::take_tied_grads(size_t layer, float* grads) {
+  const size_t begin = layout_->layer_begin(layer);
+  for (const ParamSlot& slot : slots_) {
+    if (slot.owner < 0 || !owns(layer, slot)) continue;
+    float* from = tied_grads_.data() + slot.tied_offset;
+    float* to = grads + (slot.offset - begin);
+    for (size_t k = 0; k < slot.size; ++k) {
+      to[k] += from[k];
+      from[k] = 0.0f;
+    }
   }
 }
 
-// Backward through every layer, last to first, from d(loss)/d(loss) = loss scale / GAS. A unit's
-// gradients are final for this micro-batch once the backward of its first layer returns; the
-// reducer then starts their reduction.
+float* Engine::workspace(size_t layer) {
+  return config_.recompute ? shared_workspace_.data() : layers_[layer].workspace.data();
+}
+
+ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
+  if (layer == 0) return *batch.input;
+  return ds_tensor{const_cast<float*>(layers_[layer - 1].output.data()), DS_F32, layers_[layer - 1].output_shape};
+}
+
+void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
+  Layer& layer = layers_[i];
+  views(params, tied_values_.data(), i, param_views_);
+  ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
+  plugin_.forward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, workspace(i), batch);
+  if (i + 1 < layers_.size()) amp::round_to(config_.precision, layer.output.data(), layer.output.size());  // the loss stays fp32
+}
+
+void Engine::forward(const ds_batch& batch, bool training) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const float* params = acquire_params(i, training);
+    copy_tied_values(i, params);
+    forward_layer(i, params, batch);
+    release_params(i, training);
+  }
+}
+
+// Backward through every layer, last to first, from d(loss)/d(loss) = loss scale / GAS. With
+// recompute, each layer's forward runs again first, to refill the shared workspace (the last
+// layer's is still there). A unit's gradients are final for this micro-batch once the backward of
+// its first layer returns; the reducer then starts their reduction.
 void Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale) {
   float loss_grad = static_cast<float>(scale / static_cast<double>(config_.grad_accum));
   ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape};
@@ -278,21 +386,76 @@ void Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = layers_[i];
     const size_t unit = layout_->unit_index(i);
-    views(acquire_params(i), i, param_views_);
-    views(layer_grads(i), i, grad_views_);
-    ds_tensor input = i == 0 ? *batch.input
-                             : ds_tensor{layers_[i - 1].output.data(), DS_F32, layers_[i - 1].output_shape};
+    const float* params = acquire_params(i, true);
+    if (config_.recompute && i + 1 < layers_.size()) forward_layer(i, params, batch);
+    float* grads = layer_grads(i);
+    views(params, tied_values_.data(), i, param_views_);
+    views(grads, tied_grads_.data(), i, grad_views_);
     ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape};
-    plugin_.backward(static_cast<int32_t>(i), param_views_.data(), input, output, grad_output,
-                     i == 0 ? nullptr : &grad_input, grad_views_.data(), layer.workspace.data(), batch);
-    release_params(i);
+    plugin_.backward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, grad_output,
+                     i == 0 ? nullptr : &grad_input, grad_views_.data(), workspace(i), batch);
+    take_tied_grads(i, grads);
+    release_params(i, true);
     store_grads(i);
     if (i > 0) amp::round_to(config_.precision, next->data(), elements(layer.input_shape));
     if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
   }
+}
+
+// Copies a micro-batch's input in, rounded to the storage precision with fp16.auto_cast.
+void Engine::load_input(const ds_tensor& input) {
+  if (input.dtype != data_.input_dtype || !same_shape(input.shape, batched(config_.micro_batch, data_.input_shape)))
+    throw std::invalid_argument(fmt::format("engine: an input of shape {} is not one micro-batch of {}",
+                                            shape_text(input.shape), shape_text(data_.input_shape)));
+  if (input.data != input_data_.data()) std::memcpy(input_data_.data(), input.data, input_data_.size() * sizeof(float));
+  if (config_.cast_inputs && data_.input_dtype == DS_F32)
+    amp::round_to(config_.precision, input_data_.data(), input_data_.size());
+}
+
+double Engine::evaluate(Dataset& data, int64_t max_samples) {
+  const ds_dataset_info info = data.info();
+  check_samples(data_, info, plugin_.name());
+  const int64_t world = group_.size(), mb = config_.micro_batch;
+  const int64_t batches = std::min(info.num_samples, max_samples) / world / mb;
+  if (batches == 0)
+    throw ConfigError(fmt::format("evaluation data: {} samples (at most {} used) are fewer than one micro-batch of {} "
+                                  "on each of {} ranks", info.num_samples, max_samples, mb, world));
+  ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape)};
+  ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape)};
+  std::vector<int64_t> indices(static_cast<size_t>(mb));
+  double loss = 0.0;
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t k = 0; k < mb; ++k) indices[static_cast<size_t>(k)] = group_.rank() + (b * mb + k) * world;
+    data.get_batch(indices.data(), mb, input, target);
+    load_input(input);
+    ds_batch batch{&input, &target, steps_, 0, nullptr};
+    forward(batch, false);
+    loss += layers_.back().output[0];
+  }
+  loss /= static_cast<double>(batches);
+  if (world > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
+  return loss;
+}
+
+ds_shape Engine::predictions_shape() const {
+  return plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
+}
+
+std::vector<float> Engine::predict(const ds_tensor& input_batch) {
+  const ds_shape shape = predictions_shape();
+  if (shape.ndim == 0) throw PluginError(fmt::format("plugin {}: the model makes no predictions", plugin_.path()));
+  load_input(input_batch);
+  ds_tensor input{input_data_.data(), data_.input_dtype, input_batch.shape};
+  std::fill(target_data_.begin(), target_data_.end(), 0);  // class / token 0: a valid target, unused
+  ds_tensor target{target_data_.data(), data_.target_dtype, batched(config_.micro_batch, data_.target_shape)};
+  std::vector<float> out(elements(shape));
+  ds_tensor predictions{out.data(), DS_F32, shape};
+  ds_batch batch{&input, &target, steps_, 0, &predictions};
+  forward(batch, false);
+  return out;
 }
 
 StepStats Engine::step() {
@@ -308,11 +471,11 @@ StepStats Engine::step() {
   double loss_sum = 0.0;
   for (int64_t m = 0; m < config_.grad_accum; ++m) {
     std::vector<int64_t> indices = sampler_.indices(epoch, (within * config_.grad_accum + m) * mb, mb);
-    plugin_.get_batch(indices.data(), mb, input, target);
+    dataset_.get_batch(indices.data(), mb, input, target);
     if (config_.cast_inputs && data_.input_dtype == DS_F32)
       amp::round_to(config_.precision, input_data_.data(), input_data_.size());
-    ds_batch batch{&input, &target, steps_ + 1, static_cast<int32_t>(m)};
-    forward(batch);
+    ds_batch batch{&input, &target, steps_ + 1, static_cast<int32_t>(m), nullptr};
+    forward(batch, true);
     loss_sum += layers_.back().output[0];
     backward(batch, m == config_.grad_accum - 1, scale);
   }
@@ -406,7 +569,7 @@ std::vector<float> Engine::gather_parameters() {
       base = unit_data.data();
     }
     for (size_t s = layers_[u.first_layer].first_slot; s < layers_[u.end_layer - 1].first_slot + layers_[u.end_layer - 1].num_slots; ++s)
-      out.insert(out.end(), base + (slots_[s].offset - u.begin), base + (slots_[s].offset - u.begin) + slots_[s].size);
+      if (slots_[s].owner < 0) out.insert(out.end(), base + (slots_[s].offset - u.begin), base + (slots_[s].offset - u.begin) + slots_[s].size);
   }
   return out;
 }
@@ -419,7 +582,8 @@ MemoryReport Engine::memory() const {
   for (auto& [name, buffer] : optimizer_->state()) r.optimizer_state += buffer->size() * sizeof(float);
   r.optimizer_state += master_.size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
-  r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_.size()) * sizeof(float);
+  r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_.size() + shared_workspace_.size() +
+                 tied_values_.size() + tied_grads_.size()) * sizeof(float) + inference_unit_.size();
   for (const auto& layer : layers_) {
     r.activations += layer.output.size() * sizeof(float);
     r.workspace += layer.workspace.size() * sizeof(float);

@@ -38,6 +38,7 @@
 #include "amp/loss_scaler.h"
 #include "amp/storage.h"
 #include "comm/process_group.h"
+#include "data/dataset.h"
 #include "engine/sampler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -63,15 +64,20 @@ struct EngineConfig {
   amp::Storage grad_storage = amp::Storage::F32;  // gradient accumulation and reduction (grad_accum_dtype)
   std::optional<amp::LossScalerConfig> loss_scaling;  // fp16; none: scale 1, a non-finite gradient stops
   bool cast_inputs = false;                 // round floating inputs to `precision` (fp16.auto_cast)
+  bool recompute = false;                   // activation checkpointing: one workspace shared by all
+                                            // layers, each layer's forward re-run just before its backward
   uint64_t seed = 42;                       // parameter init and data order
 };
 
-// One parameter tensor inside the flat buffers.
+// One parameter tensor inside the flat buffers. A tied parameter (ds_plugin.h) has no storage of
+// its own: `owner` is the slot it is, and the layer sees an fp32 copy taken at the owner's forward.
 struct ParamSlot {
   std::string name;  // "<layer>.<param>"
   ds_shape shape;
-  size_t offset = 0;  // elements from the start of the full (padded) flat buffer
+  size_t offset = 0;  // elements from the start of the full (padded) flat buffer (the owner's, if tied)
   size_t size = 0;    // elements
+  int64_t owner = -1;       // tied: the owner's slot index
+  size_t tied_offset = 0;   // tied: where its values and gradients are in tied_values_ / tied_grads_
 };
 
 struct StepStats {
@@ -101,11 +107,23 @@ using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(size_t n, Norm
 
 class Engine {
  public:
+  // Trains on `data` (it must outlive the engine), or on the plugin's own dataset when null.
   Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, const OptimizerFactory& make_optimizer,
-         std::unique_ptr<LrSchedule> schedule);
+         std::unique_ptr<LrSchedule> schedule, Dataset* data = nullptr);
+  ~Engine();
   // Runs one optimizer step; throws on a plugin or communication error, or a non-finite gradient
   // without loss scaling, or an overflow at the minimum loss scale.
   StepStats step();
+
+  // The mean loss over the first `max_samples` samples of `data` that each rank takes (rank r takes
+  // samples r, r+W, …, whole micro-batches only), forward only, averaged over ranks. `data` must
+  // have the training data's sample shapes. A collective.
+  double evaluate(Dataset& data, int64_t max_samples);
+  // One forward pass over `input` (a micro-batch: [micro_batch, *sample shape], filled by the
+  // caller) returning the last layer's predictions (Plugin::predictions_shape; e.g. logits
+  // [micro_batch, seq_len, vocab]). A collective at stage 3.
+  std::vector<float> predict(const ds_tensor& input);
+  ds_shape predictions_shape() const;
 
   int64_t steps_taken() const { return steps_; }
   int64_t skipped_steps() const { return steps_ - updates_; }
@@ -129,38 +147,51 @@ class Engine {
     size_t size = 0;                       // parameter elements
     ds_shape input_shape{}, output_shape{};
     std::vector<float> output;             // activation [micro_batch, ...]
-    std::vector<float> workspace;
+    std::vector<float> workspace;          // empty with recompute (shared_workspace_ instead)
   };
   void build_layers();
   void build_partition();
   void init_parameters();
-  void forward(const ds_batch& batch);
+  // training: through the stage 3 fetcher, and with backward to follow (else forward only).
+  void forward(const ds_batch& batch, bool training);
+  void forward_layer(size_t layer, const float* params, const ds_batch& batch);
+  float* workspace(size_t layer);
+  ds_tensor layer_input(size_t layer, const ds_batch& batch) const;
+  void load_input(const ds_tensor& input);
   void backward(const ds_batch& batch, bool last_micro_batch, double scale);
   double gradient_norm();
   void update(double norm, double scale, double lr);
   // The layer's parameters in fp32 (its tensors one after another), gathered at stage 3; release
   // after use.
-  const float* acquire_params(size_t layer);
-  void release_params(size_t layer);
+  const float* acquire_params(size_t layer, bool training);
+  void release_params(size_t layer, bool training);
   // Where the plugin adds the layer's gradients (fp32, its tensors one after another); store_grads
   // then adds them into the gradient buffers when those are 16-bit.
   float* layer_grads(size_t layer);
   void store_grads(size_t layer);
   // The layer's first element inside its unit's data (elements of `elem` bytes).
   std::byte* layer_in_unit(void* unit_base, size_t layer, size_t elem) const;
+  // Tied parameters: the owner layer's forward copies their values out; its backward takes in the
+  // gradients the other layers added.
+  void copy_tied_values(size_t layer, const float* params);
+  void take_tied_grads(size_t layer, float* grads);
+  bool owns(size_t layer, const ParamSlot& tied) const;  // the tied slot's owner is in `layer`
   std::byte* owned_params(const zero::Unit& unit);  // this rank's chunk of the unit, in `precision`
   float* master(const zero::Unit& unit);           // the fp32 parameters the optimizer updates
   const float* optimizer_grads(const zero::Unit& unit);
-  // ds_tensor views of a layer's tensors inside `layer_base` (the layer's fp32 data), into `out`.
-  void views(const float* layer_base, size_t layer, std::vector<ds_tensor>& out) const;
+  // ds_tensor views of a layer's tensors inside `layer_base` (the layer's fp32 data; tied ones in
+  // `tied_base`), into `out`.
+  void views(const float* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out) const;
 
   EngineConfig config_;
   Plugin& plugin_;
   ProcessGroup& group_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
-  DistributedSampler sampler_;
+  std::unique_ptr<Dataset> own_data_;  // the plugin's dataset, when no other is given
+  Dataset& dataset_;
   ds_dataset_info data_{};
+  DistributedSampler sampler_;
 
   std::vector<ParamSlot> slots_;
   std::vector<Layer> layers_;
@@ -177,6 +208,9 @@ class Engine {
   std::vector<Segment> segments_;                  // what the optimizer updates (P elements)
   std::vector<TensorRange> tensor_ranges_;         // the tensors inside those P elements
   std::vector<float> grad_a_, grad_b_;             // activation gradients, ping-pong, [max activation]
+  std::vector<float> shared_workspace_;            // recompute: [max layer workspace]
+  std::vector<float> tied_values_, tied_grads_;    // tied parameters' fp32 values and gradients [Σ tied sizes]
+  std::vector<std::byte> inference_unit_;          // stage 3 forward-only passes: one gathered unit
   std::vector<float> input_data_;                  // micro-batch input (F32 or I32 bit patterns)
   std::vector<int32_t> target_data_;               // micro-batch target (I32) or F32 bit patterns
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views

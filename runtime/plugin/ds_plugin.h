@@ -25,9 +25,22 @@
  * `params` and `grad_params` are arrays with one tensor per parameter of the layer, in the order
  * describe_layer lists them. Workspace memory is at least 16-byte aligned.
  *
+ * Tied parameters (since ABI 2): a parameter whose `tied_to` names an earlier layer's parameter
+ * ("<layer>.<param>", same shape, itself not tied) has no storage of its own: the layer gets that
+ * parameter's values, and what it adds into its grad_params slot is added to that parameter's
+ * gradient (GPT-2's LM head tied to the token embedding).
+ *
+ * Data (since ABI 2): a model whose dataset_info reports num_samples 0 has no data of its own; it
+ * trains on the samples dsworker reads from the config's `data` block (a token corpus), which must
+ * have the input/target shapes and dtypes it reports; its get_batch is never called.
+ *
+ * Predictions (since ABI 2): when ds_batch.predictions is not NULL (text generation, evaluation),
+ * the last layer also writes what it computes the loss from there (a language model: logits
+ * [n, seq_len, vocab]); the shape is the one describe_predictions reports.
+ *
  * Tensors are dense, row-major, with up to 4 dimensions, the batch dimension included (so a sample
  * has at most 3; a sample shape with ndim 0 is a scalar per sample, e.g. a class label). Parameters, gradients and activations are
- * DS_F32 in this ABI version (fp16/bf16 storage arrive with mixed precision); inputs and targets may
+ * DS_F32 (under mixed precision the engine converts at this boundary); inputs and targets may
  * also be DS_I32 (class labels, token ids).
  */
 #ifndef DS_PLUGIN_H
@@ -40,7 +53,7 @@
 extern "C" {
 #endif
 
-#define DS_PLUGIN_ABI_VERSION 1u
+#define DS_PLUGIN_ABI_VERSION 2u
 #define DS_MAX_DIMS 4
 
 typedef enum { DS_OK = 0, DS_ERROR = 1 } ds_status;
@@ -66,6 +79,7 @@ typedef struct {
   ds_shape shape;
   ds_init_kind init;
   float a, b;
+  const char* tied_to; /* NULL, or the full name of an earlier layer's parameter this one IS (init unused) */
 } ds_param_desc;
 
 typedef struct {
@@ -90,6 +104,7 @@ typedef struct {
   const ds_tensor* target;
   int64_t step;       /* the optimizer step this micro-batch contributes to, counted from 1 */
   int32_t micro_step; /* 0..gradient_accumulation_steps-1 within that step */
+  ds_tensor* predictions; /* NULL, or where the last layer also writes its predictions (forward only) */
 } ds_batch;
 
 typedef struct ds_plugin_api {
@@ -116,6 +131,9 @@ typedef struct ds_plugin_api {
                         ds_tensor* grad_params, void* workspace, const ds_batch* batch);
 
   ds_status (*dataset_info)(void* model, ds_dataset_info* out);
+  /* The shape of the last layer's predictions for a micro-batch whose input has shape `input`
+   * (ndim 0 = the model makes none). */
+  ds_status (*describe_predictions)(void* model, const ds_shape* input, ds_shape* predictions);
   /* Fills input [n, ...] and target [n, ...] (engine-allocated) with samples indices[0..n-1]. */
   ds_status (*get_batch)(void* model, const int64_t* indices, int64_t n, ds_tensor* input, ds_tensor* target);
 } ds_plugin_api;

@@ -140,6 +140,7 @@ using ConstTensor = TensorView<false>;
 // The micro-batch every layer sees (the loss layer reads `target`).
 struct Batch {
   ConstTensor input, target;
+  Tensor predictions;      // empty, or where the last layer also writes its predictions (Model::predictions_shape)
   int64_t step = 0;        // optimizer step this micro-batch contributes to, from 1
   int32_t micro_step = 0;  // 0..gradient_accumulation_steps-1
 };
@@ -183,6 +184,7 @@ struct Param {
   Shape shape;
   ds_init_kind init;
   float a, b;
+  std::string tied_to;  // "" or "<layer>.<param>" of an earlier layer (add_tied_param)
 };
 
 // One layer: its name, its parameters (declared in the constructor with add_param), and the maths.
@@ -208,7 +210,8 @@ class Layer {
   const ds_layer_desc& describe() {
     if (!frozen_) {
       c_params_.clear();
-      for (const Param& p : params_) c_params_.push_back({p.name.c_str(), p.shape.c(), p.init, p.a, p.b});
+      for (const Param& p : params_)
+        c_params_.push_back({p.name.c_str(), p.shape.c(), p.init, p.a, p.b, p.tied_to.empty() ? nullptr : p.tied_to.c_str()});
       desc_ = {name_.c_str(), static_cast<int32_t>(c_params_.size()), c_params_.data()};
       frozen_ = true;
     }
@@ -224,7 +227,13 @@ class Layer {
     if (shape.ndim < 1) throw std::logic_error(name_ + "." + name + ": a parameter needs at least 1 dimension");
     for (int i = 0; i < shape.ndim; ++i)
       if (shape.dims[i] < 1) throw std::logic_error(name_ + "." + name + ": shape " + shape.str() + " has an empty dimension");
-    params_.push_back({std::move(name), shape, init, a, b});
+    params_.push_back({std::move(name), shape, init, a, b, ""});
+  }
+  // Declares a parameter that IS an earlier layer's parameter `owner` ("<layer>.<param>", same
+  // shape): its values are that parameter's and its gradient is added to that parameter's.
+  void add_tied_param(std::string name, Shape shape, std::string owner) {
+    add_param(std::move(name), shape, DS_INIT_ZEROS);
+    params_.back().tied_to = std::move(owner);
   }
 
  private:
@@ -257,7 +266,10 @@ class Model {
     return *layers_[static_cast<size_t>(i)];
   }
 
+  // num_samples 0: the model trains on the token corpus of the config's `data` block (see ds_plugin.h).
   virtual DatasetInfo dataset_info() const = 0;
+  // The last layer's predictions for an input of shape `input` (batched); {} = it makes none.
+  virtual Shape predictions_shape(const Shape& /*input*/) const { return {}; }
   // Fills input [n, *input_shape] and target [n, *target_shape] with samples indices[0..n-1]
   // (n = indices.size(); shapes and dtypes are checked before this is called).
   virtual void get_batch(std::span<const int64_t> indices, const Tensor& input, const Tensor& target) = 0;
@@ -290,7 +302,7 @@ class Model {
         DS_PLUGIN_ABI_VERSION, NAME,           &d::create<ModelClass>, &d::destroy,            \
         &d::last_error,        &d::num_layers, &d::describe_layer,     &d::output_shape,       \
         &d::workspace_bytes,   &d::forward,    &d::backward,           &d::dataset_info,       \
-        &d::get_batch,                                                                         \
+        &d::describe_predictions, &d::get_batch,                                               \
     };                                                                                         \
     return &api;                                                                               \
   }

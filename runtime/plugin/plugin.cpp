@@ -139,6 +139,7 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
       {"backward", a.backward != nullptr},
       {"dataset_info", a.dataset_info != nullptr},
       {"get_batch", a.get_batch != nullptr},
+      {"describe_predictions", a.describe_predictions != nullptr},
   };
   for (const auto& [field, present] : entries)
     if (!present) throw PluginError(where + "function table entry '" + field + "' is NULL");
@@ -180,7 +181,21 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
         if (pd.shape.dims[k] < 1) throw PluginError(where + full + ": shape " + shape_str(pd.shape) + " has an empty dimension");
       if (init_name(pd.init) == nullptr)
         throw PluginError(where + full + ": unknown init kind " + std::to_string(static_cast<int>(pd.init)));
-      info.params.push_back({pname, pd.shape, pd.init, pd.a, pd.b});
+      std::string tied = pd.tied_to ? pd.tied_to : "";
+      if (!tied.empty()) {
+        const ParamInfo* owner = nullptr;
+        for (const LayerInfo& earlier : p->layers_)
+          for (const ParamInfo& q : earlier.params)
+            if (earlier.name + "." + q.name == tied) owner = &q;
+        if (owner == nullptr)
+          throw PluginError(where + full + ": tied to '" + tied + "', which is no parameter of an earlier layer");
+        if (!owner->tied_to.empty())
+          throw PluginError(where + full + ": tied to '" + tied + "', which is itself tied to '" + owner->tied_to + "'");
+        if (shape_str(owner->shape) != shape_str(pd.shape))
+          throw PluginError(where + full + ": shape " + shape_str(pd.shape) + " differs from its owner " + tied + "'s " +
+                            shape_str(owner->shape));
+      }
+      info.params.push_back({pname, pd.shape, pd.init, pd.a, pd.b, tied});
     }
     p->layers_.push_back(std::move(info));
   }
@@ -247,6 +262,12 @@ ds_dataset_info Plugin::dataset_info() const {
   ds_dataset_info info{};
   if (api_->dataset_info(model_, &info) != DS_OK) fail(-1, "dataset_info");
   return info;
+}
+
+ds_shape Plugin::predictions_shape(const ds_shape& input) const {
+  ds_shape out{};
+  if (api_->describe_predictions(model_, &input, &out) != DS_OK) fail(-1, "describe_predictions");
+  return out;
 }
 
 void Plugin::get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) const {

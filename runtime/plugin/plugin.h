@@ -30,6 +30,7 @@ struct ParamInfo {
   ds_shape shape;
   ds_init_kind init;
   float a, b;  // normal(mean=a, std=b) or uniform[a, b)
+  std::string tied_to;  // "" or the full name of the earlier layer's parameter this one is
   int64_t numel() const;
 };
 
@@ -74,6 +75,8 @@ class Plugin {
                 const ds_batch& batch) const;
 
   ds_dataset_info dataset_info() const;
+  // The last layer's predictions for a batched input shape (ndim 0: the model makes none).
+  ds_shape predictions_shape(const ds_shape& input) const;
   // Fills input [n, ...] and target [n, ...] with samples indices[0..n-1].
   void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) const;
 

@@ -77,6 +77,7 @@ inline Batch make_batch(const ds_batch* b) {
   if (b == nullptr) return out;
   out.input = ConstTensor(b->input, "batch input");
   out.target = ConstTensor(b->target, "batch target");
+  out.predictions = Tensor(b->predictions, "batch predictions");
   out.step = b->step;
   out.micro_step = b->micro_step;
   return out;
@@ -193,6 +194,13 @@ inline ds_status dataset_info(void* model, ds_dataset_info* out) noexcept {
     if (out == nullptr) throw std::invalid_argument("dataset_info: out is NULL");
     const DatasetInfo d = m.dataset_info();
     *out = {d.num_samples, d.input_dtype, d.input_shape.c(), d.target_dtype, d.target_shape.c()};
+  });
+}
+
+inline ds_status describe_predictions(void* model, const ds_shape* input, ds_shape* out) noexcept {
+  return guard(model, [&](Model& m) {
+    if (input == nullptr || out == nullptr) throw std::invalid_argument("describe_predictions: NULL argument");
+    *out = m.predictions_shape(Shape(*input)).c();
   });
 }
 

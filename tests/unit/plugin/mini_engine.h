@@ -62,7 +62,7 @@ class MiniEngine {
 
   // Re-runs forward on the current batch (after a parameter was changed).
   float run_forward(int64_t step = 1) {
-    batch = ds_batch{&in_t, &tg_t, step, 0};
+    batch = ds_batch{&in_t, &tg_t, step, 0, nullptr};
     const int32_t L = p_.num_layers();
     acts.assign(static_cast<size_t>(L + 1), {});
     shapes.assign(static_cast<size_t>(L + 1), {});

@@ -94,10 +94,10 @@ TEST_CASE("a library without ds_plugin_entry") {
 TEST_CASE("a plugin with another ABI version") {
   const std::string file = fixture("libds_model_badabi.so");
   CHECK(error_of([&] { ds::Plugin::load(file, "{}"); }) ==
-        "plugin " + file + ": ABI version 99, this dsworker supports 1");
+        "plugin " + file + ": ABI version 99, this dsworker supports " + std::to_string(DS_PLUGIN_ABI_VERSION));
   PluginPathEnv env(DS_TEST_FIXTURE_DIR);  // by name, the same
   CHECK(error_of([] { ds::Plugin::load("badabi", "{}"); }) ==
-        "plugin " + fixture("libds_model_badabi.so") + ": ABI version 99, this dsworker supports 1");
+        "plugin " + fixture("libds_model_badabi.so") + ": ABI version 99, this dsworker supports " + std::to_string(DS_PLUGIN_ABI_VERSION));
 }
 
 TEST_CASE("create() failures carry the plugin's message") {

@@ -151,7 +151,7 @@ TEST_CASE("DS_PLUGIN's table: no exception crosses and arguments are checked fir
   ds_tensor p{&w, DS_F32, cs({1})}, g{&gw, DS_F32, cs({1})};
   ds_tensor xt{x, DS_F32, cs({1, 3})}, yt{y, DS_F32, cs({1, 3})}, gyt{gy, DS_F32, cs({1, 3})},
       gxt{gx, DS_F32, cs({1, 3})};
-  ds_batch batch{&xt, nullptr, 1, 0};
+  ds_batch batch{&xt, nullptr, 1, 0, nullptr};
   REQUIRE(c.api->forward(c.model, 0, &p, &xt, &yt, nullptr, &batch) == DS_OK);
   CHECK(y[2] == 6.0f);
 
