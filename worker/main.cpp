@@ -57,6 +57,10 @@ void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
   if (z.zero_quantized_weights || z.zero_quantized_nontrainable_weights || z.zero_quantized_gradients)
     refuse("zero_quantized_*", "true", "ZeRO++ quantized communication");
   if (z.mics_shard_size > 0) refuse("mics_shard_size", std::to_string(z.mics_shard_size), "MiCS sharding");
+  const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
+  if (ac.partition_activations || ac.cpu_checkpointing)
+    throw ConfigError(fmt::format("{}: activation_checkpointing.{}: true is not implemented yet", origin,
+                                  ac.partition_activations ? "partition_activations" : "cpu_checkpointing"));
 }
 
 amp::Storage storage_of(Dtype d) {
@@ -94,6 +98,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   e.grad_storage = storage_of(c.grad_accum_dtype);
   if (c.fp16.enabled) e.loss_scaling = loss_scaler_config(c.fp16);
   e.cast_inputs = c.fp16.enabled && c.fp16.auto_cast;
+  e.recompute = c.activation_checkpointing.present;
   e.seed = seed;
   return e;
 }

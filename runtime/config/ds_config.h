@@ -204,6 +204,7 @@ struct CsvMonitorConfig {
 };
 
 struct ActivationCheckpointingConfig {
+  bool present = false;  // the block is in the config: dsworker recomputes every layer in backward
   bool partition_activations = false, cpu_checkpointing = false;
   bool contiguous_memory_optimization = false;
   std::optional<int64_t> number_checkpoints;

@@ -74,6 +74,7 @@ CsvMonitorConfig parse_csv_monitor(Section& top) {
 ActivationCheckpointingConfig parse_activation_checkpointing(Section& top) {
   Section s = top.object("activation_checkpointing");
   ActivationCheckpointingConfig c;
+  c.present = top.get("activation_checkpointing") != nullptr;
   c.partition_activations = s.flag("partition_activations", c.partition_activations);
   c.cpu_checkpointing = s.flag("cpu_checkpointing", c.cpu_checkpointing);
   c.contiguous_memory_optimization = s.flag("contiguous_memory_optimization", c.contiguous_memory_optimization);

@@ -125,6 +125,7 @@ def test_comms_logger_and_csv_monitor(dsrun, clean_env, tmp_path):
 @pytest.mark.parametrize("key,block,expected", [
     ("zero_optimization", {"stage": 2, "zero_quantized_gradients": True}, "zero_quantized_*"),
     ("communication_data_type", "fp16", "communication_data_type: fp16"),
+    ("activation_checkpointing", {"cpu_checkpointing": True}, "activation_checkpointing.cpu_checkpointing"),
     ("zero_optimization", {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "offload_optimizer.device"),
 ])
 def test_unimplemented_features_are_refused_not_ignored(dsrun, clean_env, tmp_path, key, block, expected):
@@ -256,3 +257,22 @@ def test_fp16_overflow_at_the_minimum_scale_stops_the_job(dsrun, clean_env, tmp_
             dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "step 3: fp16: a gradient overflowed at the minimum loss scale 256" in r.stderr
+
+
+def test_activation_checkpointing_changes_nothing_but_memory(clean_env, tmp_path):
+    """With an activation_checkpointing block every layer's forward runs again before its backward,
+    from one shared workspace: the losses are bit-identical to a run without it."""
+    with open(os.path.join(ROOT, "configs", "zero3.json")) as f:
+        cfg = json.load(f)
+    out = {}
+    for name, block in (("plain", None), ("recompute", {"partition_activations": False})):
+        if block is not None:
+            cfg["activation_checkpointing"] = block
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(cfg))
+        m = tmp_path / f"{name}.jsonl"
+        r = run([DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "20", "--metrics", str(m)],
+                clean_env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out[name] = losses(m)
+    assert out["recompute"] == out["plain"]
