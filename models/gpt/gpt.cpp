@@ -1,0 +1,343 @@
+// The `gpt` model plugin: a GPT-2-style decoder (nanoGPT semantics, dropout 0, fp32) on the CPU
+// kernels.
+//
+//   embed: x = wte[tokens] + wpe[0..T-1]                                  tokens i32 [B, T] → [B, T, C]
+//   h0..h{n_layer-1}: x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))          [B, T, C] → [B, T, C]
+//       attn = c_proj(causal_self_attention(c_attn(.)))   mlp = c_proj(gelu_tanh(c_fc(.)))
+//   head: logits = ln_f(x) · wteᵀ (wte TIED to embed.wte, no bias); mean cross-entropy over all
+//         B·T positions against the target tokens i32 [B, T]                    [B, T, C] → [1]
+// Linear weights are [out, in] (PyTorch's nn.Linear: y = x·Wᵀ + b); parameter names are nanoGPT's
+// within each layer ("h0.attn.c_attn.weight", "head.ln_f.weight", ...). Init as GPT-2: Linear
+// weights and embeddings normal(0, init_std), the two residual projections (attn.c_proj,
+// mlp.c_proj) normal(0, init_std/√(2·n_layer)), biases zeros, LayerNorm weight ones / bias zeros.
+//
+// Config ("model" block, all optional): n_layer 4, n_head 4, n_embd 128, seq_len 64,
+// vocab_size 256, init_std 0.02. n_embd must be a multiple of n_head. Unknown keys are errors.
+// Data: none of its own (dataset_info().num_samples = 0): the engine feeds token windows from the
+// config's `data` block, input i32 [seq_len], target i32 [seq_len] (the input shifted by one).
+// Inputs shorter than seq_len (T ≤ seq_len) are accepted (generation); longer ones are not.
+// Predictions: the logits [B, T, vocab_size].
+//
+// Every layer keeps what backward needs in its workspace (the engine may re-run forward right
+// before backward); backward's own temporaries are local buffers.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/bias.h"
+#include "cpu/cross_entropy.h"
+#include "cpu/embedding.h"
+#include "cpu/gelu.h"
+#include "cpu/layernorm.h"
+#include "cpu/matmul.h"
+#include "plugin/ds_plugin_sdk.h"
+
+namespace {
+
+using ds::sdk::Backward;
+using ds::sdk::Forward;
+using ds::sdk::Shape;
+
+constexpr float kLnEps = 1e-5f;  // GPT-2's LayerNorm eps
+
+struct Dims {
+  int64_t n_layer, n_head, n_embd, seq_len, vocab;
+  float init_std;
+};
+
+// Throws unless `in` is [B, T] (ndim 2, tokens) or [B, T, C] (ndim 3, activations), 1 ≤ T ≤ seq_len.
+void require_input(const Shape& in, int ndim, const Dims& d) {
+  bool ok = in.ndim == ndim && in[0] >= 1 && in[1] >= 1 && in[1] <= d.seq_len;
+  if (ok && ndim == 3) ok = in[2] == d.n_embd;
+  if (!ok)
+    throw std::invalid_argument("input shape " + in.str() + ", expected " +
+                                (ndim == 2 ? std::string("[B, T] tokens")
+                                           : "[B, T, " + std::to_string(d.n_embd) + "] (n_embd " +
+                                                 std::to_string(d.n_embd) + ")") +
+                                " with 1 <= T <= seq_len " + std::to_string(d.seq_len));
+}
+
+// y[i] += x[i]
+void add_into(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// Linear on rows: y[n,out] = x[n,in]·Wᵀ + b.
+void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
+  ds::cpu::matmul(x, W, y, n, out, in, false, true, false);
+  ds::cpu::bias_add(y, b, n, out);
+}
+// dx[n,in] = dy·W (overwritten; skipped when dx is null), dW += dyᵀ·x, db += Σ dy.
+void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int64_t n,
+                     int64_t in, int64_t out) {
+  if (dx != nullptr) ds::cpu::matmul(dy, W, dx, n, in, out, false, false, false);
+  ds::cpu::matmul(dy, x, dW, out, in, n, true, false, true);
+  ds::cpu::bias_grad(dy, db, n, out);
+}
+
+// ---- embed ---------------------------------------------------------------------------------------
+
+class Embed : public ds::sdk::Layer {
+ public:
+  explicit Embed(const Dims& d) : Layer("embed"), d_(d) {
+    add_param("wte", {d.vocab, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std);
+    add_param("wpe", {d.seq_len, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std);
+  }
+  Shape output_shape(const Shape& in) const override {
+    require_input(in, 2, d_);
+    return {in[0], in[1], d_.n_embd};
+  }
+  void forward(const Forward& f) override {
+    ds::cpu::embedding_forward(f.input.i32(), f.param(0).f32(), f.param(1).f32(), f.output.f32(), f.input.dim(0),
+                               f.input.dim(1), d_.n_embd, d_.vocab);
+  }
+  void backward(const Backward& b) override {  // layer 0: no grad_input (the input is token ids)
+    ds::cpu::embedding_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(), b.grad_param(1).f32(),
+                                b.input.dim(0), b.input.dim(1), d_.n_embd, d_.vocab);
+  }
+
+ private:
+  Dims d_;
+};
+
+// ---- transformer block ---------------------------------------------------------------------------
+
+class Block : public ds::sdk::Layer {
+ public:
+  Block(std::string name, const Dims& d) : Layer(std::move(name)), d_(d) {
+    const int64_t C = d.n_embd;
+    const float proj_std = d.init_std / std::sqrt(2.0f * static_cast<float>(d.n_layer));
+    add_param("ln_1.weight", {C}, DS_INIT_ONES);
+    add_param("ln_1.bias", {C}, DS_INIT_ZEROS);
+    add_param("attn.c_attn.weight", {3 * C, C}, DS_INIT_NORMAL, 0.0f, d.init_std);
+    add_param("attn.c_attn.bias", {3 * C}, DS_INIT_ZEROS);
+    add_param("attn.c_proj.weight", {C, C}, DS_INIT_NORMAL, 0.0f, proj_std);
+    add_param("attn.c_proj.bias", {C}, DS_INIT_ZEROS);
+    add_param("ln_2.weight", {C}, DS_INIT_ONES);
+    add_param("ln_2.bias", {C}, DS_INIT_ZEROS);
+    add_param("mlp.c_fc.weight", {4 * C, C}, DS_INIT_NORMAL, 0.0f, d.init_std);
+    add_param("mlp.c_fc.bias", {4 * C}, DS_INIT_ZEROS);
+    add_param("mlp.c_proj.weight", {C, 4 * C}, DS_INIT_NORMAL, 0.0f, proj_std);
+    add_param("mlp.c_proj.bias", {C}, DS_INIT_ZEROS);
+  }
+  Shape output_shape(const Shape& in) const override {
+    require_input(in, 3, d_);
+    return in;
+  }
+  size_t workspace_bytes(const Shape& in) const override {
+    require_input(in, 3, d_);
+    return Slots(in, d_).total * sizeof(float);
+  }
+
+  void forward(const Forward& f) override {
+    const Shape& s = f.input.shape();
+    const Slots w(s, d_);
+    float* ws = workspace(f.workspace);
+    const int64_t B = s[0], T = s[1], C = d_.n_embd, N = B * T, H = d_.n_head, D = C / H;
+    const float* x = f.input.f32();
+    float* y = f.output.f32();
+    float* x2 = ws + w.x2;
+    ds::cpu::layernorm_forward(x, p(f, 0), p(f, 1), ws + w.ln1, ws + w.ln1_stats, N, C, kLnEps);
+    linear_forward(ws + w.ln1, p(f, 2), p(f, 3), ws + w.qkv, N, C, 3 * C);
+    ds::cpu::attention_forward(ws + w.qkv, ws + w.att, ws + w.att_ws, B, T, H, D);
+    linear_forward(ws + w.att, p(f, 4), p(f, 5), x2, N, C, C);
+    add_into(x2, x, N * C);  // x2 = x + attn(ln_1(x))
+    ds::cpu::layernorm_forward(x2, p(f, 6), p(f, 7), ws + w.ln2, ws + w.ln2_stats, N, C, kLnEps);
+    linear_forward(ws + w.ln2, p(f, 8), p(f, 9), ws + w.fc, N, C, 4 * C);
+    ds::cpu::gelu_forward(ws + w.fc, ws + w.gelu, N * 4 * C);
+    linear_forward(ws + w.gelu, p(f, 10), p(f, 11), y, N, 4 * C, C);
+    add_into(y, x2, N * C);  // y = x2 + mlp(ln_2(x2))
+  }
+
+  void backward(const Backward& b) override {
+    const Shape& s = b.input.shape();
+    const Slots w(s, d_);
+    const float* ws = workspace(b.workspace);
+    const int64_t B = s[0], T = s[1], C = d_.n_embd, N = B * T, H = d_.n_head, D = C / H;
+    const float* x = b.input.f32();
+    const float* dy = b.grad_output.f32();
+    auto g = [&](int32_t i) { return b.grad_param(i).f32(); };
+    std::vector<float> dx2(dy, dy + N * C);  // d/dx2 through the residual; the mlp branch adds below
+    std::vector<float> d4(static_cast<size_t>(N * 4 * C)), dc(static_cast<size_t>(N * C)), tmp(dc.size());
+    std::vector<float> dqkv(static_cast<size_t>(N * 3 * C));
+    // mlp branch: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
+    linear_backward(ws + w.gelu, p(b, 10), dy, d4.data(), g(10), g(11), N, 4 * C, C);
+    ds::cpu::gelu_backward(ws + w.fc, d4.data(), d4.data(), N * 4 * C);
+    linear_backward(ws + w.ln2, p(b, 8), d4.data(), dc.data(), g(8), g(9), N, C, 4 * C);
+    ds::cpu::layernorm_backward(ws + w.x2, p(b, 6), ws + w.ln2_stats, dc.data(), tmp.data(), g(6), g(7), N, C);
+    add_into(dx2.data(), tmp.data(), N * C);
+    // attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x))))
+    linear_backward(ws + w.att, p(b, 4), dx2.data(), dc.data(), g(4), g(5), N, C, C);
+    ds::cpu::attention_backward(ws + w.qkv, ws + w.att_ws, dc.data(), dqkv.data(), B, T, H, D);
+    linear_backward(ws + w.ln1, p(b, 2), dqkv.data(), dc.data(), g(2), g(3), N, C, 3 * C);
+    ds::cpu::layernorm_backward(x, p(b, 0), ws + w.ln1_stats, dc.data(), tmp.data(), g(0), g(1), N, C);
+    if (!b.grad_input.empty()) {
+      float* dx = b.grad_input.f32();
+      for (int64_t i = 0; i < N * C; ++i) dx[i] = dx2[static_cast<size_t>(i)] + tmp[static_cast<size_t>(i)];
+    }
+  }
+
+ private:
+  // Float offsets into the workspace for an input [B, T, C].
+  struct Slots {
+    size_t ln1, ln1_stats, qkv, att, att_ws, x2, ln2, ln2_stats, fc, gelu, total;
+    Slots(const Shape& s, const Dims& d) {
+      const size_t B = static_cast<size_t>(s[0]), T = static_cast<size_t>(s[1]), C = static_cast<size_t>(d.n_embd);
+      const size_t N = B * T;
+      size_t at = 0;
+      auto take = [&](size_t n) {
+        const size_t here = at;
+        at += (n + 3) & ~size_t{3};  // keep every slot 16-byte aligned
+        return here;
+      };
+      ln1 = take(N * C);
+      ln1_stats = take(N * 2);
+      qkv = take(N * 3 * C);
+      att = take(N * C);
+      att_ws = take(ds::cpu::attention_workspace_floats(s[0], s[1], d.n_head, d.n_embd / d.n_head));
+      x2 = take(N * C);
+      ln2 = take(N * C);
+      ln2_stats = take(N * 2);
+      fc = take(N * 4 * C);
+      gelu = take(N * 4 * C);
+      total = at;
+    }
+  };
+  static const float* p(const ds::sdk::LayerCall& c, int32_t i) { return c.param(i).f32(); }
+  static float* workspace(void* ws) {
+    if (ws == nullptr) throw std::invalid_argument("workspace is NULL");
+    return static_cast<float*>(ws);
+  }
+  Dims d_;
+};
+
+// ---- head: ln_f, tied LM head, cross-entropy -----------------------------------------------------
+
+class Head : public ds::sdk::Layer {
+ public:
+  explicit Head(const Dims& d) : Layer("head"), d_(d) {
+    add_param("ln_f.weight", {d.n_embd}, DS_INIT_ONES);
+    add_param("ln_f.bias", {d.n_embd}, DS_INIT_ZEROS);
+    add_tied_param("wte", {d.vocab, d.n_embd}, "embed.wte");
+  }
+  Shape output_shape(const Shape& in) const override {
+    require_input(in, 3, d_);
+    return {1};
+  }
+  size_t workspace_bytes(const Shape& in) const override {
+    require_input(in, 3, d_);
+    return Slots(in, d_).total * sizeof(float);
+  }
+  void forward(const Forward& f) override {
+    const Shape& s = f.input.shape();
+    const Slots w(s, d_);
+    float* ws = workspace(f.workspace);
+    const int64_t N = s[0] * s[1], C = d_.n_embd, V = d_.vocab;
+    ds::cpu::layernorm_forward(f.input.f32(), f.param(0).f32(), f.param(1).f32(), ws + w.lnf, ws + w.lnf_stats, N, C,
+                               kLnEps);
+    ds::cpu::matmul(ws + w.lnf, f.param(2).f32(), ws + w.logits, N, V, C, false, true, false);  // ln_f(x)·wteᵀ
+    f.output.f32()[0] = ds::cpu::cross_entropy_forward(ws + w.logits, targets(f.batch, s), N, V, ws + w.ce_stats);
+    if (!f.batch.predictions.empty()) {
+      const Shape want{s[0], s[1], V};
+      if (!(f.batch.predictions.shape() == want))
+        throw std::invalid_argument("predictions shape " + f.batch.predictions.shape().str() + ", expected " +
+                                    want.str());
+      std::copy_n(ws + w.logits, N * V, f.batch.predictions.f32());
+    }
+  }
+  void backward(const Backward& b) override {
+    const Shape& s = b.input.shape();
+    const Slots w(s, d_);
+    const float* ws = workspace(b.workspace);
+    const int64_t N = s[0] * s[1], C = d_.n_embd, V = d_.vocab;
+    std::vector<float> dlogits(static_cast<size_t>(N * V)), dlnf(static_cast<size_t>(N * C));
+    ds::cpu::cross_entropy_backward(ws + w.logits, targets(b.batch, s), ws + w.ce_stats, b.grad_output.f32()[0], N, V,
+                                    dlogits.data());
+    const float* wte = b.param(2).f32();
+    ds::cpu::matmul(dlogits.data(), ws + w.lnf, b.grad_param(2).f32(), V, C, N, true, false, true);  // dwte += dLᵀ·ln_f
+    ds::cpu::matmul(dlogits.data(), wte, dlnf.data(), N, C, V, false, false, false);               // dln_f = dL·wte
+    std::vector<float> scratch;
+    float* dx = b.grad_input.empty() ? (scratch.resize(dlnf.size()), scratch.data()) : b.grad_input.f32();
+    ds::cpu::layernorm_backward(b.input.f32(), b.param(0).f32(), ws + w.lnf_stats, dlnf.data(), dx,
+                                b.grad_param(0).f32(), b.grad_param(1).f32(), N, C);
+  }
+
+ private:
+  struct Slots {
+    size_t lnf, lnf_stats, logits, ce_stats, total;
+    Slots(const Shape& s, const Dims& d) {
+      const size_t N = static_cast<size_t>(s[0] * s[1]), C = static_cast<size_t>(d.n_embd);
+      size_t at = 0;
+      auto take = [&](size_t n) {
+        const size_t here = at;
+        at += (n + 3) & ~size_t{3};
+        return here;
+      };
+      lnf = take(N * C);
+      lnf_stats = take(N * 2);
+      logits = take(N * static_cast<size_t>(d.vocab));
+      ce_stats = take(N * 2);
+      total = at;
+    }
+  };
+  static const int32_t* targets(const ds::sdk::Batch& batch, const Shape& in) {
+    if (batch.target.empty()) throw std::invalid_argument("batch target is NULL");
+    const Shape want{in[0], in[1]};
+    if (!(batch.target.shape() == want))
+      throw std::invalid_argument("batch target shape " + batch.target.shape().str() + ", expected " + want.str());
+    return batch.target.i32();
+  }
+  static float* workspace(void* ws) {
+    if (ws == nullptr) throw std::invalid_argument("workspace is NULL");
+    return static_cast<float*>(ws);
+  }
+  Dims d_;
+};
+
+// ---- model ---------------------------------------------------------------------------------------
+
+Dims read_dims(ds::sdk::Config& cfg) {
+  Dims d{};
+  d.n_layer = cfg.get_at_least<int64_t>("n_layer", 4, 1);
+  d.n_head = cfg.get_at_least<int64_t>("n_head", 4, 1);
+  d.n_embd = cfg.get_at_least<int64_t>("n_embd", 128, 1);
+  d.seq_len = cfg.get_at_least<int64_t>("seq_len", 64, 1);
+  d.vocab = cfg.get_at_least<int64_t>("vocab_size", 256, 2);
+  const double std = cfg.get<double>("init_std", 0.02);
+  if (!(std > 0.0) || !std::isfinite(std))
+    throw std::invalid_argument("model.init_std: " + std::to_string(std) + " is not a positive number");
+  d.init_std = static_cast<float>(std);
+  if (d.n_embd % d.n_head != 0)
+    throw std::invalid_argument("model.n_embd: " + std::to_string(d.n_embd) + " is not a multiple of model.n_head " +
+                                std::to_string(d.n_head));
+  if (d.vocab > INT32_MAX) throw std::invalid_argument("model.vocab_size: " + std::to_string(d.vocab) + " is too large");
+  return d;
+}
+
+class Gpt : public ds::sdk::Model {
+ public:
+  explicit Gpt(ds::sdk::Config& cfg) : d_(read_dims(cfg)) {
+    add_layer<Embed>(d_);
+    for (int64_t i = 0; i < d_.n_layer; ++i) add_layer<Block>("h" + std::to_string(i), d_);
+    add_layer<Head>(d_);
+  }
+  ds::sdk::DatasetInfo dataset_info() const override { return {0, DS_I32, {d_.seq_len}, DS_I32, {d_.seq_len}}; }
+  Shape predictions_shape(const Shape& input) const override {
+    if (input.ndim != 2) throw std::invalid_argument("input shape " + input.str() + ", expected [B, T] tokens");
+    return {input[0], input[1], d_.vocab};
+  }
+  void get_batch(std::span<const int64_t>, const ds::sdk::Tensor&, const ds::sdk::Tensor&) override {
+    throw std::logic_error("the gpt model has no data of its own");
+  }
+
+ private:
+  Dims d_;
+};
+
+}  // namespace
+
+DS_PLUGIN(Gpt, "gpt")
