@@ -3,6 +3,7 @@
 // rendezvous store; builds the Gloo process group and the engine; trains; reports progress.
 // Exit status: 0, 2 for a bad config or flag, 1 for anything else (plugin, communication).
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -253,6 +254,9 @@ int train(const WorkerOptions& o) {
 }  // namespace ds
 
 int main(int argc, char** argv) {
+  // A peer that dies closes its sockets; writing to one must fail as a communication error that names
+  // the operation, not kill this rank with SIGPIPE (which dsrun would then race against the real cause).
+  ::signal(SIGPIPE, SIG_IGN);
   // Debian's OpenBLAS misdetects recent CPUs and runs ~5x slower; this re-executes dsworker with
   // OPENBLAS_CORETYPE set when that happens (a value the user set is always kept).
   if (std::string warning = ds::cpu::blas_fix_coretype(argv); !warning.empty())
