@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package that dsrun's build, tests and benchmarks need.
+# Installs the Debian packages that dsrun's build, main job and benchmarks need; with --tests, also
+# those only the tests need (PyTorch for the GPT reference: large, so the main job skips it).
 # Idempotent: prints nothing and touches nothing when all packages are present.
 # CUDA and NCCL are not installed here; the build finds them in /usr/local/cuda when present.
 set -euo pipefail
@@ -8,10 +9,17 @@ packages=(
   build-essential cmake ninja-build pkg-config git      # toolchain
   libcli11-dev libfmt-dev nlohmann-json3-dev libssh-dev  # launcher
   libyaml-cpp-dev libgloo-dev                            # runtime (ds_config YAML, Gloo)
-  doctest-dev python3 python3-pytest                     # tests
-  openssh-server openssh-client procps                   # throwaway sshd in the integration tests
+  doctest-dev                                            # the build configures the unit tests too
+  python3 gnuplot-nox                                    # the loss-curve PNG (scripts/plot_loss.py)
   pdsh                                                   # peer in bench/launch, later a transport
 )
+if [ "${1:-}" = "--tests" ]; then
+  packages+=(
+    python3-pytest                                       # integration tests
+    openssh-server openssh-client procps                 # throwaway sshd in the integration tests
+    python3-torch                                        # the GPT reference (tests/integration/torch_gpt.py)
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

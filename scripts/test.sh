@@ -3,6 +3,6 @@
 # Extra arguments go to ctest, e.g. `scripts/test.sh -L unit` or `scripts/test.sh -LE slow`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --tests
 scripts/build.sh
 ctest --preset default "$@"
