@@ -4,7 +4,6 @@
 // Exit status: 0, 2 for a bad config or flag, 1 for anything else (plugin, communication).
 #include <sched.h>
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,7 +23,10 @@
 #include "core/errors.h"
 #include "cpu/blas.h"
 #include "engine/engine.h"
+#include "data_source.h"
+#include "engine/generate.h"
 #include "metrics.h"
+#include "report.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "plugin/plugin.h"
@@ -125,40 +127,6 @@ int blas_threads_for() {
   return std::max(1, available / local_size);
 }
 
-std::string format_bytes(size_t bytes) {
-  if (bytes >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
-  if (bytes >= (size_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
-  if (bytes >= 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
-  return fmt::format("{} B", bytes);
-}
-
-std::string memory_line(const MemoryReport& m) {
-  return fmt::format("params {}, grads {}, optimizer state {} (model states {}), activations {}",
-                     format_bytes(m.params), format_bytes(m.grads), format_bytes(m.optimizer_state),
-                     format_bytes(m.model_states()), format_bytes(m.activations + m.workspace));
-}
-
-// Bytes this rank sent per step, per collective, since `before` (the counters before the first step).
-std::string comms_line(const CommsLogger& comms, const std::map<std::string, uint64_t>& before, int64_t steps) {
-  std::string line;
-  for (const auto& [op, bytes] : before) {
-    const uint64_t sent = comms.stats(op).sent_bytes - bytes;
-    if (sent > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", op, format_bytes(sent / std::max<int64_t>(steps, 1)));
-  }
-  return line.empty() ? "nothing (one rank)" : line;
-}
-
-// Peak resident memory of this process (VmHWM), bytes.
-size_t peak_rss() {
-  struct rusage usage {};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return static_cast<size_t>(usage.ru_maxrss) * 1024;
-}
-
-std::string format_rate(double samples_per_sec) {
-  return samples_per_sec >= 1e4 ? fmt::format("{:.0f}", samples_per_sec) : fmt::format("{:.1f}", samples_per_sec);
-}
-
 int train(const WorkerOptions& o) {
   if (o.print_config) {  // connects to nothing: only WORLD_SIZE matters (for the batch triad)
     std::cout << resolved_json(load_config(o.config, world_size_from_env())).dump(2) << "\n";
@@ -185,11 +153,20 @@ int train(const WorkerOptions& o) {
   }
   auto group = make_gloo_group(store, env.rank, env.world_size, "dp", std::chrono::seconds(300));
 
+  TrainingData data = load_training_data(config, *plugin);
   const uint64_t seed = o.seed.value_or(config.seed);
   Engine engine(engine_config(config, seed), *plugin, *group,
                 [&](size_t n, NormReducer reducer) { return make_optimizer(config.optimizer, n, reducer); },
-                make_lr_schedule(config.scheduler, config.optimizer.lr));
+                make_lr_schedule(config.scheduler, config.optimizer.lr), data.train.get());
+  std::optional<SampleConfig> sample;
+  if (!config.sample.empty()) {
+    sample = parse_sample_config(config.sample);
+    if (data.vocab == 0)
+      throw ConfigError(fmt::format("sample: the model {} is not a language model; remove the sample block",
+                                    plugin->name()));
+  }
   const int64_t steps = o.steps ? *o.steps : o.epochs.value_or(1) * engine.steps_per_epoch();
+  const int64_t tokens_per_step = engine.global_batch() * data.tokens_per_sample;
   if (lead) {
     MemoryReport m = engine.memory();
     std::fprintf(stderr,
@@ -202,6 +179,9 @@ int train(const WorkerOptions& o) {
                  static_cast<long long>(config.train_micro_batch_size_per_gpu),
                  static_cast<long long>(config.gradient_accumulation_steps), env.world_size,
                  static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()));
+    if (!data.description.empty())
+      std::fprintf(stderr, "dsworker: data: %s; %lld tokens per step\n", data.description.c_str(),
+                   static_cast<long long>(tokens_per_step));
     std::fprintf(stderr, "dsworker: memory per rank at start: %s\n", memory_line(m).c_str());
   }
   std::map<std::string, uint64_t> sent_before;
@@ -212,35 +192,69 @@ int train(const WorkerOptions& o) {
   if (lead) {
     std::string csv_dir;
     if (config.csv_monitor.enabled) csv_dir = config.csv_monitor.output_path + "/" + config.csv_monitor.job_name;
-    metrics.emplace(o.metrics, csv_dir);
+    metrics.emplace(o.metrics, csv_dir, data.tokens_per_sample);
   }
-  double total_seconds = 0.0, first_loss = 0.0, last_loss = 0.0;
+  // Every rank evaluates and samples (collectives at stage 3); rank 0 reports.
+  std::optional<double> val_loss;
+  auto validate = [&](int64_t step) {
+    val_loss = engine.evaluate(*data.val, data.eval.max_samples);
+    if (!lead) return;
+    metrics->write_validation(step, step * engine.global_batch(), *val_loss);
+    std::printf("step %lld: validation loss %.4f\n", static_cast<long long>(step), *val_loss);
+  };
+  auto print_sample = [&](int64_t step) {
+    const auto texts = generate(engine, *sample, mix_seed(seed, static_cast<uint64_t>(step)));
+    if (!lead) return;
+    std::printf("sample after step %lld (temperature %g, top_k %lld):\n", static_cast<long long>(step),
+                sample->temperature, static_cast<long long>(sample->top_k));
+    for (const auto& text : texts)
+      std::printf("%s%s\n----\n", tokens_text(sample->prompt, data.vocab).c_str(), tokens_text(text, data.vocab).c_str());
+  };
+  const int64_t every = config.steps_per_print.value_or(10);
+  double total_seconds = 0.0, first_loss = 0.0, last_loss = 0.0, interval_seconds = 0.0;
+  int64_t interval_samples = 0;
   for (int64_t s = 0; s < steps; ++s) {
     StepStats stats = engine.step();
     total_seconds += stats.seconds;
+    interval_seconds += stats.seconds;
+    interval_samples += stats.samples;
     if (s == 0) first_loss = stats.loss;
     last_loss = stats.loss;
-    if (!lead) continue;
-    metrics->write(stats, stats.step * engine.global_batch());
-    if (stats.skipped)
-      std::printf("step %lld: overflow, skipping; loss scale %s -> %s\n", static_cast<long long>(stats.step),
-                  fmt::format("{}", stats.loss_scale).c_str(), fmt::format("{}", engine.loss_scale()).c_str());
-    const int64_t every = config.steps_per_print.value_or(10);
-    if (every > 0 && (stats.step % every == 0 || stats.step == steps))
-      std::printf("step %lld/%lld | epoch %lld | loss %.4f | lr %.3e | grad_norm %.4f | %s%s samples/s\n",
-                  static_cast<long long>(stats.step), static_cast<long long>(steps),
-                  static_cast<long long>(stats.epoch), stats.loss, stats.lr, stats.grad_norm,
-                  config.fp16.enabled ? fmt::format("loss_scale {} | ", stats.loss_scale).c_str() : "",
-                  format_rate(stats.samples / stats.seconds).c_str());
-    std::fflush(stdout);
+    if (lead) {
+      metrics->write(stats, stats.step * engine.global_batch());
+      if (stats.skipped)
+        std::printf("step %lld: overflow, skipping; loss scale %s -> %s\n", static_cast<long long>(stats.step),
+                    fmt::format("{}", stats.loss_scale).c_str(), fmt::format("{}", engine.loss_scale()).c_str());
+      if (every > 0 && (stats.step % every == 0 || stats.step == steps)) {
+        Progress p{stats.step, steps, total_seconds, 0.0, data.tokens_per_sample > 0 ? "tokens" : "samples"};
+        p.rate = interval_seconds > 0 ? static_cast<double>(interval_samples) / interval_seconds *
+                                            static_cast<double>(std::max<int64_t>(data.tokens_per_sample, 1))
+                                      : 0.0;
+        std::string fields = fmt::format("epoch {} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f}", stats.epoch,
+                                         stats.loss, stats.lr, stats.grad_norm);
+        if (config.fp16.enabled) fields += fmt::format(" | loss_scale {}", stats.loss_scale);
+        std::printf("%s\n", progress_line(p, fields).c_str());
+        interval_seconds = 0.0;
+        interval_samples = 0;
+      }
+      std::fflush(stdout);
+    }
+    const bool last = stats.step == steps;
+    if (data.val && (last || (data.eval.interval > 0 && stats.step % data.eval.interval == 0))) validate(stats.step);
+    if (sample && (last || (sample->interval > 0 && stats.step % sample->interval == 0))) print_sample(stats.step);
+    if (lead) std::fflush(stdout);
   }
   if (lead) {
-    std::printf("done: %lld steps in %.2f s | loss %.4f -> %.4f | %s samples/s%s\n", static_cast<long long>(steps),
-                total_seconds, first_loss, last_loss,
-                format_rate(total_seconds > 0 ? steps * engine.global_batch() / total_seconds : 0).c_str(),
-                engine.skipped_steps() > 0
-                    ? fmt::format(" | {} skipped on overflow, loss scale {}", engine.skipped_steps(), engine.loss_scale()).c_str()
-                    : "");
+    const double per_sec = total_seconds > 0 ? static_cast<double>(steps * engine.global_batch()) / total_seconds : 0;
+    std::string line = fmt::format("done: {} steps in {} | loss {:.4f} -> {:.4f}", steps,
+                                   fmt::format("{:.2f} s", total_seconds), first_loss, last_loss);
+    if (val_loss) line += fmt::format(" | validation loss {:.4f}", *val_loss);
+    line += fmt::format(" | {} samples/s", format_rate(per_sec));
+    if (data.tokens_per_sample > 0)
+      line += fmt::format(" | {} tokens/s", format_rate(per_sec * static_cast<double>(data.tokens_per_sample)));
+    if (engine.skipped_steps() > 0)
+      line += fmt::format(" | {} skipped on overflow, loss scale {}", engine.skipped_steps(), engine.loss_scale());
+    std::printf("%s\n", line.c_str());
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
     std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, steps).c_str());

@@ -9,7 +9,8 @@
 
 namespace ds {
 
-MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir) : csv_dir_(csv_dir) {
+MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample)
+    : tokens_per_sample_(tokens_per_sample), csv_dir_(csv_dir) {
   if (!jsonl_path.empty()) {
     jsonl_ = std::make_unique<std::ofstream>(jsonl_path, std::ios::trunc);
     if (!*jsonl_) throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing", jsonl_path));
@@ -21,15 +22,20 @@ MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& c
   }
 }
 
-std::ofstream& MetricsWriter::csv(const std::string& metric) {
-  auto it = csv_files_.find(metric);
+std::ofstream& MetricsWriter::csv(const std::string& prefix, const std::string& metric) {
+  const std::string path = fmt::format("{}/{}_Samples_{}.csv", csv_dir_, prefix, metric);
+  auto it = csv_files_.find(path);
   if (it != csv_files_.end()) return it->second;
-  std::string path = fmt::format("{}/Train_Samples_{}.csv", csv_dir_, metric);
-  std::ofstream& f = csv_files_[metric];
+  std::ofstream& f = csv_files_[path];
   f.open(path, std::ios::trunc);
   if (!f) throw std::runtime_error(fmt::format("csv_monitor: cannot open {}", path));
   f << "samples," << metric << "\n";
   return f;
+}
+
+void MetricsWriter::flush() {
+  if (jsonl_) jsonl_->flush();
+  for (auto& [path, f] : csv_files_) f.flush();
 }
 
 void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
@@ -39,16 +45,25 @@ void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
                                 {"lr", s.lr},       {"grad_norm", s.grad_norm}, {"samples_per_sec", samples_per_sec},
                                 {"samples", global_samples}, {"loss_scale", s.loss_scale},
                                 {"skipped", s.skipped}};
+    if (tokens_per_sample_ > 0) j["tokens_per_sec"] = samples_per_sec * static_cast<double>(tokens_per_sample_);
     *jsonl_ << j.dump() << "\n";
-    jsonl_->flush();
   }
   if (!csv_dir_.empty()) {
-    csv("train_loss") << global_samples << "," << fmt::format("{}", s.loss) << "\n";
-    csv("lr") << global_samples << "," << fmt::format("{}", s.lr) << "\n";
-    csv("grad_norm") << global_samples << "," << fmt::format("{}", s.grad_norm) << "\n";
-    csv("loss_scale") << global_samples << "," << fmt::format("{}", s.loss_scale) << "\n";
-    for (auto& [name, f] : csv_files_) f.flush();
+    csv("Train", "train_loss") << global_samples << "," << fmt::format("{}", s.loss) << "\n";
+    csv("Train", "lr") << global_samples << "," << fmt::format("{}", s.lr) << "\n";
+    csv("Train", "grad_norm") << global_samples << "," << fmt::format("{}", s.grad_norm) << "\n";
+    csv("Train", "loss_scale") << global_samples << "," << fmt::format("{}", s.loss_scale) << "\n";
   }
+  flush();
+}
+
+void MetricsWriter::write_validation(int64_t step, int64_t global_samples, double val_loss) {
+  if (jsonl_) {
+    nlohmann::ordered_json j = {{"step", step}, {"samples", global_samples}, {"val_loss", val_loss}};
+    *jsonl_ << j.dump() << "\n";
+  }
+  if (!csv_dir_.empty()) csv("Validation", "val_loss") << global_samples << "," << fmt::format("{}", val_loss) << "\n";
+  flush();
 }
 
 }  // namespace ds

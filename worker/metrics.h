@@ -1,5 +1,7 @@
 // Per-step metrics written by rank 0: JSON lines (`dsworker --metrics FILE.jsonl`) and DeepSpeed's
 // csv_monitor layout (one CSV per metric under <output_path>/<job_name>/, rows "samples,value").
+// A training step is a line with "loss"; a validation pass is a line with "val_loss" (and the
+// CSV Validation_Samples_val_loss.csv).
 #pragma once
 #include <fstream>
 #include <map>
@@ -13,11 +15,15 @@ namespace ds {
 class MetricsWriter {
  public:
   // Either destination may be empty (off). Throws std::runtime_error naming a path it cannot open.
-  MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir);
+  // tokens_per_sample > 0 (token data) adds tokens_per_sec to each step's line.
+  MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample);
   void write(const StepStats& stats, int64_t global_samples);
+  void write_validation(int64_t step, int64_t global_samples, double val_loss);
 
  private:
-  std::ofstream& csv(const std::string& metric);
+  std::ofstream& csv(const std::string& prefix, const std::string& metric);
+  void flush();
+  int64_t tokens_per_sample_;
   std::unique_ptr<std::ofstream> jsonl_;
   std::string csv_dir_;
   std::map<std::string, std::ofstream> csv_files_;

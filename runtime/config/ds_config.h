@@ -257,6 +257,7 @@ struct DsConfig {
   CheckpointConfig checkpoint;
   nlohmann::json model = nlohmann::json::object();  // for the model plugin, untouched
   nlohmann::json data = nlohmann::json::object();   // for the data source, untouched
+  nlohmann::json sample = nlohmann::json::object(); // text generation (engine/generate.h), untouched
 
   std::vector<std::string> warnings;          // accepted-but-ignored keys and DeepSpeed warnings
 

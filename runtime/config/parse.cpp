@@ -114,6 +114,7 @@ DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size) {
   c.checkpoint = parse_checkpoint(top);
   c.model = free_object(top, "model");
   c.data = free_object(top, "data");
+  c.sample = free_object(top, "sample");
   check_foreign_keys(top);
   top.finish();
 

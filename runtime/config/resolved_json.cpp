@@ -216,6 +216,7 @@ nlohmann::ordered_json resolved_json(const DsConfig& c) {
         {"use_node_local_storage", k.use_node_local_storage}}},
       {"model", ojson(c.model)},
       {"data", ojson(c.data)},
+      {"sample", ojson(c.sample)},
   };
 }
 

@@ -190,8 +190,9 @@ Tokens read_tokens(const std::vector<std::string>& files, DataFormat format, con
 Corpus load_corpus(const nlohmann::json& data) {
   if (!data.is_object()) throw ConfigError(fmt::format("data: {} is not an object", show(data)));
   for (const auto& [key, value] : data.items())
-    if (key != "path" && key != "format" && key != "val_fraction")
-      throw ConfigError(fmt::format("data.{}: unknown key (data takes path, format and val_fraction)", key));
+    if (key != "path" && key != "format" && key != "val_fraction" && key != "eval_interval" && key != "eval_samples")
+      throw ConfigError(fmt::format(
+          "data.{}: unknown key (data takes path, format, val_fraction, eval_interval and eval_samples)", key));
   const DataFormat format = parse_format(data);
   const double val_fraction = parse_val_fraction(data);
   const std::vector<std::string> files = data_files(data);
@@ -208,6 +209,20 @@ Corpus load_corpus(const nlohmann::json& data) {
   corpus.vocab = all.vocab;
   corpus.files = all.files;
   return corpus;
+}
+
+EvalConfig parse_eval_config(const nlohmann::json& data) {
+  EvalConfig eval;
+  auto integer = [&](const char* key, int64_t fallback, int64_t least) {
+    auto it = data.find(key);
+    if (it == data.end()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < least)
+      throw ConfigError(fmt::format("data.{}: {} is not an integer >= {}", key, show(*it), least));
+    return it->get<int64_t>();
+  };
+  eval.interval = integer("eval_interval", eval.interval, 0);
+  eval.max_samples = integer("eval_samples", eval.max_samples, 1);
+  return eval;
 }
 
 }  // namespace ds

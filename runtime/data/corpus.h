@@ -4,6 +4,9 @@
 //   data.format        "auto" (default: files that start with the token-file magic are token files,
 //                      others text), "text" or "tokens"
 //   data.val_fraction  the last fraction of all tokens that is validation, in [0, 0.5]; default 0.1
+//   data.eval_interval optimizer steps between validation passes (dsworker); 0 (default): one pass
+//                      after the last step only
+//   data.eval_samples  validation windows per pass, spread over the ranks; default 512
 // Text is byte-level (each byte a token, vocabulary 256); files are concatenated with no separator;
 // empty files are skipped. Every error is a ConfigError naming the key and the value (README.md).
 #pragma once
@@ -27,6 +30,14 @@ struct Corpus {
 
 // Reads the corpus a config's `data` block (a JSON object) names. Unknown keys are refused.
 Corpus load_corpus(const nlohmann::json& data_block);
+
+struct EvalConfig {
+  int64_t interval = 0;       // optimizer steps between validation passes; 0: after the last step only
+  int64_t max_samples = 512;  // validation windows per pass, all ranks together
+};
+
+// The validation schedule of a `data` block (its eval_* keys; the others are load_corpus's).
+EvalConfig parse_eval_config(const nlohmann::json& data_block);
 
 // The files `path` names: itself if a regular file; the regular files under it, recursively, sorted,
 // if a directory; else the matches of it as a glob(3) pattern, sorted, directories among them

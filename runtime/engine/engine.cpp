@@ -46,7 +46,11 @@ bool same_shape(const ds_shape& a, const ds_shape& b) {
 // The plugin's own dataset (the mlp plugin's synthetic one).
 class PluginDataset : public Dataset {
  public:
-  explicit PluginDataset(Plugin& plugin) : plugin_(plugin) {}
+  explicit PluginDataset(Plugin& plugin) : plugin_(plugin) {
+    if (plugin.dataset_info().num_samples == 0)
+      throw ConfigError(fmt::format("the model ({}) has no data of its own: give the config a `data` block "
+                                    "(\"data\": {{\"path\": \"…\"}})", plugin.name()));
+  }
   ds_dataset_info info() const override { return plugin_.dataset_info(); }
   void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) override {
     plugin_.get_batch(indices, n, input, target);
@@ -84,11 +88,8 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
       dataset_(data ? *data : *own_data_),
       data_(dataset_.info()),
       sampler_(data_.num_samples, group.rank(), group.size(), config.seed) {
-  const ds_dataset_info model_data = plugin.dataset_info();
-  if (data) check_samples(model_data, data_, plugin.name());
-  else if (model_data.num_samples == 0)
-    throw ConfigError(fmt::format("the model ({}) has no data of its own: give the config a `data` block "
-                                  "(\"data\": {{\"path\": \"…\"}})", plugin.name()));
+  rows_ = config_.micro_batch;
+  if (data) check_samples(plugin.dataset_info(), data_, plugin.name());
   const int64_t per_step = config_.micro_batch * config_.grad_accum;
   steps_per_epoch_ = sampler_.per_rank() / per_step;
   if (steps_per_epoch_ == 0)
@@ -353,15 +354,23 @@ float* Engine::workspace(size_t layer) {
   return config_.recompute ? shared_workspace_.data() : layers_[layer].workspace.data();
 }
 
+// A layer's output shape for the rows of the forward pass under way: the batch dimension comes
+// first (ds_plugin.h), so fewer rows use a prefix of each buffer; the last layer's (the loss) is fixed.
+ds_shape Engine::output_shape(size_t layer) const {
+  ds_shape shape = layers_[layer].output_shape;
+  if (layer + 1 < layers_.size()) shape.dims[0] = rows_;
+  return shape;
+}
+
 ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
   if (layer == 0) return *batch.input;
-  return ds_tensor{const_cast<float*>(layers_[layer - 1].output.data()), DS_F32, layers_[layer - 1].output_shape};
+  return ds_tensor{const_cast<float*>(layers_[layer - 1].output.data()), DS_F32, output_shape(layer - 1)};
 }
 
 void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
   Layer& layer = layers_[i];
   views(params, tied_values_.data(), i, param_views_);
-  ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
+  ds_tensor output{layer.output.data(), DS_F32, output_shape(i)};
   plugin_.forward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, workspace(i), batch);
   if (i + 1 < layers_.size()) amp::round_to(config_.precision, layer.output.data(), layer.output.size());  // the loss stays fp32
 }
@@ -445,16 +454,30 @@ ds_shape Engine::predictions_shape() const {
 }
 
 std::vector<float> Engine::predict(const ds_tensor& input_batch) {
-  const ds_shape shape = predictions_shape();
+  const int64_t rows = input_batch.shape.ndim > 0 ? input_batch.shape.dims[0] : 0;
+  if (input_batch.dtype != data_.input_dtype || rows < 1 || rows > config_.micro_batch ||
+      !same_shape(input_batch.shape, batched(rows, data_.input_shape)))
+    throw std::invalid_argument(fmt::format("engine: predict needs 1 to {} samples of {}, not {}", config_.micro_batch,
+                                            shape_text(data_.input_shape), shape_text(input_batch.shape)));
+  const ds_shape shape = plugin_.predictions_shape(input_batch.shape);
   if (shape.ndim == 0) throw PluginError(fmt::format("plugin {}: the model makes no predictions", plugin_.path()));
-  load_input(input_batch);
+  const size_t n = elements(input_batch.shape);
+  std::memcpy(input_data_.data(), input_batch.data, n * sizeof(float));
+  if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, input_data_.data(), n);
   ds_tensor input{input_data_.data(), data_.input_dtype, input_batch.shape};
   std::fill(target_data_.begin(), target_data_.end(), 0);  // class / token 0: a valid target, unused
-  ds_tensor target{target_data_.data(), data_.target_dtype, batched(config_.micro_batch, data_.target_shape)};
+  ds_tensor target{target_data_.data(), data_.target_dtype, batched(rows, data_.target_shape)};
   std::vector<float> out(elements(shape));
   ds_tensor predictions{out.data(), DS_F32, shape};
   ds_batch batch{&input, &target, steps_, 0, &predictions};
-  forward(batch, false);
+  rows_ = rows;
+  try {
+    forward(batch, false);
+  } catch (...) {
+    rows_ = config_.micro_batch;
+    throw;
+  }
+  rows_ = config_.micro_batch;
   return out;
 }
 

@@ -119,9 +119,9 @@ class Engine {
   // samples r, r+W, …, whole micro-batches only), forward only, averaged over ranks. `data` must
   // have the training data's sample shapes. A collective.
   double evaluate(Dataset& data, int64_t max_samples);
-  // One forward pass over `input` (a micro-batch: [micro_batch, *sample shape], filled by the
+  // One forward pass over `input` ([n, *sample shape] with 1 <= n <= micro_batch, filled by the
   // caller) returning the last layer's predictions (Plugin::predictions_shape; e.g. logits
-  // [micro_batch, seq_len, vocab]). A collective at stage 3.
+  // [n, seq_len, vocab]). A collective at stage 3.
   std::vector<float> predict(const ds_tensor& input);
   ds_shape predictions_shape() const;
 
@@ -131,6 +131,9 @@ class Engine {
   // Optimizer steps in one pass over the data: floor(per-rank samples / (micro_batch · GAS)).
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * group_.size(); }
+  int64_t micro_batch() const { return config_.micro_batch; }
+  // The training samples' dtypes and shapes (one sample, no batch dimension) and their count.
+  const ds_dataset_info& data_info() const { return data_; }
   size_t num_parameters() const { return num_params_; }
   // Every parameter in fp32 (the master copy under mixed precision), tensor after tensor in slot
   // order (Ψ elements, no padding). A collective at stages 1-3 with several ranks (every rank must
@@ -157,6 +160,7 @@ class Engine {
   void forward_layer(size_t layer, const float* params, const ds_batch& batch);
   float* workspace(size_t layer);
   ds_tensor layer_input(size_t layer, const ds_batch& batch) const;
+  ds_shape output_shape(size_t layer) const;
   void load_input(const ds_tensor& input);
   void backward(const ds_batch& batch, bool last_micro_batch, double scale);
   double gradient_norm();
@@ -191,6 +195,7 @@ class Engine {
   std::unique_ptr<Dataset> own_data_;  // the plugin's dataset, when no other is given
   Dataset& dataset_;
   ds_dataset_info data_{};
+  int64_t rows_ = 0;  // samples in the forward pass under way: micro_batch, or fewer in predict()
   DistributedSampler sampler_;
 
   std::vector<ParamSlot> slots_;

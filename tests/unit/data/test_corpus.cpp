@@ -149,7 +149,7 @@ TEST_CASE("corpus: mixed or mismatched inputs are refused") {
 TEST_CASE("corpus: unknown keys and bad values name the key") {
   TempDir dir;
   const std::string text = dir.write("a.txt", "text");
-  CHECK(corpus_error({{"pth", text}}) == "data.pth: unknown key (data takes path, format and val_fraction)");
+  CHECK(corpus_error({{"pth", text}}) == "data.pth: unknown key (data takes path, format, val_fraction, eval_interval and eval_samples)");
   CHECK(corpus_error({{"path", text}, {"seq_len", 64}}).starts_with("data.seq_len: unknown key"));
   CHECK(corpus_error({{"path", text}, {"format", "bin"}}) ==
         "data.format: 'bin' is not one of 'auto', 'text', 'tokens'");
@@ -157,4 +157,17 @@ TEST_CASE("corpus: unknown keys and bad values name the key") {
   CHECK(corpus_error({{"path", text}, {"val_fraction", "0.1"}}) ==
         "data.val_fraction: '0.1' is not a number in [0, 0.5]");
   CHECK(corpus_error(json::array()) == "data: [] is not an object");
+}
+
+TEST_CASE("corpus: the eval keys default to one pass of 512 windows at the end and are checked") {
+  const ds::EvalConfig none = ds::parse_eval_config(json::object());
+  CHECK(none.interval == 0);
+  CHECK(none.max_samples == 512);
+  const ds::EvalConfig set = ds::parse_eval_config({{"path", "x"}, {"eval_interval", 50}, {"eval_samples", 64}});
+  CHECK(set.interval == 50);
+  CHECK(set.max_samples == 64);
+  auto error = [](json data) { return error_of<ConfigError>([&] { ds::parse_eval_config(data); }); };
+  CHECK(error({{"eval_interval", -1}}) == "data.eval_interval: -1 is not an integer >= 0");
+  CHECK(error({{"eval_interval", 2.5}}) == "data.eval_interval: 2.5 is not an integer >= 0");
+  CHECK(error({{"eval_samples", 0}}) == "data.eval_samples: 0 is not an integer >= 1");
 }

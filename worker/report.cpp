@@ -1,0 +1,62 @@
+// Formatting of dsworker's output (see report.h).
+#include "report.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace ds {
+
+std::string format_bytes(size_t bytes) {
+  if (bytes >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
+  if (bytes >= (size_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+std::string format_rate(double per_sec) {
+  return per_sec >= 1e4 ? fmt::format("{:.0f}", per_sec) : fmt::format("{:.1f}", per_sec);
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+}
+
+std::string memory_line(const MemoryReport& m) {
+  return fmt::format("params {}, grads {}, optimizer state {} (model states {}), activations {}",
+                     format_bytes(m.params), format_bytes(m.grads), format_bytes(m.optimizer_state),
+                     format_bytes(m.model_states()), format_bytes(m.activations + m.workspace));
+}
+
+std::string comms_line(const CommsLogger& comms, const std::map<std::string, uint64_t>& before, int64_t steps) {
+  std::string line;
+  for (const auto& [op, bytes] : before) {
+    const uint64_t sent = comms.stats(op).sent_bytes - bytes;
+    if (sent > 0) line += fmt::format("{}{} {}", line.empty() ? "" : ", ", op, format_bytes(sent / std::max<int64_t>(steps, 1)));
+  }
+  return line.empty() ? "nothing (one rank)" : line;
+}
+
+size_t peak_rss() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;
+}
+
+std::string progress_line(const Progress& p, const std::string& fields) {
+  constexpr int kWidth = 20;
+  const double done = p.steps > 0 ? static_cast<double>(p.step) / static_cast<double>(p.steps) : 1.0;
+  const int filled = static_cast<int>(done * kWidth);
+  const double eta = p.step > 0 ? p.elapsed_seconds / static_cast<double>(p.step) * static_cast<double>(p.steps - p.step) : 0;
+  return fmt::format("step {}/{} [{}{}] {:3.0f}% | {} | {} {}/s | ETA {}", p.step, p.steps, std::string(filled, '#'),
+                     std::string(kWidth - filled, '-'), done * 100.0, fields, format_rate(p.rate), p.unit,
+                     format_duration(eta));
+}
+
+}  // namespace ds

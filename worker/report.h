@@ -1,0 +1,38 @@
+// What dsworker prints: sizes, rates, durations, the progress line and the per-rank memory and
+// traffic summaries.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "comm/process_group.h"
+#include "engine/engine.h"
+
+namespace ds {
+
+std::string format_bytes(size_t bytes);  // "21.5 KiB"
+std::string format_rate(double per_sec);  // "7618.0", "121912"
+std::string format_duration(double seconds);  // "45s", "3m05s", "1h02m"
+
+// "params 21.5 KiB, grads …, optimizer state … (model states …), activations …"
+std::string memory_line(const MemoryReport& m);
+
+// Bytes this rank sent per step, per collective, since `before` (the counters before the first step).
+std::string comms_line(const CommsLogger& comms, const std::map<std::string, uint64_t>& before, int64_t steps);
+
+// Peak resident memory of this process (VmHWM), bytes.
+size_t peak_rss();
+
+struct Progress {
+  int64_t step = 0, steps = 0;  // done, total
+  double elapsed_seconds = 0;   // training time so far (evaluation and sampling excluded)
+  double rate = 0;              // tokens (or samples) per second over the last print interval
+  const char* unit = "samples"; // what `rate` counts
+};
+
+// "step 120/600 [####----------------]  20% | <fields> | 41.2k tokens/s | ETA 1m52s": the bar is 20
+// characters; the ETA assumes the remaining steps take the mean time of those done.
+std::string progress_line(const Progress& p, const std::string& fields);
+
+}  // namespace ds
