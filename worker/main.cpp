@@ -23,6 +23,7 @@
 #include "core/errors.h"
 #include "cpu/blas.h"
 #include "engine/engine.h"
+#include "checkpoint/checkpoint.h"
 #include "data_source.h"
 #include "engine/generate.h"
 #include "metrics.h"
@@ -36,6 +37,7 @@ namespace {
 
 struct WorkerOptions {
   std::string model, config, metrics;
+  std::string resume = "auto";  // auto: from checkpoint.dir's latest when there is one; never; or a tag
   std::optional<int64_t> steps, epochs;
   std::optional<uint64_t> seed;
   bool print_config = false;
@@ -165,6 +167,25 @@ int train(const WorkerOptions& o) {
       throw ConfigError(fmt::format("sample: the model {} is not a language model; remove the sample block",
                                     plugin->name()));
   }
+  const CheckpointConfig& checkpoint = config.checkpoint;
+  std::optional<std::string> resume_tag;
+  if (o.resume != "never") {
+    if (checkpoint.dir.empty() && o.resume != "auto")
+      throw ConfigError(fmt::format("--resume {}: the config has no checkpoint.dir to load it from", o.resume));
+    if (!checkpoint.dir.empty()) resume_tag = o.resume == "auto" ? ckpt::latest_tag(checkpoint.dir) : o.resume;
+  }
+  if (resume_tag) {
+    ckpt::load_checkpoint(engine, checkpoint.dir, *resume_tag);
+    if (lead)
+      std::fprintf(stderr, "dsworker: resumed from %s/%s: step %lld\n", checkpoint.dir.c_str(), resume_tag->c_str(),
+                   static_cast<long long>(engine.steps_taken()));
+  }
+  const nlohmann::json run_info = {{"model", plugin->name()}, {"model_config", config.model}};
+  auto save = [&] {
+    const std::string tag = ckpt::save_checkpoint(engine, *group, checkpoint.dir, checkpoint.keep_last, run_info);
+    if (lead) std::printf("step %lld: saved checkpoint %s/%s\n", static_cast<long long>(engine.steps_taken()),
+                          checkpoint.dir.c_str(), tag.c_str());
+  };
   const int64_t steps = o.steps ? *o.steps : o.epochs.value_or(1) * engine.steps_per_epoch();
   const int64_t tokens_per_step = engine.global_batch() * data.tokens_per_sample;
   if (lead) {
@@ -192,7 +213,7 @@ int train(const WorkerOptions& o) {
   if (lead) {
     std::string csv_dir;
     if (config.csv_monitor.enabled) csv_dir = config.csv_monitor.output_path + "/" + config.csv_monitor.job_name;
-    metrics.emplace(o.metrics, csv_dir, data.tokens_per_sample);
+    metrics.emplace(o.metrics, csv_dir, data.tokens_per_sample, /*append=*/resume_tag.has_value());
   }
   // Every rank evaluates and samples (collectives at stage 3); rank 0 reports.
   std::optional<double> val_loss;
@@ -213,12 +234,13 @@ int train(const WorkerOptions& o) {
   const int64_t every = config.steps_per_print.value_or(10);
   double total_seconds = 0.0, first_loss = 0.0, last_loss = 0.0, interval_seconds = 0.0;
   int64_t interval_samples = 0;
-  for (int64_t s = 0; s < steps; ++s) {
+  const int64_t first_step = engine.steps_taken();
+  for (int64_t s = first_step; s < steps; ++s) {
     StepStats stats = engine.step();
     total_seconds += stats.seconds;
     interval_seconds += stats.seconds;
     interval_samples += stats.samples;
-    if (s == 0) first_loss = stats.loss;
+    if (s == first_step) first_loss = stats.loss;
     last_loss = stats.loss;
     if (lead) {
       metrics->write(stats, stats.step * engine.global_batch());
@@ -242,11 +264,14 @@ int train(const WorkerOptions& o) {
     const bool last = stats.step == steps;
     if (data.val && (last || (data.eval.interval > 0 && stats.step % data.eval.interval == 0))) validate(stats.step);
     if (sample && (last || (sample->interval > 0 && stats.step % sample->interval == 0))) print_sample(stats.step);
+    if (!checkpoint.dir.empty() && (last || (checkpoint.save_interval > 0 && stats.step % checkpoint.save_interval == 0)))
+      save();
     if (lead) std::fflush(stdout);
   }
   if (lead) {
-    const double per_sec = total_seconds > 0 ? static_cast<double>(steps * engine.global_batch()) / total_seconds : 0;
-    std::string line = fmt::format("done: {} steps in {} | loss {:.4f} -> {:.4f}", steps,
+    const int64_t ran = steps - first_step;
+    const double per_sec = total_seconds > 0 ? static_cast<double>(ran * engine.global_batch()) / total_seconds : 0;
+    std::string line = fmt::format("done: {} steps in {} | loss {:.4f} -> {:.4f}", ran,
                                    fmt::format("{:.2f} s", total_seconds), first_loss, last_loss);
     if (val_loss) line += fmt::format(" | validation loss {:.4f}", *val_loss);
     line += fmt::format(" | {} samples/s", format_rate(per_sec));
@@ -257,7 +282,7 @@ int train(const WorkerOptions& o) {
     std::printf("%s\n", line.c_str());
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
-    std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, steps).c_str());
+    std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, ran).c_str());
     if (config.comms_logger.enabled) std::printf("%s", group->comms().summary().c_str());
   }
   group->barrier();  // nobody tears the store down while a peer still needs it
@@ -283,6 +308,8 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", o.epochs, "Passes over the data (ignored with --steps)")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "Seed for initialisation and data order (default: the config's seed)");
   app.add_option("--metrics", o.metrics, "Write one JSON object per step to this file (rank 0)");
+  app.add_option("--resume", o.resume,
+                 "auto (default: from the checkpoint dir's latest tag, if any), never, or a tag to load");
   app.add_flag("--print_config,--print-config", o.print_config, "Print the resolved config as JSON and exit");
   try {
     app.parse(argc, argv);

@@ -9,10 +9,11 @@
 
 namespace ds {
 
-MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample)
-    : tokens_per_sample_(tokens_per_sample), csv_dir_(csv_dir) {
+MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample,
+                             bool append)
+    : tokens_per_sample_(tokens_per_sample), append_(append), csv_dir_(csv_dir) {
   if (!jsonl_path.empty()) {
-    jsonl_ = std::make_unique<std::ofstream>(jsonl_path, std::ios::trunc);
+    jsonl_ = std::make_unique<std::ofstream>(jsonl_path, append ? std::ios::app : std::ios::trunc);
     if (!*jsonl_) throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing", jsonl_path));
   }
   if (!csv_dir_.empty()) {
@@ -27,9 +28,10 @@ std::ofstream& MetricsWriter::csv(const std::string& prefix, const std::string& 
   auto it = csv_files_.find(path);
   if (it != csv_files_.end()) return it->second;
   std::ofstream& f = csv_files_[path];
-  f.open(path, std::ios::trunc);
+  const bool fresh = !append_ || !std::filesystem::exists(path);
+  f.open(path, fresh ? std::ios::trunc : std::ios::app);
   if (!f) throw std::runtime_error(fmt::format("csv_monitor: cannot open {}", path));
-  f << "samples," << metric << "\n";
+  if (fresh) f << "samples," << metric << "\n";
   return f;
 }
 

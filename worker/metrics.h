@@ -16,7 +16,8 @@ class MetricsWriter {
  public:
   // Either destination may be empty (off). Throws std::runtime_error naming a path it cannot open.
   // tokens_per_sample > 0 (token data) adds tokens_per_sec to each step's line.
-  MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample);
+  // append: continue the files of a resumed run instead of replacing them.
+  MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample, bool append);
   void write(const StepStats& stats, int64_t global_samples);
   void write_validation(int64_t step, int64_t global_samples, double val_loss);
 
@@ -24,6 +25,7 @@ class MetricsWriter {
   std::ofstream& csv(const std::string& prefix, const std::string& metric);
   void flush();
   int64_t tokens_per_sample_;
+  bool append_;
   std::unique_ptr<std::ofstream> jsonl_;
   std::string csv_dir_;
   std::map<std::string, std::ofstream> csv_files_;

@@ -105,6 +105,21 @@ struct MemoryReport {
 // at stages 1-3), once the model's size is known; `reducer` sums per-tensor norms across ranks (Lamb).
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(size_t n, NormReducer reducer)>;
 
+// What a checkpoint holds of an engine, in the canonical flat order: every non-tied parameter tensor
+// after the other in slot order, Ψ elements, no padding ("global" offsets). `tensors` maps "master"
+// (the fp32 parameters the optimizer updates) and each optimizer state buffer ("exp_avg", …) to values.
+struct TrainingState {
+  int64_t steps = 0, updates = 0;  // optimizer steps taken (skipped included) and applied
+  std::optional<amp::LossScaler::State> scaler;
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+};
+
+// One run of the flat order a rank holds: global [global, global + size) is its partition's
+// [part, part + size).
+struct OwnedRun {
+  size_t global = 0, part = 0, size = 0;
+};
+
 class Engine {
  public:
   // Trains on `data` (it must outlive the engine), or on the plugin's own dataset when null.
@@ -132,6 +147,8 @@ class Engine {
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * group_.size(); }
   int64_t micro_batch() const { return config_.micro_batch; }
+  int zero_stage() const { return config_.zero_stage; }
+  amp::Storage precision() const { return config_.precision; }
   // The training samples' dtypes and shapes (one sample, no batch dimension) and their count.
   const ds_dataset_info& data_info() const { return data_; }
   size_t num_parameters() const { return num_params_; }
@@ -139,6 +156,17 @@ class Engine {
   // order (Ψ elements, no padding). A collective at stages 1-3 with several ranks (every rank must
   // call it).
   std::vector<float> gather_parameters();
+
+  // Checkpoints (runtime/checkpoint). The runs of the flat order this rank writes (every rank its
+  // partition; without partitioning only rank 0, which holds everything) and its state restricted
+  // to them (tensor values concatenated run after run). No communication.
+  std::vector<OwnedRun> checkpoint_runs() const;
+  TrainingState checkpoint_shard();
+  // Replaces parameters, optimizer state, step counters and the loss scaler with `state`, whose
+  // tensors hold all Ψ elements (whatever world size or stage wrote them). Throws ConfigError when
+  // its tensor names or sizes do not match this engine's. A collective at stage 3 (persistent
+  // layers are gathered again); no communication otherwise.
+  void restore(const TrainingState& state);
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const zero::PartitionLayout& layout() const { return *layout_; }
   MemoryReport memory() const;

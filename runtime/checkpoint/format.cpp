@@ -1,0 +1,134 @@
+// Reading and writing checkpoint files (see format.h).
+#include "checkpoint/format.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+namespace ds::ckpt {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'S', 'C', 'K', 'P', 'T', '\0', '\0'};
+constexpr size_t kPreamble = 24;
+
+uint32_t crc_of(const void* data, size_t bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {  // zlib takes uInt lengths
+    const uInt n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
+    crc = crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(fmt::format("{}: cannot open to sync: {}", path, std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw CheckpointError(fmt::format("{}: fsync failed: {}", path, std::strerror(errno)));
+}
+
+// Writes bytes to path.tmp.<pid>, fsyncs, renames over path, fsyncs the directory.
+void write_atomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw CheckpointError(fmt::format("{}: cannot write: {}", tmp, std::strerror(errno)));
+  }
+  fsync_path(tmp, O_RDONLY);
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw CheckpointError(fmt::format("{}: cannot rename {} over it: {}", path, tmp, std::strerror(errno)));
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  fsync_path(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
+}
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+template <typename T>
+T get(const std::string& in, size_t at) {
+  T value;
+  std::memcpy(&value, in.data() + at, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
+void write_text_atomically(const std::string& path, const std::string& text) { write_atomically(path, text); }
+
+void write_checkpoint_file(const std::string& path, const CheckpointFile& file) {
+  nlohmann::json header = file.header;
+  header["tensors"] = nlohmann::json::array();
+  size_t offset = 0;
+  for (const auto& [name, values] : file.tensors) {
+    header["tensors"].push_back({{"name", name}, {"elements", values.size()}, {"offset", offset},
+                                 {"crc32", crc_of(values.data(), values.size() * sizeof(float))}});
+    offset += values.size() * sizeof(float);
+  }
+  const std::string text = header.dump();
+  std::string bytes(kMagic, sizeof(kMagic));
+  put<uint32_t>(bytes, kFormatVersion);
+  put<uint32_t>(bytes, crc_of(text.data(), text.size()));
+  put<uint64_t>(bytes, text.size());
+  bytes += text;
+  bytes.reserve(bytes.size() + offset);
+  for (const auto& entry : file.tensors)
+    bytes.append(reinterpret_cast<const char*>(entry.second.data()), entry.second.size() * sizeof(float));
+  write_atomically(path, bytes);
+}
+
+CheckpointFile read_checkpoint_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < kPreamble || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    throw CheckpointError(fmt::format("{}: not a dsrun checkpoint file (no DSCKPT magic)", path));
+  const auto version = get<uint32_t>(bytes, 8);
+  if (version != kFormatVersion)
+    throw CheckpointError(fmt::format("{}: checkpoint format version {}; this dsworker reads version {}", path, version,
+                                      kFormatVersion));
+  const auto header_bytes = get<uint64_t>(bytes, 16);
+  if (header_bytes > bytes.size() - kPreamble)
+    throw CheckpointError(fmt::format("{}: truncated: {} bytes, but the header alone needs {}", path, bytes.size(),
+                                      kPreamble + header_bytes));
+  const char* header_text = bytes.data() + kPreamble;
+  if (crc_of(header_text, header_bytes) != get<uint32_t>(bytes, 12))
+    throw CheckpointError(fmt::format("{}: header checksum mismatch (the file is corrupt)", path));
+  CheckpointFile file;
+  try {
+    file.header = nlohmann::json::parse(header_text, header_text + header_bytes);
+    const size_t data = kPreamble + header_bytes;
+    for (const auto& t : file.header.at("tensors")) {
+      const std::string name = t.at("name").get<std::string>();
+      const size_t elements = t.at("elements").get<size_t>(), offset = t.at("offset").get<size_t>();
+      if (offset > bytes.size() - data || elements > (bytes.size() - data - offset) / sizeof(float))
+        throw CheckpointError(fmt::format("{}: truncated: {} bytes, tensor {} ends at byte {}", path, bytes.size(), name,
+                                          data + offset + elements * sizeof(float)));
+      std::vector<float> values(elements);
+      std::memcpy(values.data(), bytes.data() + data + offset, elements * sizeof(float));
+      if (crc_of(values.data(), elements * sizeof(float)) != t.at("crc32").get<uint32_t>())
+        throw CheckpointError(fmt::format("{}: tensor {}: checksum mismatch (the file is corrupt)", path, name));
+      file.tensors.emplace_back(name, std::move(values));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(fmt::format("{}: malformed header: {}", path, e.what()));
+  }
+  file.header.erase("tensors");
+  return file;
+}
+
+}  // namespace ds::ckpt

@@ -1,0 +1,47 @@
+// dsrun's checkpoint file format (README.md in this folder): a fixed 24-byte preamble, a JSON
+// header, then fp32 tensors, each with a CRC-32 in the header.
+//
+//   bytes 0-7    magic "DSCKPT\0\0"
+//   bytes 8-11   format version (uint32, little endian), kFormatVersion
+//   bytes 12-15  CRC-32 of the header bytes
+//   bytes 16-23  header length H (uint64)
+//   bytes 24-    the header: a JSON object; its "tensors" list gives each tensor's name, element count,
+//                byte offset from the end of the header, and CRC-32
+//   then         the tensors, float32 little endian
+//
+// Files are written to a temporary name, fsync'ed and renamed, so a file is either whole or absent.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ds::ckpt {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+// Anything wrong with a checkpoint file; the message starts with the file's path.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CheckpointFile {
+  nlohmann::json header = nlohmann::json::object();  // without "tensors" (added on write, removed on read)
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+};
+
+// Writes `file` to `path` atomically (temporary file, fsync, rename, fsync of the directory).
+void write_checkpoint_file(const std::string& path, const CheckpointFile& file);
+
+// Reads and verifies a file (magic, version, header checksum and JSON, sizes, every tensor's
+// checksum). Throws CheckpointError naming the file and what is wrong.
+CheckpointFile read_checkpoint_file(const std::string& path);
+
+// Writes `text` to `path` atomically, like write_checkpoint_file.
+void write_text_atomically(const std::string& path, const std::string& text);
+
+}  // namespace ds::ckpt

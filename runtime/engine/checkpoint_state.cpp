@@ -1,0 +1,96 @@
+// The engine's side of checkpoints: its state in the canonical flat order, and restoring it from
+// the whole state whatever world size or ZeRO stage wrote it (see TrainingState in engine.h).
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/errors.h"
+#include "engine/engine.h"
+
+namespace ds {
+
+std::vector<OwnedRun> Engine::checkpoint_runs() const {
+  std::vector<OwnedRun> runs;
+  if (layout_->world() == 1 && group_.rank() != 0) return runs;  // unpartitioned: rank 0 writes it all
+  const size_t r = static_cast<size_t>(layout_->rank());
+  size_t global = 0;  // where the unit starts in the flat order
+  for (const zero::Unit& u : layout_->units()) {
+    const size_t first = std::min(r * u.chunk, u.size), end = std::min(first + u.chunk, u.size);
+    if (end > first) runs.push_back(OwnedRun{global + first, u.part_offset, end - first});
+    global += u.size;
+  }
+  return runs;
+}
+
+TrainingState Engine::checkpoint_shard() {
+  TrainingState s;
+  s.steps = steps_;
+  s.updates = updates_;
+  if (scaler_) s.scaler = scaler_->state();
+  const std::vector<OwnedRun> runs = checkpoint_runs();
+  std::vector<float> master_values;
+  for (const zero::Unit& u : layout_->units()) {
+    for (const OwnedRun& run : runs)
+      if (run.part == u.part_offset && u.chunk > 0) master_values.insert(master_values.end(), master(u), master(u) + run.size);
+  }
+  s.tensors.emplace_back("master", std::move(master_values));
+  for (const auto& [name, buffer] : optimizer_->state()) {
+    std::vector<float> values;
+    for (const OwnedRun& run : runs)
+      values.insert(values.end(), buffer->begin() + static_cast<std::ptrdiff_t>(run.part),
+                    buffer->begin() + static_cast<std::ptrdiff_t>(run.part + run.size));
+    s.tensors.emplace_back(name, std::move(values));
+  }
+  return s;
+}
+
+void Engine::restore(const TrainingState& state) {
+  auto optimizer_state = optimizer_->state();
+  std::vector<std::string> want{"master"}, have;
+  for (const auto& entry : optimizer_state) want.push_back(entry.first);
+  for (const auto& entry : state.tensors) have.push_back(entry.first);
+  if (want != have)
+    throw ConfigError(fmt::format("checkpoint: it holds {}, but this run's optimizer needs {} (a different optimizer "
+                                  "type?)", fmt::join(have, ", "), fmt::join(want, ", ")));
+  for (const auto& [name, values] : state.tensors)
+    if (values.size() != num_params_)
+      throw ConfigError(fmt::format("checkpoint: {} has {} elements, but the model has {} parameters", name,
+                                    values.size(), num_params_));
+  if (state.scaler.has_value() != scaler_.has_value())
+    throw ConfigError(fmt::format("checkpoint: saved {} loss scaling, but this run has {}",
+                                  state.scaler ? "with" : "without", scaler_ ? "fp16 loss scaling" : "none"));
+
+  const size_t r = static_cast<size_t>(layout_->rank());
+  const std::vector<float>& full = state.tensors[0].second;  // master, flat order
+  std::vector<float> rounded;
+  size_t global = 0;
+  for (const zero::Unit& u : layout_->units()) {
+    const size_t first = std::min(r * u.chunk, u.size), end = std::min(first + u.chunk, u.size);
+    auto fill_chunk = [&](float* chunk, const std::vector<float>& values) {  // padding stays zero
+      std::fill_n(chunk, u.chunk, 0.0f);
+      std::copy(values.begin() + static_cast<std::ptrdiff_t>(global + first),
+                values.begin() + static_cast<std::ptrdiff_t>(global + end), chunk);
+    };
+    if (u.chunk > 0) {
+      for (size_t k = 0; k < optimizer_state.size(); ++k)
+        fill_chunk(optimizer_state[k].second->data() + u.part_offset, state.tensors[k + 1].second);
+      if (config_.precision != amp::Storage::F32 || config_.zero_stage == 3) {
+        fill_chunk(master(u), full);  // fp32 at stage 3: master(u) is the owned parameter chunk itself
+        if (config_.precision != amp::Storage::F32) amp::from_float(config_.precision, master(u), owned_params(u), u.chunk);
+      }
+    }
+    if (config_.zero_stage < 3) {  // the whole unit, from the full state: no gather needed
+      rounded.assign(u.padded(), 0.0f);
+      std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(global), u.size, rounded.begin());
+      amp::from_float(config_.precision, rounded.data(), params_.data() + u.begin * elem_, u.padded());
+    }
+    global += u.size;
+  }
+  steps_ = state.steps;
+  updates_ = state.updates;
+  if (scaler_) scaler_->restore(*state.scaler);
+  if (fetcher_) fetcher_->end_step();
+}
+
+}  // namespace ds
