@@ -62,6 +62,17 @@ void Console::rank_exit(const std::string& host, int rank, int code, int signal)
   std::fflush(stdout);
 }
 
+void Console::restart(int restart, int max_restarts, std::string_view cause) {
+  if (style_.json) {
+    nlohmann::ordered_json j = {{"event", "restart"}, {"restart", restart}, {"max_restarts", max_restarts},
+                                {"cause", cause}};
+    std::fputs((dump(j) + "\n").c_str(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  std::fputs(fmt::format("dsrun: restart {}/{} after: {}\n", restart, max_restarts, cause).c_str(), stderr);
+}
+
 void Console::finished(int status) {
   if (!style_.json) return;
   std::fputs((dump({{"event", "done"}, {"exit_code", status}}) + "\n").c_str(), stdout);

@@ -27,6 +27,8 @@ class Console {
   void error(std::string_view message);
   // A rank's exit (JSON mode only; text mode reports failures through error()).
   void rank_exit(const std::string& host, int rank, int code, int signal);
+  // The job is started again (`restart` of `max_restarts`) after `cause`; shown even with --quiet.
+  void restart(int restart, int max_restarts, std::string_view cause);
   // The job's end (JSON mode only).
   void finished(int status);
 

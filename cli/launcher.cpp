@@ -1,5 +1,7 @@
 // Runs a planned job: one agent link per host, all connected before any rank starts; then one
 // event loop that relays output and, on the first failure or signal, stops every host at once.
+// With --max_restarts, a failed attempt (a rank failed, or an agent was lost) that has been torn
+// down completely is followed by a new attempt of the same plan: new agents, a new DS_JOB_TOKEN.
 #include "launcher.h"
 
 #include <signal.h>
@@ -8,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -64,6 +67,13 @@ std::string random_hex(size_t bytes) {
   return hex;
 }
 
+// How one attempt ended.
+struct Outcome {
+  int status = 0;
+  bool restartable = false;  // a rank failed or an agent was lost, no signal came, every host confirmed its end
+  std::string cause;         // "rank 1 on node-a killed by SIGKILL"
+};
+
 struct NodeState {
   bool ready = false;
   bool done = false;  // the agent said Done: nothing of the job is left on the host
@@ -71,28 +81,39 @@ struct NodeState {
   std::string peer;
 };
 
+// One attempt at running the plan. `events` outlives it (the signal thread posts there), and
+// holds nothing of this attempt once run() returns.
 class Job {
  public:
-  Job(JobPlan plan, const LaunchOptions& o, Console& console)
-      : plan_(std::move(plan)), options_(o), console_(console), nodes_(plan_.nodes.size()) {}
-  int run();
+  Job(JobPlan& plan, const LaunchOptions& o, Console& console, EventQueue& events, int restarts)
+      : plan_(plan), options_(o), console_(console), events_(events), nodes_(plan_.nodes.size()),
+        restarts_(restarts) {}
+  Outcome run();
 
  private:
   bool connect_all();
   void send_plans();
   void handle(const Event& e);
-  void fail(int status, const std::string& message);
+  // Records the first failure (later ones are only printed): `cause` (what went wrong, also the
+  // restart line's text) then `action` (what dsrun does about it). `restartable` failures may
+  // start the job again.
+  void fail(int status, const std::string& cause, bool restartable, std::string_view action = "");
   void stop_all(int signal, int grace_ms);
   bool all_closed() const;
   const std::string& host(int node) const { return plan_.nodes[node].host; }
 
-  JobPlan plan_;
+  JobPlan& plan_;
   const LaunchOptions& options_;
   Console& console_;
-  EventQueue events_;
+  EventQueue& events_;
   std::vector<std::unique_ptr<AgentLink>> links_;
   std::vector<NodeState> nodes_;
+  const int restarts_;         // attempts before this one
   std::optional<int> status_;  // set by the first failure or signal; 0 stays "not set"
+  bool restartable_ = false;   // the first failure may be retried
+  bool interrupted_ = false;   // a signal arrived
+  bool unconfirmed_ = false;   // a host never said its ranks were gone
+  std::string cause_;
   bool stopping_ = false;
   int signals_seen_ = 0;
   int started_ = 0;
@@ -100,13 +121,18 @@ class Job {
   Clock::time_point start_time_ = Clock::now();
 };
 
-void Job::fail(int status, const std::string& message) {
-  if (!status_) {
-    status_ = status;
+void Job::fail(int status, const std::string& cause, bool restartable, std::string_view action) {
+  const std::string message = cause + std::string(action);
+  if (status_) return console_.warn(message);
+  status_ = status;
+  restartable_ = restartable;
+  cause_ = cause;
+  if (restartable && restarts_ < plan_.max_restarts)
+    console_.warn(message);  // not the job's end: a restart follows once every host is clean
+  else if (restartable && plan_.max_restarts > 0)
+    console_.error(fmt::format("{} (no restarts left: {} of {} used)", message, restarts_, plan_.max_restarts));
+  else
     console_.error(message);
-  } else {
-    console_.warn(message);
-  }
 }
 
 void Job::stop_all(int signal, int grace_ms) {
@@ -137,12 +163,13 @@ void Job::handle(const Event& e) {
     } else if (auto* x = std::get_if<proto::Exited>(&m->message)) {
       console_.rank_exit(where, x->rank, x->code, x->signal);
       if ((x->code != 0 || x->signal != 0) && !stopping_) {
-        fail(shell_status(x->code, x->signal), fmt::format("rank {} on {} {}; stopping all ranks", x->rank, where,
-                                                           describe_exit(x->code, x->signal)));
+        fail(shell_status(x->code, x->signal), fmt::format("rank {} on {} {}", x->rank, where,
+                                                           describe_exit(x->code, x->signal)),
+             true, "; stopping all ranks");
         stop_all(SIGTERM, grace_ms);
       }
     } else if (auto* err = std::get_if<proto::Error>(&m->message)) {
-      fail(1, err->message);
+      fail(1, err->message, false);  // the agent could not start its ranks: the same plan would fail again
       if (!stopping_) stop_all(SIGTERM, grace_ms);
     } else if (std::get_if<proto::Done>(&m->message)) {
       nodes_[m->node].done = true;
@@ -156,13 +183,14 @@ void Job::handle(const Event& e) {
                             ? fmt::format("{}: the connection to its agent ended before its ranks were done", host(c->node))
                             : c->error;
       if (!stopping_) {
-        fail(1, why);
+        fail(1, why, true, "; stopping all ranks");
         stop_all(SIGTERM, grace_ms);
       } else if (!c->error.empty()) {
         console_.warn(why);
       }
     }
   } else if (auto* s = std::get_if<SignalReceived>(&e)) {
+    interrupted_ = true;
     if (++signals_seen_ == 1) {
       if (!status_) status_ = shell_status(0, s->signal);
       console_.warn(fmt::format("received {}: stopping all ranks (again to kill them at once)", signal_name(s->signal)));
@@ -188,7 +216,7 @@ bool Job::connect_all() {
     if (!e) {
       for (size_t i = 0; i < nodes_.size(); ++i)
         if (!nodes_[i].ready) fail(1, fmt::format("{}: no answer from the agent within {} s", host(i),
-                                                  2 * options_.ssh_timeout_s + 5));
+                                                  2 * options_.ssh_timeout_s + 5), false);
       return false;
     }
     if (auto* r = std::get_if<LinkReady>(&*e)) {
@@ -197,12 +225,13 @@ bool Job::connect_all() {
       ++ready;
     } else if (auto* c = std::get_if<LinkClosed>(&*e)) {
       nodes_[c->node].closed = true;
-      fail(1, c->error);
+      fail(1, c->error, false);
       return false;
     } else if (auto* d = std::get_if<AgentDiagnostic>(&*e)) {
       console_.warn(fmt::format("{}: {}", host(d->node), d->line));
     } else if (auto* s = std::get_if<SignalReceived>(&*e)) {
       status_ = shell_status(0, s->signal);
+      interrupted_ = true;
       console_.warn(fmt::format("received {} while connecting: nothing was started", signal_name(s->signal)));
       return false;
     }
@@ -238,8 +267,7 @@ void Job::send_plans() {
   }
 }
 
-int Job::run() {
-  SignalWatcher signals(events_);
+Outcome Job::run() {
   if (connect_all()) {
     send_plans();
     while (!all_closed()) {
@@ -249,6 +277,7 @@ int Job::run() {
         continue;
       }
       console_.warn("some hosts did not confirm their ranks ended; dropping their connections");
+      unconfirmed_ = true;
       for (size_t i = 0; i < links_.size(); ++i)
         if (!nodes_[i].closed) links_[i]->close();
       force_close_at_.reset();
@@ -256,16 +285,34 @@ int Job::run() {
   }
   for (auto& link : links_) link->close();
   for (auto& link : links_) link->join();
-  int status = status_.value_or(0);
-  console_.finished(status);
-  return status;
+  // Every link thread has ended: what is left in the queue is stale output of this attempt, or a
+  // signal that arrived while it ended (which stops the job: no restart).
+  while (auto e = events_.wait_until(Clock::now()))
+    if (std::holds_alternative<SignalReceived>(*e)) interrupted_ = true;
+  Outcome out;
+  out.status = status_.value_or(0);
+  out.restartable = restartable_ && !interrupted_ && !unconfirmed_ && out.status != 0;
+  out.cause = cause_;
+  if (restartable_ && unconfirmed_ && !interrupted_ && restarts_ < plan_.max_restarts)
+    console_.warn("not restarting: a host did not confirm that its ranks ended");
+  return out;
 }
 
 }  // namespace
 
 int run_job(JobPlan plan, const LaunchOptions& options, Console& console) {
   if (plan.nodes.empty()) throw InputError("selection is empty: nothing to run");
-  return Job(std::move(plan), options, console).run();
+  EventQueue events;
+  SignalWatcher signals(events);  // before any link thread, which inherits the blocked signals
+  for (int restarts = 0;; ++restarts) {
+    set_restart_count(plan, restarts);
+    Outcome out = Job(plan, options, console, events, restarts).run();
+    if (!out.restartable || restarts >= plan.max_restarts) {
+      console.finished(out.status);
+      return out.status;
+    }
+    console.restart(restarts + 1, plan.max_restarts, out.cause);
+  }
 }
 
 }  // namespace dsrun

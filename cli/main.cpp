@@ -71,6 +71,7 @@ int launch(const LaunchOptions& o) {
   in.master_port = o.master_port;
   in.accelerator = res.accelerator;
   in.job_id = job_id();
+  in.max_restarts = o.max_restarts;
   in.forwarded = collect_environment(o);
   in.argv = o.program;
   JobPlan plan = make_plan(res.selection, in);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <charconv>
 #include <iostream>
 
 #include "errors.h"
@@ -21,8 +22,9 @@ Examples:
   dsrun -H hosts.txt --num_nodes 2 --num_gpus 4 ./t
   dsrun -H hosts.txt --dry_run --format json ./t   print the plan (ranks and environment), start nothing
 
-Exit status: the first failing rank's exit code (128+N if it was killed by signal N),
-1 if the job could not be started, 2 for bad input (flags, hostfile, selection).
+Exit status: the first failing rank's exit code (128+N if it was killed by signal N; with
+--max_restarts, the last attempt's), 1 if the job could not be started, 2 for bad input
+(flags, hostfile, selection).
 Docs: README.md (hostfile and --include grammar, rank environment, --dry_run JSON).
 )";
 
@@ -77,6 +79,12 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
   app.add_option("--kill_grace,--kill-grace", o.kill_grace_s,
                  "Seconds between SIGTERM and SIGKILL when tearing the job down (default 5)")
       ->check(CLI::Range(0.0, 3600.0));
+  std::string max_restarts;  // checked below, for a message that names the rule
+  app.add_option("--max_restarts,--max-restarts", max_restarts,
+                 "After a rank fails (or a host's agent is lost), stop every rank and start the job again, "
+                 "up to N times (default 0); ranks see DSRUN_RESTART_COUNT")
+      ->type_name("INT")
+      ->allow_extra_args(false);
   bool ignored = false;
   app.add_flag("--no_local_rank,--no-local-rank,--no_python,--no-python,--no_ssh_check,--no-ssh-check", ignored,
                "Accepted for DeepSpeed compatibility (already dsrun's behaviour)");
@@ -107,6 +115,12 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
                  o.launcher == "impi" || o.launcher == "mvapich";
     throw InputError(later ? fmt::format("--launcher {}: not supported yet; use ssh (the default) or local", o.launcher)
                            : fmt::format("--launcher {}: must be local or ssh", o.launcher));
+  }
+  if (app.count("--max_restarts") > 0) {
+    const char* end = max_restarts.data() + max_restarts.size();
+    const auto [stop, error] = std::from_chars(max_restarts.data(), end, o.max_restarts);
+    if (error != std::errc() || stop != end || max_restarts.empty() || o.max_restarts < 0)
+      throw InputError(fmt::format("--max_restarts '{}' is not a non-negative integer", max_restarts));
   }
   if (o.log_dir == "None") o.log_dir.clear();  // DeepSpeed's spelling of "off"
   if (!o.bind_core_list.empty() && !o.bind_cores_to_rank)

@@ -10,7 +10,8 @@ const std::vector<std::string>& rank_variable_names() {
   static const std::vector<std::string> names = {
       "RANK",        "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_SIZE",  "LOCAL_WORLD_SIZE",     "CROSS_RANK",
       "NODE_RANK",   "GROUP_RANK",  "CROSS_SIZE",  "MASTER_ADDR", "MASTER_PORT",          "CUDA_VISIBLE_DEVICES",
-      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN"};
+      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN", "DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
   return names;
 }
 
@@ -19,6 +20,7 @@ JobPlan make_plan(const Selection& selection, const PlanInputs& in) {
   plan.master_addr = in.master_addr;
   plan.master_port = in.master_port;
   plan.transport = in.transport;
+  plan.max_restarts = in.max_restarts;
   plan.forwarded = in.forwarded;
   plan.argv = in.argv;
   for (const auto& node : selection)
@@ -46,6 +48,11 @@ JobPlan make_plan(const Selection& selection, const PlanInputs& in) {
           {"CUDA_VISIBLE_DEVICES", visible},
           {"DS_ACCELERATOR", in.accelerator},
           {"DS_JOB_ID", in.job_id},
+          {"DSRUN_RESTART_COUNT", "0"},
+          {"DSRUN_MAX_RESTARTS", std::to_string(plan.max_restarts)},
+          // torchrun's names, for scripts written for it (e.g. "resume when the restart count is > 0")
+          {"TORCHELASTIC_RESTART_COUNT", "0"},
+          {"TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts)},
       };
       node.ranks.push_back(RankPlan{rank, local, std::move(env)});
     }
@@ -57,6 +64,14 @@ void set_master_addr(JobPlan& plan, const std::string& address) {
   plan.master_addr = address;
   for (auto& node : plan.nodes)
     for (auto& rank : node.ranks) set_env(rank.env, "MASTER_ADDR", address);
+}
+
+void set_restart_count(JobPlan& plan, int restarts) {
+  for (auto& node : plan.nodes)
+    for (auto& rank : node.ranks) {
+      set_env(rank.env, "DSRUN_RESTART_COUNT", std::to_string(restarts));
+      set_env(rank.env, "TORCHELASTIC_RESTART_COUNT", std::to_string(restarts));
+    }
 }
 
 nlohmann::ordered_json plan_to_json(const JobPlan& plan) {
@@ -72,13 +87,19 @@ nlohmann::ordered_json plan_to_json(const JobPlan& plan) {
     }
     nodes.push_back(ordered_json{{"host", node.host}, {"node_rank", node.node_rank}, {"slots", node.slots}, {"ranks", ranks}});
   }
-  return ordered_json{{"world_size", plan.world_size}, {"master_addr", plan.master_addr}, {"master_port", plan.master_port},
-          {"transport", plan.transport},   {"program", plan.argv},             {"nodes", nodes}};
+  ordered_json j{{"world_size", plan.world_size}, {"master_addr", plan.master_addr}, {"master_port", plan.master_port},
+                 {"transport", plan.transport}};
+  if (plan.max_restarts > 0) j["max_restarts"] = plan.max_restarts;  // only when given: the default shape is unchanged
+  j["program"] = plan.argv;
+  j["nodes"] = nodes;
+  return j;
 }
 
 std::string plan_to_text(const JobPlan& plan) {
-  std::string out = fmt::format("world size {}, transport {}, master {}:{}\nprogram: {}\n", plan.world_size,
-                                plan.transport, plan.master_addr, plan.master_port, fmt::join(plan.argv, " "));
+  std::string out = fmt::format("world size {}, transport {}, master {}:{}{}\nprogram: {}\n", plan.world_size,
+                                plan.transport, plan.master_addr, plan.master_port,
+                                plan.max_restarts > 0 ? fmt::format(", max restarts {}", plan.max_restarts) : "",
+                                fmt::join(plan.argv, " "));
   for (const auto& node : plan.nodes) {
     out += fmt::format("node {} {}: slots {} (CUDA_VISIBLE_DEVICES={})\n", node.node_rank, node.host,
                        fmt::join(node.slots, ","), fmt::join(node.slots, ","));

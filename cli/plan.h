@@ -1,6 +1,7 @@
 // The job plan: which ranks run on which host with which environment. Built by pure functions
 // from the selection; printed by --dry_run (text or JSON) and turned into one protocol::NodePlan
 // per host by the launcher. DS_JOB_TOKEN is never part of it (the launcher adds it when sending).
+// With --max_restarts the same plan runs again after a failure; only the restart count changes.
 #pragma once
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ struct NodePlan {
 
 struct JobPlan {
   int world_size = 0;
+  int max_restarts = 0;     // --max_restarts: how many times a failed job is started again
   std::string master_addr;  // empty until detected (ssh transport without --master_addr)
   int master_port = 29500;
   std::string transport;    // "local" or "ssh"
@@ -41,6 +43,7 @@ struct PlanInputs {
   int master_port = 29500;
   std::string accelerator;  // "cuda" or "cpu" → DS_ACCELERATOR
   std::string job_id;
+  int max_restarts = 0;
   std::vector<EnvVar> forwarded;
   std::vector<std::string> argv;
 };
@@ -52,6 +55,8 @@ const std::vector<std::string>& rank_variable_names();
 JobPlan make_plan(const Selection& selection, const PlanInputs& inputs);
 // Sets MASTER_ADDR for every rank (used once the address is known).
 void set_master_addr(JobPlan& plan, const std::string& address);
+// Sets DSRUN_RESTART_COUNT (and TORCHELASTIC_RESTART_COUNT) for every rank: 0 on the first attempt.
+void set_restart_count(JobPlan& plan, int restarts);
 // The --dry_run --format json object (documented in README.md).
 nlohmann::ordered_json plan_to_json(const JobPlan& plan);
 // The --dry_run text: one line per host and rank.

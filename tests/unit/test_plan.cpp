@@ -1,6 +1,8 @@
 // Rank numbering and the rank environment of the plan, and the --dry_run JSON shape.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "plan.h"
 #include "process.h"
 
@@ -91,6 +93,38 @@ TEST_CASE("plan: the dry-run JSON has the documented shape") {
   CHECK(rank1["env"]["RANK"] == "1");
   CHECK(rank1["env"]["NCCL_DEBUG"] == "INFO");
   CHECK_FALSE(rank1["env"].contains("DS_JOB_TOKEN"));
+}
+
+TEST_CASE("plan: restart variables start at 0 and set_restart_count reaches every rank") {
+  PlanInputs in = inputs();
+  in.max_restarts = 3;
+  JobPlan plan = make_plan({{"a", {0}}, {"b", {0, 1}}}, in);
+  CHECK(plan.max_restarts == 3);
+  for (const auto& n : plan.nodes)
+    for (const auto& r : n.ranks) {
+      CHECK(env_of(r, "DSRUN_RESTART_COUNT") == "0");
+      CHECK(env_of(r, "TORCHELASTIC_RESTART_COUNT") == "0");
+      CHECK(env_of(r, "DSRUN_MAX_RESTARTS") == "3");
+      CHECK(env_of(r, "TORCHELASTIC_MAX_RESTARTS") == "3");
+    }
+  set_restart_count(plan, 2);
+  for (const auto& n : plan.nodes)
+    for (const auto& r : n.ranks) {
+      CHECK(env_of(r, "DSRUN_RESTART_COUNT") == "2");
+      CHECK(env_of(r, "TORCHELASTIC_RESTART_COUNT") == "2");
+      CHECK(env_of(r, "RANK") == std::to_string(r.rank));  // nothing else changes
+    }
+  for (const char* name : {"DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS", "TORCHELASTIC_RESTART_COUNT"})
+    CHECK(std::find(rank_variable_names().begin(), rank_variable_names().end(), name) != rank_variable_names().end());
+}
+
+TEST_CASE("plan: the dry-run JSON lists max_restarts only when it is set") {
+  CHECK_FALSE(plan_to_json(make_plan({{"a", {0}}}, inputs())).contains("max_restarts"));
+  PlanInputs in = inputs();
+  in.max_restarts = 2;
+  JobPlan plan = make_plan({{"a", {0}}}, in);
+  CHECK(plan_to_json(plan)["max_restarts"] == 2);
+  CHECK(plan_to_text(plan).find("max restarts 2") != std::string::npos);
 }
 
 TEST_CASE("process: exit wording and shell status") {

@@ -1,0 +1,155 @@
+"""Checkpoints through dsrun and dsworker: an interrupted run resumed from `latest` is bit-identical
+to one straight run (fp32 and bf16, ZeRO stages 0-3, 2 ranks); a checkpoint loads at another world
+size and stage; ranks killed with SIGKILL at random moments, saves included, always leave a loadable
+checkpoint; damaged or mismatched checkpoints are clear errors."""
+import json, os, random, signal, subprocess, time
+import pytest
+
+from conftest import ROOT, run
+from throwaway_sshd import free_port
+
+DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
+TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}\n" for i in range(300))
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text(TEXT)
+    return path
+
+
+def config(tmp_path, corpus, ckpt_dir, stage=2, bf16=False, name="c.json", **model):
+    c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "steps_per_print": 100,
+         "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+         "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5}},
+         "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}, "bf16": {"enabled": bf16},
+         "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256, **model},
+         "data": {"path": str(corpus), "val_fraction": 0.0},
+         "checkpoint": {"dir": str(ckpt_dir), "save_interval": 5}}
+    path = tmp_path / name
+    path.write_text(json.dumps(c))
+    return str(path)
+
+
+def train(dsrun, env, cfg, steps, metrics, ranks=2, extra=(), timeout=120):
+    return run([dsrun, "--num_gpus", str(ranks), "--master_port", str(free_port()), DSWORKER, "--model", "gpt",
+                "--config", cfg, "--steps", str(steps), "--metrics", str(metrics), *extra],
+               dict(env, DSRUN_LOCAL_SLOTS=str(ranks)), timeout=timeout)
+
+
+def losses(path):
+    return [json.loads(line)["loss"] for line in open(path) if '"loss"' in line]
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_a_resumed_run_is_bit_identical_to_a_straight_one(dsrun, clean_env, tmp_path, corpus, stage, bf16):
+    straight = config(tmp_path, corpus, tmp_path / "a", stage, bf16, "a.json")
+    r = train(dsrun, clean_env, straight, 20, tmp_path / "a.jsonl")
+    assert r.returncode == 0, r.stderr
+    split = config(tmp_path, corpus, tmp_path / "b", stage, bf16, "b.json")
+    r = train(dsrun, clean_env, split, 10, tmp_path / "b.jsonl")
+    assert r.returncode == 0, r.stderr
+    r = train(dsrun, clean_env, split, 20, tmp_path / "b.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "resumed from" in r.stderr and "global_step10: step 10" in r.stderr
+    assert losses(tmp_path / "b.jsonl") == losses(tmp_path / "a.jsonl")  # the metrics file continues
+    for rank in range(2 if stage > 0 else 1):  # unpartitioned: rank 0 writes everything
+        name = f"global_step20/rank_{rank:05}_optim_states.dsckpt"
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), \
+            "the final master weights and optimizer state are bit-identical"
+
+
+def test_a_checkpoint_loads_at_another_world_size_and_stage(dsrun, clean_env, tmp_path, corpus):
+    full = config(tmp_path, corpus, tmp_path / "a", 2, False, "a.json")
+    assert train(dsrun, clean_env, full, 20, tmp_path / "a.jsonl").returncode == 0
+    saved = config(tmp_path, corpus, tmp_path / "b", 2, False, "b.json")
+    assert train(dsrun, clean_env, saved, 10, tmp_path / "b.jsonl").returncode == 0
+    # resumed on 1 rank at stage 3 (micro-batch 8 keeps the global batch of 8)
+    c = json.loads(open(saved).read())
+    c["zero_optimization"]["stage"] = 3
+    c["train_micro_batch_size_per_gpu"] = 8
+    (tmp_path / "one.json").write_text(json.dumps(c))
+    r = train(dsrun, clean_env, str(tmp_path / "one.json"), 20, tmp_path / "b.jsonl", ranks=1)
+    assert r.returncode == 0, r.stderr
+    a, b = losses(tmp_path / "a.jsonl"), losses(tmp_path / "b.jsonl")
+    assert len(a) == len(b) == 20
+    assert a[:10] == b[:10]
+    # the same samples per step, summed in another order: fp32 rounding only
+    assert all(abs(x - y) <= 1e-4 * abs(x) for x, y in zip(a[10:], b[10:])), list(zip(a[10:], b[10:]))
+
+
+def test_sigkill_at_random_moments_always_leaves_a_loadable_checkpoint(dsrun, clean_env, tmp_path, corpus):
+    cfg = json.loads(open(config(tmp_path, corpus, tmp_path / "ck")).read())
+    cfg["checkpoint"]["save_interval"] = 1  # a save every step: kills land inside saves too
+    cfg["checkpoint"]["keep_last"] = 2
+    cfg["model"].update(n_layer=3, n_embd=64)
+    (tmp_path / "k.json").write_text(json.dumps(cfg))
+    rng = random.Random(5)
+    for attempt in range(4):
+        proc = subprocess.Popen([dsrun, "--num_gpus", "2", "--master_port", str(free_port()), DSWORKER, "--model",
+                                 "gpt", "--config", str(tmp_path / "k.json"), "--steps", "100000"],
+                                env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        time.sleep(1.0 + rng.random())
+        os.killpg(proc.pid, signal.SIGKILL)  # dsrun, its agent and both ranks at once
+        proc.wait(timeout=30)
+        time.sleep(0.3)
+        assert (tmp_path / "ck" / "latest").exists()
+    tag = (tmp_path / "ck" / "latest").read_text().strip()
+    start = int(tag.removeprefix("global_step"))
+    r = train(dsrun, clean_env, str(tmp_path / "k.json"), start + 3, tmp_path / "m.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert f"global_step{start}: step {start}" in r.stderr
+    assert f"saved checkpoint {tmp_path / 'ck'}/global_step{start + 3}" in r.stdout
+
+
+def test_damaged_or_mismatched_checkpoints_are_clear_errors(dsrun, clean_env, tmp_path, corpus):
+    cfg = config(tmp_path, corpus, tmp_path / "ck")
+    assert train(dsrun, clean_env, cfg, 5, tmp_path / "m.jsonl").returncode == 0
+    other = config(tmp_path, corpus, tmp_path / "ck", name="other.json", n_embd=64)
+    r = train(dsrun, clean_env, other, 10, tmp_path / "m.jsonl")
+    assert r.returncode == 1
+    assert "model_states.dsckpt: parameter 0 is embed.wte [256,32] in the checkpoint but embed.wte [256,64] in this model" in r.stderr
+    shard = tmp_path / "ck" / "global_step5" / "rank_00001_optim_states.dsckpt"
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0x40
+    shard.write_bytes(bytes(data))
+    r = train(dsrun, clean_env, cfg, 10, tmp_path / "m.jsonl")
+    assert r.returncode == 1
+    assert f"{shard}: tensor exp_avg_sq: checksum mismatch (the file is corrupt)" in r.stderr
+    shard.unlink()
+    r = train(dsrun, clean_env, cfg, 10, tmp_path / "m.jsonl")
+    assert r.returncode == 1 and f"{shard}: cannot open" in r.stderr
+    r = train(dsrun, clean_env, cfg, 10, tmp_path / "m.jsonl", extra=("--resume", "never"))
+    assert r.returncode == 0, r.stderr  # never: starts over (and saves over the damaged tag)
+
+
+def test_max_restarts_resumes_a_killed_job_to_the_same_parameters(dsrun, clean_env, tmp_path, corpus):
+    straight = config(tmp_path, corpus, tmp_path / "a", name="a.json", n_layer=3, n_embd=64)
+    assert train(dsrun, clean_env, straight, 60, tmp_path / "a.jsonl").returncode == 0
+    job = config(tmp_path, corpus, tmp_path / "b", name="b.json", n_layer=3, n_embd=64)
+    proc = subprocess.Popen([dsrun, "--num_gpus", "2", "--max_restarts", "2", "--master_port", str(free_port()),
+                             DSWORKER, "--model", "gpt", "--config", job, "--steps", "60"],
+                            env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    while not (tmp_path / "b" / "latest").exists():  # the first save (step 5) has happened
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(random.Random(11).random() * 0.5)
+    victim = None
+    for pid in subprocess.run(["pgrep", "-f", f"{DSWORKER} --model gpt --config {job}"], capture_output=True,
+                              text=True).stdout.split():
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if b"RANK=1" in f.read().split(b"\0"):
+                victim = int(pid)
+    assert victim, "rank 1 not found"
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert err.count("restart 1/2 after: rank 1 on localhost killed by SIGKILL") == 1, err
+    assert "resumed from" in out + err
+    for rank in range(2):
+        name = f"global_step60/rank_{rank:05}_optim_states.dsckpt"
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
