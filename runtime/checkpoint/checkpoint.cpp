@@ -108,28 +108,20 @@ std::optional<std::string> latest_tag(const std::string& dir) {
   return tag;
 }
 
-void load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag) {
+LoadedCheckpoint read_checkpoint(const std::string& dir, const std::string& tag) {
   const std::string model_path = model_file(dir, tag);
-  const CheckpointFile model = read_checkpoint_file(model_path);
-  TrainingState state;
+  LoadedCheckpoint out;
+  out.model = read_checkpoint_file(model_path).header;
+  TrainingState& state = out.state;
   int writers = 0;
+  size_t psi = 0;
   try {
-    const nlohmann::json& h = model.header;
+    const nlohmann::json& h = out.model;
     if (h.at("kind") != "model_states") throw CheckpointError(fmt::format("{}: not a model_states file", model_path));
-    const nlohmann::json want = param_list(engine);
-    const nlohmann::json& have = h.at("params");
-    for (size_t i = 0; i < std::max(want.size(), have.size()); ++i) {
-      if (i < want.size() && i < have.size() && want[i] == have[i]) continue;
-      auto show = [](const nlohmann::json& list, size_t k) {
-        return k < list.size() ? fmt::format("{} {}", list[k]["name"].get<std::string>(), list[k]["shape"].dump())
-                               : std::string("nothing");
-      };
-      throw CheckpointError(fmt::format("{}: parameter {} is {} in the checkpoint but {} in this model (another "
-                                        "model config?)", model_path, i, show(have, i), show(want, i)));
-    }
     state.steps = h.at("steps").get<int64_t>();
     state.updates = h.at("updates").get<int64_t>();
     writers = h.at("writers").get<int>();
+    psi = h.at("num_params").get<size_t>();
     if (h.contains("loss_scaler")) {
       const nlohmann::json& s = h["loss_scaler"];
       state.scaler = amp::LossScaler::State{s.at("scale").get<double>(), s.at("iteration").get<int64_t>(),
@@ -139,7 +131,6 @@ void load_checkpoint(Engine& engine, const std::string& dir, const std::string& 
     throw CheckpointError(fmt::format("{}: malformed header: {}", model_path, e.what()));
   }
 
-  const size_t psi = engine.num_parameters();
   std::vector<uint8_t> covered(psi, 0);
   for (int r = 0; r < writers; ++r) {
     const std::string path = rank_file(dir, tag, r);
@@ -173,6 +164,23 @@ void load_checkpoint(Engine& engine, const std::string& dir, const std::string& 
   if (missing > 0 || std::any_of(covered.begin(), covered.end(), [](uint8_t c) { return c > 1; }))
     throw CheckpointError(fmt::format("{}/{}: the rank files do not hold every parameter exactly once ({} missing)",
                                       dir, tag, missing));
+  return out;
+}
+
+void load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag) {
+  const LoadedCheckpoint loaded = read_checkpoint(dir, tag);
+  const nlohmann::json want = param_list(engine);
+  const nlohmann::json& have = loaded.model.at("params");
+  for (size_t i = 0; i < std::max(want.size(), have.size()); ++i) {
+    if (i < want.size() && i < have.size() && want[i] == have[i]) continue;
+    auto show = [](const nlohmann::json& list, size_t k) {
+      return k < list.size() ? fmt::format("{} {}", list[k]["name"].get<std::string>(), list[k]["shape"].dump())
+                             : std::string("nothing");
+    };
+    throw CheckpointError(fmt::format("{}: parameter {} is {} in the checkpoint but {} in this model (another "
+                                      "model config?)", model_file(dir, tag), i, show(have, i), show(want, i)));
+  }
+  const TrainingState& state = loaded.state;
   try {
     engine.restore(state);
   } catch (const std::exception& e) {

@@ -30,6 +30,17 @@ std::string save_checkpoint(Engine& engine, ProcessGroup& group, const std::stri
 // The tag DIR/latest names, or nothing when there is no DIR/latest.
 std::optional<std::string> latest_tag(const std::string& dir);
 
+// A whole checkpoint: model_states' header (params, world size, stage, …) and the full state, every
+// tensor with all Ψ elements in the canonical flat order.
+struct LoadedCheckpoint {
+  nlohmann::json model;  // model_states' header
+  TrainingState state;
+};
+
+// Reads and checks DIR/<tag> (every file's checksums, every element covered exactly once). Throws
+// CheckpointError naming the file and the problem.
+LoadedCheckpoint read_checkpoint(const std::string& dir, const std::string& tag);
+
 // Restores the engine from DIR/<tag>, whatever world size or stage saved it (a collective at stage
 // 3). Throws CheckpointError naming the file and the problem (missing, corrupt, truncated, another
 // format version, other parameter names or shapes).

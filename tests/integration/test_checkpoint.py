@@ -153,3 +153,54 @@ def test_max_restarts_resumes_a_killed_job_to_the_same_parameters(dsrun, clean_e
     for rank in range(2):
         name = f"global_step60/rank_{rank:05}_optim_states.dsckpt"
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def read_safetensors(path):
+    """A small safetensors reader: {name: (shape, list of floats)} and the metadata."""
+    import struct
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    meta = header.pop("__metadata__")
+    tensors = {}
+    for name, t in header.items():
+        assert t["dtype"] == "F32"
+        begin, end = t["data_offsets"]
+        raw = data[8 + length + begin:8 + length + end]
+        tensors[name] = (t["shape"], list(struct.unpack(f"<{len(raw) // 4}f", raw)))
+    return tensors, meta
+
+
+def test_dsckpt_exports_weights_that_pytorch_evaluates_to_the_same_loss(dsrun, clean_env, tmp_path, corpus):
+    torch = pytest.importorskip("torch")
+    from torch_gpt import GPT, GPTConfig
+    cfg = json.loads(open(config(tmp_path, corpus, tmp_path / "ck", stage=3)).read())
+    cfg["data"].update(val_fraction=0.1)
+    (tmp_path / "e.json").write_text(json.dumps(cfg))
+    r = train(dsrun, clean_env, str(tmp_path / "e.json"), 15, tmp_path / "m.jsonl")
+    assert r.returncode == 0, r.stderr
+    ours = [json.loads(line)["val_loss"] for line in open(tmp_path / "m.jsonl") if "val_loss" in line][-1]
+    dsckpt = os.path.join(os.path.dirname(DSWORKER), "dsckpt")
+    out = tmp_path / "w.safetensors"
+    r = subprocess.run([dsckpt, "export", str(tmp_path / "ck"), "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([dsckpt, "inspect", str(tmp_path / "ck")], capture_output=True, text=True)
+    assert "global_step15: step 15 (15 applied), world size 2, ZeRO stage 3, fp32, 2 rank files, checksums ok" in r.stdout
+    tensors, meta = read_safetensors(out)
+    assert meta["step"] == "15" and "head.wte" not in tensors  # tied: stored once, as embed.wte
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, seq_len=32, vocab_size=256))
+    state = {name: torch.tensor(values).reshape(shape) for name, (shape, values) in tensors.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all(name.startswith("head.") for name in missing), missing
+    data = TEXT.encode()
+    val = data[len(data) - round(len(data) * 0.1):]
+    windows = [val[i * 32:i * 32 + 33] for i in range((len(val) - 1) // 32)]
+    per_rank = len(windows) // 2 // 4 * 4  # whole micro-batches of 4 on each of 2 ranks, rank r takes r, r+2, ...
+    losses_ = []
+    with torch.no_grad():
+        for rank in range(2):
+            mine = windows[rank::2][:per_rank]
+            for b in range(0, per_rank, 4):
+                batch = torch.tensor([list(w) for w in mine[b:b + 4]])
+                losses_.append(model(batch[:, :-1], batch[:, 1:]).item())
+    assert sum(losses_) / len(losses_) == pytest.approx(ours, rel=1e-5)

@@ -1,0 +1,110 @@
+// dsckpt: checkpoints on the command line (runtime/checkpoint/README.md).
+//   dsckpt inspect DIR [--tag TAG]                        what a checkpoint holds
+//   dsckpt export DIR -o OUT.safetensors [--tag TAG]      the consolidated fp32 weights (what
+//                                                         DeepSpeed's zero_to_fp32.py produces), as safetensors
+// TAG defaults to the one DIR/latest names. Exit status: 0, 2 for bad arguments, 1 for a missing,
+// corrupt or unreadable checkpoint (the message names the file).
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+
+namespace ds::ckpt {
+namespace {
+
+std::string resolve_tag(const std::string& dir, const std::string& tag) {
+  if (!tag.empty()) return tag;
+  if (auto latest = latest_tag(dir)) return *latest;
+  throw CheckpointError(fmt::format("{}/latest: missing (no checkpoint saved there yet?); give --tag", dir));
+}
+
+int64_t elements(const nlohmann::json& shape) {
+  int64_t n = 1;
+  for (const auto& d : shape) n *= d.get<int64_t>();
+  return n;
+}
+
+void inspect(const std::string& dir, const std::string& tag) {
+  const LoadedCheckpoint c = read_checkpoint(dir, tag);
+  const nlohmann::json& h = c.model;
+  std::printf("%s/%s: step %lld (%lld applied), world size %d, ZeRO stage %d, %s, %d rank file%s, checksums ok\n",
+              dir.c_str(), tag.c_str(), static_cast<long long>(c.state.steps), static_cast<long long>(c.state.updates),
+              h.at("world_size").get<int>(), h.at("zero_stage").get<int>(),
+              h.at("precision").get<std::string>().c_str(), h.at("writers").get<int>(),
+              h.at("writers").get<int>() == 1 ? "" : "s");
+  if (h.contains("run")) std::printf("run: %s\n", h["run"].dump().c_str());
+  if (c.state.scaler) std::printf("loss scale: %g\n", c.state.scaler->scale);
+  std::string names;
+  for (const auto& [name, values] : c.state.tensors) names += (names.empty() ? "" : ", ") + name;
+  std::printf("tensors (fp32, %zu elements each): %s\n", c.state.tensors[0].second.size(), names.c_str());
+  std::printf("%zu parameters:\n", h.at("params").size());
+  for (const auto& p : h.at("params"))
+    std::printf("  %-40s %s\n", p.at("name").get<std::string>().c_str(), p.at("shape").dump().c_str());
+}
+
+// safetensors: an 8-byte little-endian header length, a JSON header mapping each tensor name to
+// dtype, shape and [begin, end) byte offsets into the data that follows (plus "__metadata__", string
+// values only), padded with spaces to a multiple of 8 bytes.
+void export_safetensors(const std::string& dir, const std::string& tag, const std::string& out) {
+  const LoadedCheckpoint c = read_checkpoint(dir, tag);
+  const std::vector<float>& master = c.state.tensors.at(0).second;
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}, {"source", "dsrun"}, {"tag", tag},
+                            {"step", std::to_string(c.state.steps)}};
+  size_t offset = 0;
+  for (const auto& p : c.model.at("params")) {
+    const size_t bytes = static_cast<size_t>(elements(p.at("shape"))) * sizeof(float);
+    header[p.at("name").get<std::string>()] = {{"dtype", "F32"}, {"shape", p.at("shape")},
+                                                {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (offset != master.size() * sizeof(float))
+    throw CheckpointError(fmt::format("{}/{}: the parameter shapes hold {} elements, the state {}", dir, tag,
+                                      offset / sizeof(float), master.size()));
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t length = text.size();
+  std::string bytes(reinterpret_cast<const char*>(&length), sizeof(length));
+  bytes += text;
+  bytes.append(reinterpret_cast<const char*>(master.data()), offset);
+  write_text_atomically(out, bytes);
+  std::printf("%s: %zu tensors, %zu parameters (fp32) from %s/%s\n", out.c_str(), c.model.at("params").size(),
+              master.size(), dir.c_str(), tag.c_str());
+}
+
+}  // namespace
+}  // namespace ds::ckpt
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsckpt: inspect and export dsrun checkpoints", "dsckpt"};
+  app.require_subcommand(1);
+  std::string dir, tag, out, format = "safetensors";
+  auto* inspect = app.add_subcommand("inspect", "Print what a checkpoint holds (and verify every checksum)");
+  inspect->add_option("DIR", dir, "The checkpoint directory (checkpoint.dir)")->required();
+  inspect->add_option("--tag", tag, "The tag to read (default: the one DIR/latest names)");
+  auto* exp = app.add_subcommand("export", "Write the consolidated fp32 weights");
+  exp->add_option("DIR", dir, "The checkpoint directory (checkpoint.dir)")->required();
+  exp->add_option("-o,--output", out, "The file to write")->required();
+  exp->add_option("--tag", tag, "The tag to read (default: the one DIR/latest names)");
+  exp->add_option("--format", format, "Output format")->check(CLI::IsMember({"safetensors"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    const std::string resolved = ds::ckpt::resolve_tag(dir, tag);
+    if (*inspect) ds::ckpt::inspect(dir, resolved);
+    else ds::ckpt::export_safetensors(dir, resolved, out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsckpt: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
