@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks in bench/: logging, /proc liveness, and killing what a run
 started (process lists and whole process groups). Also makes scripts/ importable
 (throwaway_sshd: the loopback SSH server and free_port)."""
+import datetime
 import os
 import signal
 import subprocess
@@ -56,3 +57,13 @@ def kill_group(proc, grace=2.0):
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+def binary_id(path):
+    """mtime and size of a binary: a rebuild during the benchmark shows up as a change."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return {"mtime": datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"), "size": st.st_size}

@@ -73,7 +73,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from common import log  # noqa: E402  (bench/common.py)
+from common import binary_id, log  # noqa: E402  (bench/common.py)
 
 PEER = os.path.join(HERE, "peer_train.py")
 SGEMM_SRC = os.path.join(HERE, "sgemm_peak.cpp")
@@ -445,14 +445,6 @@ def summary(bench, info):
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
-
-def binary_id(path):
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return {"mtime": datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M:%S UTC"), "size": st.st_size}
 
 
 def versions(args):

@@ -89,7 +89,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from common import alive, kill_group, kill_pids, log  # noqa: E402  (bench/common.py)
+from common import alive, binary_id, kill_group, kill_pids, log  # noqa: E402  (bench/common.py)
 from throwaway_sshd import free_port  # noqa: E402
 
 PEER = os.path.join(HERE, "peer_train.py")
@@ -572,15 +572,6 @@ def summary(bench, psi):
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
-
-def binary_id(path):
-    """mtime and size of a binary: a rebuild during the benchmark shows up as a change."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return {"mtime": datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M:%S UTC"), "size": st.st_size}
 
 
 def versions(args):
