@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git      # toolchain
   libcli11-dev libfmt-dev nlohmann-json3-dev libssh-dev  # launcher
   libyaml-cpp-dev libgloo-dev zlib1g-dev                 # runtime (ds_config YAML, Gloo, checkpoint CRC-32)
+  libopenblas-openmp-dev                                 # kernels: GEMM on the same OpenMP pool as our loops
   doctest-dev                                            # the build configures the unit tests too
   python3 gnuplot-nox                                    # the loss-curve PNG (scripts/plot_loss.py)
   pdsh                                                   # peer in bench/launch, later a transport

@@ -22,6 +22,7 @@
 #include "config/ds_config.h"
 #include "core/errors.h"
 #include "cpu/blas.h"
+#include "cpu/parallel.h"
 #include "engine/engine.h"
 #include "checkpoint/checkpoint.h"
 #include "data_source.h"
@@ -119,7 +120,7 @@ int world_size_from_env() {
 }
 
 // OMP_NUM_THREADS if set (dsrun --bind_cores_to_rank sets it), else this host's CPUs shared among its ranks.
-int blas_threads_for() {
+int kernel_threads_for() {
   if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp && std::atoi(omp) > 0) return std::atoi(omp);
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
@@ -139,7 +140,7 @@ int train(const WorkerOptions& o) {
   refuse_unimplemented(config, o.config);
   if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
   const bool lead = env.rank == 0;
-  cpu::set_blas_threads(blas_threads_for());
+  cpu::set_threads(kernel_threads_for());
   for (const auto& warning : config.warnings)
     if (lead) std::fprintf(stderr, "dsworker: warning: %s\n", warning.c_str());
 

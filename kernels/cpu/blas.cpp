@@ -54,9 +54,13 @@ std::string blas_config() {
 
 int blas_threads() { return openblas_get_num_threads(); }
 
-void set_blas_threads(int n) {
-  if (n < 1) throw std::invalid_argument("blas: thread count " + std::to_string(n) + " is not >= 1");
-  openblas_set_num_threads(n);
+std::string blas_threading() {
+  switch (openblas_get_parallel()) {
+    case 0: return "serial";
+    case 1: return "pthreads";
+    case 2: return "OpenMP";
+  }
+  return "unknown";
 }
 
 CpuTier cpu_tier() {

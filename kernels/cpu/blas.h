@@ -16,10 +16,12 @@ namespace ds::cpu {
 std::string blas_corename();
 // e.g. "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64".
 std::string blas_config();
+// OpenBLAS's own thread count; set it with set_threads (parallel.h), which sets the kernels' too.
+// Results are bit-identical run to run for a fixed core and thread count; across thread counts
+// only on some cores (README.md).
 int blas_threads();
-// Threads used by every later matmul in the process (n >= 1). Results are bit-identical run to run
-// for a fixed core and thread count; across thread counts only on some cores (README.md).
-void set_blas_threads(int n);
+// How this OpenBLAS runs its threads: "OpenMP" (what the build links), "pthreads" or "serial".
+std::string blas_threading();
 
 // The instruction-set tiers OpenBLAS's x86-64 kernels are built for.
 enum class CpuTier { sse = 0, avx = 1, avx2 = 2, avx512 = 3 };

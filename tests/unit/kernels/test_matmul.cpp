@@ -7,6 +7,7 @@
 
 #include "cpu/blas.h"
 #include "cpu/matmul.h"
+#include "cpu/parallel.h"
 #include "kernel_test_util.h"
 
 using ds::test::Rng;
@@ -76,13 +77,13 @@ TEST_CASE("matmul overwrite ignores NaN already in C") {
 }
 
 TEST_CASE("matmul is bit-identical run to run for a fixed thread count") {
-  const int saved = ds::cpu::blas_threads();
+  const int saved = ds::cpu::threads();
   Rng rng(3);
   const int64_t M = 257, N = 129, K = 511;
   const auto A = ds::test::random_vec(rng, M * K), B = ds::test::random_vec(rng, K * N);
   std::vector<std::vector<float>> by_threads;
   for (int threads : {1, 2}) {
-    ds::cpu::set_blas_threads(threads);
+    ds::cpu::set_threads(threads);
     std::vector<float> C1(M * N), C2(M * N);
     ds::cpu::matmul(A.data(), B.data(), C1.data(), M, N, K, false, true, false);
     ds::cpu::matmul(A.data(), B.data(), C2.data(), M, N, K, false, true, false);
@@ -92,6 +93,17 @@ TEST_CASE("matmul is bit-identical run to run for a fixed thread count") {
   // Not asserted: equal across thread counts on SkylakeX/Cooperlake, not on Haswell/Prescott.
   std::printf("  matmul 1 vs 2 threads bit-identical on core %s: %s\n", ds::cpu::blas_corename().c_str(),
               ds::test::bit_identical(by_threads[0], by_threads[1]) ? "yes" : "no");
-  ds::cpu::set_blas_threads(saved);
-  CHECK_THROWS_AS(ds::cpu::set_blas_threads(0), std::invalid_argument);
+  ds::cpu::set_threads(saved);
+  CHECK_THROWS_AS(ds::cpu::set_threads(0), std::invalid_argument);
+}
+
+TEST_CASE("the kernels and OpenBLAS share one OpenMP thread pool") {
+  // The build links OpenBLAS's OpenMP variant; with the pthread one its idle threads spin on the
+  // cores the kernels' own loops need.
+  CHECK(ds::cpu::blas_threading() == "OpenMP");
+  const int saved = ds::cpu::threads();
+  ds::cpu::set_threads(2);
+  CHECK(ds::cpu::threads() == 2);
+  CHECK(ds::cpu::blas_threads() == 2);
+  ds::cpu::set_threads(saved);
 }
