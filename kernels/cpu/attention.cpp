@@ -1,5 +1,6 @@
 // attention: causal multi-head self-attention forward/backward; sgemm fast path over blocks of
-// query rows, and the scalar reference (see attention.h for the formulas and the workspace).
+// query rows, (batch, head) pairs split over the kernel threads, and the scalar reference (see
+// attention.h for the formulas and the workspace).
 #include "cpu/attention.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "cpu/matmul.h"
+#include "cpu/parallel.h"
+#include "cpu/simd.h"
 
 namespace ds::cpu {
 namespace {
@@ -29,6 +32,11 @@ int64_t qkv_offset(int64_t b, int64_t h, int64_t part, int64_t T, int64_t H, int
   return b * T * 3 * H * D + part * H * D + h * D;
 }
 
+// p[j] = e^((p[j]·scale − m) − l) for j < n (the exps of a softmax row, vectorised).
+DS_KERNEL_CLONES void scaled_exp(float* p, int64_t n, float scale, float m, float l) {
+  for (int64_t j = 0; j < n; ++j) p[j] = exp_approx((p[j] * scale - m) - l);
+}
+
 }  // namespace
 
 size_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t /*D*/) {
@@ -40,13 +48,14 @@ void attention_forward(const float* qkv, float* out, float* workspace, int64_t B
   if (B <= 0 || T <= 0 || H <= 0) return;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int64_t C = H * D;
-  std::vector<float> q(T * D), k(T * D), v(T * D), o(T * D), s(std::min(T, kRowBlock) * T);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
+  parallel_for(B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> q(T * D), k(T * D), v(T * D), o(T * D), s(std::min(T, kRowBlock) * T);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
       gather(qkv + qkv_offset(b, h, 0, T, H, D), 3 * C, q.data(), T, D);
       gather(qkv + qkv_offset(b, h, 1, T, H, D), 3 * C, k.data(), T, D);
       gather(qkv + qkv_offset(b, h, 2, T, H, D), 3 * C, v.data(), T, D);
-      float* stats = workspace + (b * H + h) * T * 2;
+      float* stats = workspace + bh * T * 2;
       for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
         const int64_t r1 = std::min(r0 + kRowBlock, T), rows = r1 - r0;
         // Scores of query rows r0..r1−1 against keys 0..r1−1: s[rows, r1].
@@ -59,11 +68,9 @@ void attention_forward(const float* qkv, float* out, float* workspace, int64_t B
             p[j] *= scale;
             m = p[j] > m ? p[j] : m;
           }
+          scaled_exp(p, t + 1, 1.0f, m, 0.0f);
           double sum = 0.0;
-          for (int64_t j = 0; j <= t; ++j) {
-            p[j] = std::exp(p[j] - m);
-            sum += p[j];
-          }
+          for (int64_t j = 0; j <= t; ++j) sum += p[j];
           const float inv = static_cast<float>(1.0 / sum);
           for (int64_t j = 0; j <= t; ++j) p[j] *= inv;
           std::fill(p + t + 1, p + r1, 0.0f);  // masked: keys after t
@@ -74,6 +81,7 @@ void attention_forward(const float* qkv, float* out, float* workspace, int64_t B
       }
       scatter(o.data(), out + b * T * C + h * D, C, T, D);
     }
+  });
 }
 
 void attention_forward_reference(const float* qkv, float* out, float* workspace, int64_t B, int64_t T,
@@ -111,17 +119,18 @@ void attention_backward(const float* qkv, const float* workspace, const float* d
   if (B <= 0 || T <= 0 || H <= 0) return;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int64_t C = H * D;
-  std::vector<float> q(T * D), k(T * D), v(T * D), dout_h(T * D), dq(T * D), dk(T * D), dv(T * D);
-  std::vector<float> p(std::min(T, kRowBlock) * T), dp(p.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
+  parallel_for(B * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> q(T * D), k(T * D), v(T * D), dout_h(T * D), dq(T * D), dk(T * D), dv(T * D);
+    std::vector<float> p(std::min(T, kRowBlock) * T), dp(p.size());
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
       gather(qkv + qkv_offset(b, h, 0, T, H, D), 3 * C, q.data(), T, D);
       gather(qkv + qkv_offset(b, h, 1, T, H, D), 3 * C, k.data(), T, D);
       gather(qkv + qkv_offset(b, h, 2, T, H, D), 3 * C, v.data(), T, D);
       gather(dout + b * T * C + h * D, C, dout_h.data(), T, D);
       std::fill(dk.begin(), dk.end(), 0.0f);
       std::fill(dv.begin(), dv.end(), 0.0f);
-      const float* stats = workspace + (b * H + h) * T * 2;
+      const float* stats = workspace + bh * T * 2;
       for (int64_t r0 = 0; r0 < T; r0 += kRowBlock) {
         const int64_t r1 = std::min(r0 + kRowBlock, T), rows = r1 - r0;
         const float* q_blk = q.data() + r0 * D;
@@ -134,11 +143,9 @@ void attention_backward(const float* qkv, const float* workspace, const float* d
           float* pr = p.data() + i * r1;
           float* dpr = dp.data() + i * r1;
           const float m = stats[2 * t], l = stats[2 * t + 1];
+          scaled_exp(pr, t + 1, scale, m, l);
           double dot = 0.0;
-          for (int64_t j = 0; j <= t; ++j) {
-            pr[j] = std::exp((pr[j] * scale - m) - l);
-            dot += static_cast<double>(pr[j]) * dpr[j];
-          }
+          for (int64_t j = 0; j <= t; ++j) dot += static_cast<double>(pr[j]) * dpr[j];
           const float delta = static_cast<float>(dot);
           // dS·(1/√D), written over dP; masked entries are 0 in both P and dS.
           for (int64_t j = 0; j <= t; ++j) dpr[j] = pr[j] * (dpr[j] - delta) * scale;
@@ -153,6 +160,7 @@ void attention_backward(const float* qkv, const float* workspace, const float* d
       scatter(dk.data(), dqkv + qkv_offset(b, h, 1, T, H, D), 3 * C, T, D);
       scatter(dv.data(), dqkv + qkv_offset(b, h, 2, T, H, D), 3 * C, T, D);
     }
+  });
 }
 
 void attention_backward_reference(const float* qkv, const float* workspace, const float* dout, float* dqkv,

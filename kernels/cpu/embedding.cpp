@@ -1,10 +1,14 @@
 // embedding: token + position embedding forward (gather) and backward (scatter-add), fast path and
-// scalar reference (see embedding.h).
+// scalar reference (see embedding.h). The fast paths split positions (forward) or embedding
+// columns (backward, so no two threads add into the same gradient element) over the kernel threads.
 #include "cpu/embedding.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "cpu/parallel.h"
 
 namespace ds::cpu {
 namespace {
@@ -19,18 +23,22 @@ void check_tokens(const int32_t* tokens, int64_t B, int64_t T, int64_t vocab) {
     }
 }
 
+constexpr int64_t kGrain = 16384;  // elements per thread at least
+
 }  // namespace
 
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B,
                        int64_t T, int64_t C, int64_t vocab) {
   check_tokens(tokens, B, T, vocab);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* __restrict e = wte + tokens[b * T + t] * C;
-      const float* __restrict p = wpe + t * C;
-      float* __restrict o = out + (b * T + t) * C;
+  if (T <= 0 || C <= 0) return;
+  parallel_for(B * T, std::max<int64_t>(1, kGrain / C), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* __restrict e = wte + tokens[i] * C;
+      const float* __restrict p = wpe + (i % T) * C;
+      float* __restrict o = out + i * C;
       for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
+  });
 }
 
 void embedding_forward_reference(const int32_t* tokens, const float* wte, const float* wpe, float* out,
@@ -46,16 +54,18 @@ void embedding_forward_reference(const int32_t* tokens, const float* wte, const 
 void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int64_t B,
                         int64_t T, int64_t C, int64_t vocab) {
   check_tokens(tokens, B, T, vocab);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* __restrict g = dout + (b * T + t) * C;
-      float* __restrict e = dwte + tokens[b * T + t] * C;
-      float* __restrict p = dwpe + t * C;
-      for (int64_t c = 0; c < C; ++c) {
+  if (B <= 0 || T <= 0) return;
+  parallel_for(C, std::max<int64_t>(1, kGrain / (B * T)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = 0; i < B * T; ++i) {
+      const float* __restrict g = dout + i * C;
+      float* __restrict e = dwte + tokens[i] * C;
+      float* __restrict p = dwpe + (i % T) * C;
+      for (int64_t c = begin; c < end; ++c) {
         e[c] += g[c];
         p[c] += g[c];
       }
     }
+  });
 }
 
 void embedding_backward_reference(const int32_t* tokens, const float* dout, float* dwte, float* dwpe,

@@ -3,6 +3,9 @@
 
 #include <cblas.h>
 
+#include "cpu/parallel.h"
+
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
@@ -18,6 +21,11 @@ void check_sizes(int64_t M, int64_t N, int64_t K) {
                                   ") is outside [0, 2^31)");
 }
 
+// Products of at least this many multiply-adds are split over the threads by matmul itself; the
+// pieces stay far above OpenBLAS's small-matrix path, so every element is summed as in one sgemm.
+constexpr double kSplitMNK = 1 << 24;
+constexpr int64_t kSplitAlign = 64;  // rows or columns per block (a multiple of the kernels' unrolls)
+
 }  // namespace
 
 void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, bool trans_a,
@@ -31,9 +39,35 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
   }
   const int lda = static_cast<int>(trans_a ? M : K);
   const int ldb = static_cast<int>(trans_b ? K : N);
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, A, lda, B, ldb,
-              accumulate ? 1.0f : 0.0f, C, static_cast<int>(N));
+  const float beta = accumulate ? 1.0f : 0.0f;
+  // C[rows r0..r1) or C[columns c0..c1), one single-threaded sgemm each (OpenBLAS runs on one
+  // thread inside an OpenMP region).
+  auto rows = [&](int64_t r0, int64_t r1) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(r1 - r0), static_cast<int>(N), static_cast<int>(K), 1.0f,
+                trans_a ? A + r0 : A + r0 * K, lda, B, ldb, beta, C + r0 * N, static_cast<int>(N));
+  };
+  auto columns = [&](int64_t c0, int64_t c1) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(M), static_cast<int>(c1 - c0), static_cast<int>(K), 1.0f, A, lda,
+                trans_b ? B + c0 * K : B + c0, ldb, beta, C + c0, static_cast<int>(N));
+  };
+  if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < kSplitMNK || threads() == 1) {
+    rows(0, M);  // OpenBLAS's own threading (small products: one thread)
+    return;
+  }
+  // Large products: split C's longer side in blocks of kSplitAlign over the threads, one
+  // independent sgemm each. OpenBLAS's threaded sgemm synchronises its threads with sched_yield
+  // loops, which on a small machine costs more than packing the shared operand twice.
+  const int64_t side = M >= N ? M : N;
+  const int64_t blocks = (side + kSplitAlign - 1) / kSplitAlign;
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    const int64_t lo = b0 * kSplitAlign, hi = std::min(side, b1 * kSplitAlign);
+    if (M >= N)
+      rows(lo, hi);
+    else
+      columns(lo, hi);
+  });
 }
 
 void matmul_reference(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,

@@ -107,3 +107,30 @@ TEST_CASE("the kernels and OpenBLAS share one OpenMP thread pool") {
   CHECK(ds::cpu::blas_threads() == 2);
   ds::cpu::set_threads(saved);
 }
+
+TEST_CASE("large products split over the threads give the bits of one sgemm") {
+  // Past ~16.7 M multiply-adds matmul cuts C's longer side into blocks, one sgemm per thread: rows
+  // (M >= N) or columns (N > M), in every transpose combination, accumulating or not, with sizes
+  // that leave a ragged last block. 2 threads must reproduce 1 thread exactly.
+  const int saved = ds::cpu::threads();
+  Rng rng(17);
+  struct Dims {
+    int64_t M, N, K;
+  };
+  for (const Dims d : {Dims{1000, 70, 300}, Dims{70, 1000, 300}, Dims{333, 333, 200}})
+    for (int t = 0; t < 8; ++t) {
+      const bool ta = t & 1, tb = t & 2, acc = t & 4;
+      const auto A = ds::test::random_vec(rng, d.M * d.K), B = ds::test::random_vec(rng, d.K * d.N);
+      const auto C0 = ds::test::random_vec(rng, d.M * d.N);
+      std::vector<float> one = C0, two = C0, ref = C0;
+      ds::cpu::set_threads(1);
+      ds::cpu::matmul(A.data(), B.data(), one.data(), d.M, d.N, d.K, ta, tb, acc);
+      ds::cpu::set_threads(2);
+      ds::cpu::matmul(A.data(), B.data(), two.data(), d.M, d.N, d.K, ta, tb, acc);
+      ds::cpu::matmul_reference(A.data(), B.data(), ref.data(), d.M, d.N, d.K, ta, tb, acc);
+      INFO("M=", d.M, " N=", d.N, " K=", d.K, " trans_a=", ta, " trans_b=", tb, " accumulate=", acc);
+      CHECK(ds::test::bit_identical(one, two));
+      ds::test::check_close("split matmul", two.data(), ref.data(), two.size(), 1e-4, 1e-4);
+    }
+  ds::cpu::set_threads(saved);
+}
