@@ -23,13 +23,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "cpu/attention.h"
 #include "cpu/bias.h"
 #include "cpu/cross_entropy.h"
+#include "cpu/elementwise.h"
 #include "cpu/embedding.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
@@ -61,10 +62,8 @@ void require_input(const Shape& in, int ndim, const Dims& d) {
                                 " with 1 <= T <= seq_len " + std::to_string(d.seq_len));
 }
 
-// y[i] += x[i]
-void add_into(float* y, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
-}
+// n floats left uninitialised (every use below overwrites its buffer before reading it).
+std::unique_ptr<float[]> scratch(int64_t n) { return std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n)); }
 
 // Linear on rows: y[n,out] = x[n,in]·Wᵀ + b.
 void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
@@ -145,12 +144,12 @@ class Block : public ds::sdk::Layer {
     linear_forward(ws + w.ln1, p(f, 2), p(f, 3), ws + w.qkv, N, C, 3 * C);
     ds::cpu::attention_forward(ws + w.qkv, ws + w.att, ws + w.att_ws, B, T, H, D);
     linear_forward(ws + w.att, p(f, 4), p(f, 5), x2, N, C, C);
-    add_into(x2, x, N * C);  // x2 = x + attn(ln_1(x))
+    ds::cpu::add_into(x2, x, N * C);  // x2 = x + attn(ln_1(x))
     ds::cpu::layernorm_forward(x2, p(f, 6), p(f, 7), ws + w.ln2, ws + w.ln2_stats, N, C, kLnEps);
     linear_forward(ws + w.ln2, p(f, 8), p(f, 9), ws + w.fc, N, C, 4 * C);
     ds::cpu::gelu_forward(ws + w.fc, ws + w.gelu, N * 4 * C);
     linear_forward(ws + w.gelu, p(f, 10), p(f, 11), y, N, 4 * C, C);
-    add_into(y, x2, N * C);  // y = x2 + mlp(ln_2(x2))
+    ds::cpu::add_into(y, x2, N * C);  // y = x2 + mlp(ln_2(x2))
   }
 
   void backward(const Backward& b) override {
@@ -161,24 +160,20 @@ class Block : public ds::sdk::Layer {
     const float* x = b.input.f32();
     const float* dy = b.grad_output.f32();
     auto g = [&](int32_t i) { return b.grad_param(i).f32(); };
-    std::vector<float> dx2(dy, dy + N * C);  // d/dx2 through the residual; the mlp branch adds below
-    std::vector<float> d4(static_cast<size_t>(N * 4 * C)), dc(static_cast<size_t>(N * C)), tmp(dc.size());
-    std::vector<float> dqkv(static_cast<size_t>(N * 3 * C));
+    const auto dx2 = scratch(N * C), d4 = scratch(N * 4 * C), dc = scratch(N * C), tmp = scratch(N * C),
+               dqkv = scratch(N * 3 * C);
     // mlp branch: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
-    linear_backward(ws + w.gelu, p(b, 10), dy, d4.data(), g(10), g(11), N, 4 * C, C);
-    ds::cpu::gelu_backward(ws + w.fc, d4.data(), d4.data(), N * 4 * C);
-    linear_backward(ws + w.ln2, p(b, 8), d4.data(), dc.data(), g(8), g(9), N, C, 4 * C);
-    ds::cpu::layernorm_backward(ws + w.x2, p(b, 6), ws + w.ln2_stats, dc.data(), tmp.data(), g(6), g(7), N, C);
-    add_into(dx2.data(), tmp.data(), N * C);
+    linear_backward(ws + w.gelu, p(b, 10), dy, d4.get(), g(10), g(11), N, 4 * C, C);
+    ds::cpu::gelu_backward(ws + w.fc, d4.get(), d4.get(), N * 4 * C);
+    linear_backward(ws + w.ln2, p(b, 8), d4.get(), dc.get(), g(8), g(9), N, C, 4 * C);
+    ds::cpu::layernorm_backward(ws + w.x2, p(b, 6), ws + w.ln2_stats, dc.get(), tmp.get(), g(6), g(7), N, C);
+    ds::cpu::add(dy, tmp.get(), dx2.get(), N * C);  // d/dx2: through the residual and the mlp branch
     // attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x))))
-    linear_backward(ws + w.att, p(b, 4), dx2.data(), dc.data(), g(4), g(5), N, C, C);
-    ds::cpu::attention_backward(ws + w.qkv, ws + w.att_ws, dc.data(), dqkv.data(), B, T, H, D);
-    linear_backward(ws + w.ln1, p(b, 2), dqkv.data(), dc.data(), g(2), g(3), N, C, 3 * C);
-    ds::cpu::layernorm_backward(x, p(b, 0), ws + w.ln1_stats, dc.data(), tmp.data(), g(0), g(1), N, C);
-    if (!b.grad_input.empty()) {
-      float* dx = b.grad_input.f32();
-      for (int64_t i = 0; i < N * C; ++i) dx[i] = dx2[static_cast<size_t>(i)] + tmp[static_cast<size_t>(i)];
-    }
+    linear_backward(ws + w.att, p(b, 4), dx2.get(), dc.get(), g(4), g(5), N, C, C);
+    ds::cpu::attention_backward(ws + w.qkv, ws + w.att_ws, dc.get(), dqkv.get(), B, T, H, D);
+    linear_backward(ws + w.ln1, p(b, 2), dqkv.get(), dc.get(), g(2), g(3), N, C, 3 * C);
+    ds::cpu::layernorm_backward(x, p(b, 0), ws + w.ln1_stats, dc.get(), tmp.get(), g(0), g(1), N, C);
+    if (!b.grad_input.empty()) ds::cpu::add(dx2.get(), tmp.get(), b.grad_input.f32(), N * C);
   }
 
  private:
@@ -254,15 +249,15 @@ class Head : public ds::sdk::Layer {
     const Slots w(s, d_);
     const float* ws = workspace(b.workspace);
     const int64_t N = s[0] * s[1], C = d_.n_embd, V = d_.vocab;
-    std::vector<float> dlogits(static_cast<size_t>(N * V)), dlnf(static_cast<size_t>(N * C));
+    const auto dlogits = scratch(N * V), dlnf = scratch(N * C);
     ds::cpu::cross_entropy_backward(ws + w.logits, targets(b.batch, s), ws + w.ce_stats, b.grad_output.f32()[0], N, V,
-                                    dlogits.data());
+                                    dlogits.get());
     const float* wte = b.param(2).f32();
-    ds::cpu::matmul(dlogits.data(), ws + w.lnf, b.grad_param(2).f32(), V, C, N, true, false, true);  // dwte += dLᵀ·ln_f
-    ds::cpu::matmul(dlogits.data(), wte, dlnf.data(), N, C, V, false, false, false);               // dln_f = dL·wte
-    std::vector<float> scratch;
-    float* dx = b.grad_input.empty() ? (scratch.resize(dlnf.size()), scratch.data()) : b.grad_input.f32();
-    ds::cpu::layernorm_backward(b.input.f32(), b.param(0).f32(), ws + w.lnf_stats, dlnf.data(), dx,
+    ds::cpu::matmul(dlogits.get(), ws + w.lnf, b.grad_param(2).f32(), V, C, N, true, false, true);  // dwte += dLᵀ·ln_f
+    ds::cpu::matmul(dlogits.get(), wte, dlnf.get(), N, C, V, false, false, false);                // dln_f = dL·wte
+    const auto unused_dx = b.grad_input.empty() ? scratch(N * C) : nullptr;
+    float* dx = b.grad_input.empty() ? unused_dx.get() : b.grad_input.f32();
+    ds::cpu::layernorm_backward(b.input.f32(), b.param(0).f32(), ws + w.lnf_stats, dlnf.get(), dx,
                                 b.grad_param(0).f32(), b.grad_param(1).f32(), N, C);
   }
 

@@ -5,6 +5,9 @@
 //   AdamW mode:                   u ← u + wd·p   (the old p)
 //   p ← p − lr·u
 // DeepSpeedCPUAdam's form p·(1 − lr·wd) − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) is algebraically the same.
+// Elements are independent: each segment is cut into fixed chunks run on the OpenMP threads (the
+// count dsworker sets), so the result is the same at any thread count.
+#include <algorithm>
 #include <cmath>
 
 #include "optim/optimizers.h"
@@ -15,6 +18,8 @@ namespace {
 struct AdamArgs {
   float beta1, beta2, eps, lr, wd, bc1, bc2;
 };
+
+constexpr size_t kChunk = 65536;  // elements per parallel task
 
 template <bool kDecoupled>
 void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, size_t n,
@@ -31,6 +36,16 @@ void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict
     float update = (mi / a.bc1) / (std::sqrt(vi / a.bc2) + a.eps);
     if constexpr (kDecoupled) update += a.wd * param;
     p[i] = param - a.lr * update;
+  }
+}
+
+template <bool kDecoupled>
+void adam_parallel(float* p, const float* g, float* m, float* v, size_t n, AdamArgs a) {
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t at = c * kChunk, len = std::min(kChunk, n - at);
+    adam_loop<kDecoupled>(p + at, g + at, m + at, v + at, len, a);
   }
 }
 
@@ -51,9 +66,9 @@ class Adam final : public Optimizer {
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
       if (params_.adam_w_mode)
-        adam_loop<true>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
+        adam_parallel<true>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
       else
-        adam_loop<false>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
+        adam_parallel<false>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
       k += s.size;
     }
   }

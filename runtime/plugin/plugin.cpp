@@ -108,7 +108,10 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
   const std::string where = "plugin " + p->path_ + ": ";
 
   dlerror();
-  p->lib_ = dlopen(p->path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NODELETE: the library (and what it pulled in) stays mapped after dlclose. A plugin that
+  // runs OpenMP loops (the built-in ones do) leaves libgomp's pool threads parked inside libgomp;
+  // unmapping it under them crashes the process the next time they wake.
+  p->lib_ = dlopen(p->path_.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (p->lib_ == nullptr) {
     const char* e = dlerror();
     throw PluginError(where + "cannot load: " + (e ? e : "unknown dlopen error"));
