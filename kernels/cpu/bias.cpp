@@ -25,6 +25,13 @@ void bias_add(float* __restrict y, const float* __restrict bias, int64_t rows, i
   });
 }
 
+void bias_fill(float* __restrict y, const float* __restrict bias, int64_t rows, int64_t cols) {
+  if (cols <= 0) return;
+  parallel_for(rows, std::max<int64_t>(1, kGrain / cols), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) std::copy(bias, bias + cols, y + r * cols);
+  });
+}
+
 void bias_add_reference(float* y, const float* bias, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = y[r * cols + c] + bias[c];

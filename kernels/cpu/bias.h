@@ -10,6 +10,10 @@ namespace ds::cpu {
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols);
 void bias_add_reference(float* y, const float* bias, int64_t rows, int64_t cols);
 
+// y[r,c] = bias[c]: the bias written first, so a Linear's product can accumulate onto it
+// (matmul with accumulate = true) instead of zeroing y and adding the bias in a second pass.
+void bias_fill(float* y, const float* bias, int64_t rows, int64_t cols);
+
 // dbias[c] += Σ_r dy[r,c]. The fast path streams dy row by row (contiguous, vectorised) into fp32
 // column accumulators; the reference walks each column in double.
 void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols);

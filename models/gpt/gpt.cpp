@@ -65,10 +65,11 @@ void require_input(const Shape& in, int ndim, const Dims& d) {
 // n floats left uninitialised (every use below overwrites its buffer before reading it).
 std::unique_ptr<float[]> scratch(int64_t n) { return std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n)); }
 
-// Linear on rows: y[n,out] = x[n,in]·Wᵀ + b.
+// Linear on rows: y[n,out] = x[n,in]·Wᵀ + b, the product accumulated onto the bias (one pass over
+// y fewer than zeroing it and adding b afterwards, as torch's addmm).
 void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
-  ds::cpu::matmul(x, W, y, n, out, in, false, true, false);
-  ds::cpu::bias_add(y, b, n, out);
+  ds::cpu::bias_fill(y, b, n, out);
+  ds::cpu::matmul(x, W, y, n, out, in, false, true, true);
 }
 // dx[n,in] = dy·W (overwritten; skipped when dx is null), dW += dyᵀ·x, db += Σ dy.
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int64_t n,

@@ -14,7 +14,7 @@
 #include "cpu/parallel.h"
 #include "kernel_test_util.h"
 
-TEST_CASE("parallel_for covers [0, n) once, in one contiguous range per thread") {
+TEST_CASE("parallel_for covers every index once in one contiguous range per thread") {
   const int saved = ds::cpu::threads();
   for (int threads : {1, 2, 3}) {
     ds::cpu::set_threads(threads);
