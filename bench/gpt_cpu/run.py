@@ -18,7 +18,8 @@ Every side trains the same GPT on one process of this machine, with the same thr
 
 Sides (--sides, comma-separated):
   ours          build/worker/dsworker --model gpt --config CFG --steps N --metrics m.jsonl (one rank alone, world size 1),
-                OMP_NUM_THREADS=T (dsworker's OpenBLAS thread count; dsworker re-executes itself with
+                OMP_NUM_THREADS=T (dsworker's thread count: its kernels and OpenBLAS's OpenMP build share one pool
+                of T threads; dsworker re-executes itself with
                 OPENBLAS_CORETYPE set when Debian's OpenBLAS misdetects the CPU). Step seconds = tokens per step /
                 the JSONL's tokens_per_sec (dsworker's steady clock around the whole optimizer step).
   ours-bf16     the same with "bf16": {"enabled": true}.
@@ -465,7 +466,7 @@ def versions(args):
         "commit": cmd(["git", "-C", REPO, "rev-parse", "--short", "HEAD"]),
         "worktree_changes": cmd(["sh", "-c", f"git -C {shlex.quote(REPO)} status --porcelain --untracked-files=no "
                                              "| wc -l"]),
-        "openblas": cmd(["dpkg-query", "-W", "-f=${Version}", "libopenblas0-pthread"]),
+        "openblas": cmd(["dpkg-query", "-W", "-f=${Version}", "libopenblas0-openmp"]),
         "python3-torch": cmd(["dpkg-query", "-W", "-f=${Version}", "python3-torch"]),
         "dsworker_binary": binary_id(args.dsworker),
         "torch": {},
@@ -573,8 +574,8 @@ def main():
             print(f"{side}: torch {pi['torch']} ({pi['blas']}, mkldnn {pi['mkldnn']}), threads {pi['threads']}, "
                   f"{pi['optimizer']} (foreach={pi['foreach']}, fused={pi['fused']}), env {pi['env']}")
         if any(s.startswith("ours") for s in args.sides):
-            print(f"ours: dsworker, OMP_NUM_THREADS = threads (OpenBLAS {info['openblas']}, core fixed by dsworker's "
-                  f"re-exec)")
+            print(f"ours: dsworker, OMP_NUM_THREADS = threads (kernels and OpenBLAS {info['openblas']} OpenMP build on one "
+                  f"pool; core fixed by dsworker's re-exec)")
         print("tokens/s: per run, timed tokens / timed seconds; median over runs (min-max of runs). Peak RSS: "
               "ru_maxrss of the process, median (min-max). GFLOP/s = tokens/s x FLOP/token; % of the GEMM peak.")
         print()
