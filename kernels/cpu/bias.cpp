@@ -8,16 +8,10 @@
 #include "cpu/parallel.h"
 
 namespace ds::cpu {
-namespace {
-
-constexpr int64_t kGrain = 16384;  // elements per thread at least
-
-}  // namespace
-
 
 void bias_add(float* __restrict y, const float* __restrict bias, int64_t rows, int64_t cols) {
   if (cols <= 0) return;
-  parallel_for(rows, std::max<int64_t>(1, kGrain / cols), [&](int64_t begin, int64_t end) {
+  parallel_for(rows, min_rows_per_thread(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* __restrict row = y + r * cols;
       for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
@@ -27,7 +21,7 @@ void bias_add(float* __restrict y, const float* __restrict bias, int64_t rows, i
 
 void bias_fill(float* __restrict y, const float* __restrict bias, int64_t rows, int64_t cols) {
   if (cols <= 0) return;
-  parallel_for(rows, std::max<int64_t>(1, kGrain / cols), [&](int64_t begin, int64_t end) {
+  parallel_for(rows, min_rows_per_thread(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) std::copy(bias, bias + cols, y + r * cols);
   });
 }
@@ -41,7 +35,7 @@ void bias_grad(const float* __restrict dy, float* __restrict dbias, int64_t rows
   if (rows <= 0 || cols <= 0) return;
   // Sum the batch first, then add once, so dbias's previous contents (accumulated micro-batches)
   // enter the sum exactly as in the reference. Each thread sums a range of columns.
-  parallel_for(cols, std::max<int64_t>(1, kGrain / rows), [&](int64_t begin, int64_t end) {
+  parallel_for(cols, min_rows_per_thread(rows), [&](int64_t begin, int64_t end) {
     std::vector<float> acc(dy + begin, dy + end);
     float* __restrict a = acc.data();
     const int64_t width = end - begin;

@@ -41,8 +41,6 @@ DS_KERNEL_CLONES void shifted_exp(const float* x, float* out, int64_t n, float m
   for (int64_t c = 0; c < n; ++c) out[c] = exp_approx((x[c] - m) - l) * scale;
 }
 
-constexpr int64_t kGrain = 16384;  // elements per thread at least
-
 }  // namespace
 
 float cross_entropy_forward(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
@@ -50,7 +48,7 @@ float cross_entropy_forward(const float* logits, const int32_t* labels, int64_t 
   if (rows <= 0) return 0.0f;
   for (int64_t r = 0; r < rows; ++r) check_label(labels, r, classes);
   std::vector<double> row_loss(static_cast<size_t>(rows));
-  parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, classes)), [&](int64_t begin, int64_t end) {
+  parallel_for(rows, min_rows_per_thread(classes), [&](int64_t begin, int64_t end) {
     std::vector<float> e(static_cast<size_t>(classes));
     for (int64_t r = begin; r < end; ++r) {
       const float* x = logits + r * classes;
@@ -98,7 +96,7 @@ void cross_entropy_backward(const float* logits, const int32_t* labels, const fl
   if (rows <= 0) return;
   for (int64_t r = 0; r < rows; ++r) check_label(labels, r, classes);
   const float scale = static_cast<float>(static_cast<double>(g) / static_cast<double>(rows));
-  parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, classes)), [&](int64_t begin, int64_t end) {
+  parallel_for(rows, min_rows_per_thread(classes), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* d = dlogits + r * classes;
       shifted_exp(logits + r * classes, d, classes, stats[2 * r], stats[2 * r + 1], scale);

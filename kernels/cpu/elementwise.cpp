@@ -7,8 +7,6 @@
 namespace ds::cpu {
 namespace {
 
-constexpr int64_t kGrain = 32768;  // elements per thread at least
-
 DS_KERNEL_CLONES void add_range(const float* a, const float* b, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
@@ -18,7 +16,8 @@ DS_KERNEL_CLONES void add_range(const float* a, const float* b, float* out, int6
 void add_into(float* y, const float* x, int64_t n) { add(y, x, y, n); }
 
 void add(const float* a, const float* b, float* out, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) { add_range(a + begin, b + begin, out + begin, end - begin); });
+  parallel_for(n, 2 * kMinElementsPerThread,  // an add is cheaper than most
+               [&](int64_t begin, int64_t end) { add_range(a + begin, b + begin, out + begin, end - begin); });
 }
 
 }  // namespace ds::cpu

@@ -23,15 +23,13 @@ void check_tokens(const int32_t* tokens, int64_t B, int64_t T, int64_t vocab) {
     }
 }
 
-constexpr int64_t kGrain = 16384;  // elements per thread at least
-
 }  // namespace
 
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B,
                        int64_t T, int64_t C, int64_t vocab) {
   check_tokens(tokens, B, T, vocab);
   if (T <= 0 || C <= 0) return;
-  parallel_for(B * T, std::max<int64_t>(1, kGrain / C), [&](int64_t begin, int64_t end) {
+  parallel_for(B * T, min_rows_per_thread(C), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float* __restrict e = wte + tokens[i] * C;
       const float* __restrict p = wpe + (i % T) * C;
@@ -55,7 +53,7 @@ void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, f
                         int64_t T, int64_t C, int64_t vocab) {
   check_tokens(tokens, B, T, vocab);
   if (B <= 0 || T <= 0) return;
-  parallel_for(C, std::max<int64_t>(1, kGrain / (B * T)), [&](int64_t begin, int64_t end) {
+  parallel_for(C, min_rows_per_thread(B * T), [&](int64_t begin, int64_t end) {
     for (int64_t i = 0; i < B * T; ++i) {
       const float* __restrict g = dout + i * C;
       float* __restrict e = dwte + tokens[i] * C;

@@ -12,8 +12,6 @@ namespace {
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // √(2/π)
 constexpr double kCubic = 0.044715;
-constexpr int64_t kGrain = 16384;  // elements per thread at least (~10 µs of work)
-
 DS_KERNEL_CLONES void forward_range(const float* x, float* y, int64_t n) {
   constexpr float c = static_cast<float>(kSqrt2OverPi), a = static_cast<float>(kCubic);
   for (int64_t i = 0; i < n; ++i) {
@@ -49,11 +47,11 @@ DS_KERNEL_CLONES void backward_range(const float* x, const float* dy, float* dx,
 }  // namespace
 
 void gelu_forward(const float* x, float* y, int64_t n) {
-  parallel_for(n, kGrain, [&](int64_t begin, int64_t end) { forward_range(x + begin, y + begin, end - begin); });
+  parallel_for(n, kMinElementsPerThread, [&](int64_t begin, int64_t end) { forward_range(x + begin, y + begin, end - begin); });
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  parallel_for(n, kGrain,
+  parallel_for(n, kMinElementsPerThread,
                [&](int64_t begin, int64_t end) { backward_range(x + begin, dy + begin, dx + begin, end - begin); });
 }
 

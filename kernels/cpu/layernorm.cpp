@@ -13,8 +13,6 @@
 namespace ds::cpu {
 namespace {
 
-constexpr int64_t kGrain = 16384;  // elements per thread at least
-
 // Σ_{i<n} term(i) in double, in four interleaved partial sums (independent chains the compiler can
 // vectorise, instead of one add-latency-bound chain), combined in a fixed order: deterministic.
 template <class Term>
@@ -32,7 +30,7 @@ double lane_sum(int64_t n, Term term) {
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats,
                        int64_t rows, int64_t dim, float eps) {
   if (dim <= 0) return;
-  parallel_for(rows, std::max<int64_t>(1, kGrain / dim), [&](int64_t begin, int64_t end) {
+  parallel_for(rows, min_rows_per_thread(dim), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* __restrict xr = x + r * dim;
       float* __restrict yr = y + r * dim;
@@ -77,7 +75,7 @@ void layernorm_backward(const float* x, const float* gamma, const float* stats, 
   if (rows <= 0 || dim <= 0) return;
   const double inv_dim = 1.0 / static_cast<double>(dim);
   // dx, row by row.
-  parallel_for(rows, std::max<int64_t>(1, kGrain / dim), [&](int64_t begin, int64_t end) {
+  parallel_for(rows, min_rows_per_thread(dim), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* __restrict xr = x + r * dim;
       const float* __restrict dyr = dy + r * dim;
@@ -97,7 +95,7 @@ void layernorm_backward(const float* x, const float* gamma, const float* stats, 
   });
   // dgamma, dbeta: column sums over the rows in double, each thread a range of columns, added to
   // the previous contents once at the end.
-  parallel_for(dim, std::max<int64_t>(1, kGrain / rows), [&](int64_t begin, int64_t end) {
+  parallel_for(dim, min_rows_per_thread(rows), [&](int64_t begin, int64_t end) {
     std::vector<double> acc_gamma(end - begin, 0.0), acc_beta(end - begin, 0.0);
     double* __restrict ag = acc_gamma.data();
     double* __restrict ab = acc_beta.data();

@@ -13,6 +13,13 @@ void set_threads(int n);
 // The current count (what set_threads set, else OMP_NUM_THREADS, else the CPUs).
 int threads();
 
+// Elements a thread should get at least (~10 µs of simple work), and the rows of `row_elements`
+// elements each that make that much: the min_per_thread the kernels pass to parallel_for.
+constexpr int64_t kMinElementsPerThread = 16384;
+constexpr int64_t min_rows_per_thread(int64_t row_elements) {
+  return std::max<int64_t>(1, kMinElementsPerThread / std::max<int64_t>(1, row_elements));
+}
+
 // Calls body(begin, end) over [0, n) cut into contiguous ranges, one per thread: range i of p is
 // [n·i/p, n·(i+1)/p). Uses at most n / min_per_thread threads (at least one), so small loops stay
 // on the calling thread instead of paying ~2 µs to wake the pool. The split depends only on n and

@@ -1,5 +1,7 @@
-// bias: add over rows and column-sum gradient, fast vs reference; accumulation; determinism.
+// bias: add and fill over rows and column-sum gradient, fast vs reference; accumulation; determinism.
 #include <doctest/doctest.h>
+
+#include <algorithm>
 
 #include "cpu/bias.h"
 #include "kernel_test_util.h"
@@ -17,6 +19,10 @@ TEST_CASE("bias_add and bias_grad match the reference") {
     ds::cpu::bias_add(y.data(), bias.data(), rows, cols);
     ds::cpu::bias_add_reference(yr.data(), bias.data(), rows, cols);
     CHECK(ds::test::bit_identical(y, yr));  // one fp32 add per element: exact agreement
+    auto filled = y;  // bias_fill overwrites every row with the bias
+    ds::cpu::bias_fill(filled.data(), bias.data(), rows, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      CHECK(std::equal(bias.begin(), bias.end(), filled.begin() + r * cols));
 
     const auto dy = ds::test::random_vec(rng, rows * cols);
     auto db = ds::test::random_vec(rng, cols), dbr = db;  // nonzero: grads accumulate (+=)
