@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 
 #include "agent_link.h"
-#include "core_list.h"
 #include "errors.h"
 #include "process.h"
 
@@ -261,7 +260,7 @@ void Job::send_plans() {
     p.log_dir = log_dir;
     p.kill_grace_ms = static_cast<int>(options_.kill_grace_s * 1000);
     p.bind_cores = options_.bind_cores_to_rank;
-    if (!options_.bind_core_list.empty()) p.cores = parse_core_list(options_.bind_core_list);
+    p.cores = options_.bind_core_ids;
     p.pass_local_rank = options_.pass_local_rank;
     links_[i]->send(p);
   }

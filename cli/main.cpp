@@ -75,6 +75,10 @@ int launch(const LaunchOptions& o) {
   in.forwarded = collect_environment(o);
   in.argv = o.program;
   JobPlan plan = make_plan(res.selection, in);
+  for (const auto& node : plan.nodes)  // every host shares out the same list: each of its ranks needs a core
+    if (!o.bind_core_ids.empty() && o.bind_core_ids.size() < node.ranks.size())
+      throw InputError(fmt::format("--bind_core_list '{}': {} cores for the {} ranks on {}; each rank needs at least one",
+                                   o.bind_core_list, o.bind_core_ids.size(), node.ranks.size(), node.host));
 
   if (o.dry_run) {
     if (o.format == "json")

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <iostream>
 
+#include "core_list.h"
 #include "errors.h"
 
 namespace dsrun {
@@ -123,8 +124,10 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
       throw InputError(fmt::format("--max_restarts '{}' is not a non-negative integer", max_restarts));
   }
   if (o.log_dir == "None") o.log_dir.clear();  // DeepSpeed's spelling of "off"
-  if (!o.bind_core_list.empty() && !o.bind_cores_to_rank)
-    throw InputError("--bind_core_list needs --bind_cores_to_rank");
+  if (app.count("--bind_core_list") > 0) {  // checked here, so a bad list fails before any host is contacted
+    if (!o.bind_cores_to_rank) throw InputError("--bind_core_list needs --bind_cores_to_rank");
+    o.bind_core_ids = parse_core_list(o.bind_core_list);
+  }
   return true;
 }
 

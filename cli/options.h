@@ -22,6 +22,7 @@ struct LaunchOptions {
   std::string log_dir;                // --enable_each_rank_log; "" or "None" = off
   bool bind_cores_to_rank = false;
   std::string bind_core_list;
+  std::vector<int> bind_core_ids;     // --bind_core_list parsed by parse_options; empty = the host's physical cores
   std::vector<std::string> exports;   // --export NAME=VALUE
   bool dry_run = false;
   std::string format = "text";        // text | json

@@ -58,6 +58,11 @@ def test_selection_flags(dsrun, hostfile, clean_env, args, expected):
     (["--export", "RANK=5"], "RANK"),
     (["--export", "NOEQUALS"], "NOEQUALS"),
     (["--bind_core_list", "0-3"], "--bind_cores_to_rank"),
+    (["--bind_cores_to_rank", "--bind_core_list", "3-1"], "--bind_core_list '3-1': range '3-1' is descending"),
+    (["--bind_cores_to_rank", "--bind_core_list", "0,x"], "--bind_core_list '0,x': 'x' is not a core id"),
+    (["--bind_cores_to_rank", "--bind_core_list", ""], "--bind_core_list '': the list is empty"),
+    (["--bind_cores_to_rank", "--bind_core_list", "0-2"],
+     "--bind_core_list '0-2': 3 cores for the 4 ranks on node-a; each rank needs at least one"),
     (["--launcher", "pdsh"], "not supported yet"),
     (["--bogus"], "--bogus"),
 ])
@@ -66,6 +71,15 @@ def test_bad_input_exits_2_with_a_clear_message(dsrun, hostfile, clean_env, args
     assert r.returncode == 2, r.stderr
     assert r.stdout == ""
     assert r.stderr.startswith("dsrun: error: ") and message in r.stderr
+
+
+def test_a_bad_core_list_is_reported_before_any_host_is_contacted(dsrun, hostfile, clean_env):
+    # node-x.invalid cannot be resolved: reaching it would fail (exit 1) after a launcher line
+    r = run([dsrun, "-H", hostfile("node-x.invalid slots=2\n"), "--bind_cores_to_rank", "--bind_core_list", "1,0",
+             "true"], clean_env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == "dsrun: error: --bind_core_list '1,0': '0' does not come after 1 " \
+                       "(items must be ascending and not overlap)\n"
 
 
 @pytest.mark.parametrize("text,where", [

@@ -1,5 +1,5 @@
 // dsrun's command-line parsing: --max_restarts (both spellings, the default, and bad values as
-// InputError, which main() turns into exit status 2).
+// InputError, which main() turns into exit status 2) and --bind_core_list (parsed with the options).
 #include <doctest/doctest.h>
 
 #include <initializer_list>
@@ -60,4 +60,13 @@ TEST_CASE("options: --max_restarts must be a non-negative integer") {
   }
   CHECK(error_of({"--max_restarts", "-1", "./t"}) == "--max_restarts '-1' is not a non-negative integer");
   CHECK(error_of({"--max_restarts", "", "./t"}) == "--max_restarts '' is not a non-negative integer");
+}
+
+TEST_CASE("options: --bind_core_list is parsed with the options") {
+  CHECK(parse({"--bind_cores_to_rank", "--bind_core_list", "0,2-3", "./t"}).bind_core_ids == std::vector<int>{0, 2, 3});
+  CHECK(parse({"--bind_cores_to_rank", "./t"}).bind_core_ids.empty());  // not given: the host's physical cores
+  CHECK(error_of({"--bind_cores_to_rank", "--bind_core_list", "4-2", "./t"}) ==
+        "--bind_core_list '4-2': range '4-2' is descending");
+  CHECK(error_of({"--bind_cores_to_rank", "--bind_core_list", "", "./t"}) == "--bind_core_list '': the list is empty");
+  CHECK(error_of({"--bind_core_list", "0-3", "./t"}) == "--bind_core_list needs --bind_cores_to_rank");
 }
