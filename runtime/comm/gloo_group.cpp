@@ -1,5 +1,5 @@
 // The Gloo process group: Gloo's TCP transport and full-mesh rendezvous (through our Store), our
-// ring/tree algorithms (ring.h) and Gloo's barrier, all run on one worker thread per group in issue
+// ring/tree algorithms (ring.h), Gloo's all-to-all and barrier, all run on one worker thread per group in issue
 // order. A size-1 group needs no transport: its collectives are local copies.
 #include <condition_variable>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -30,6 +31,7 @@ size_t element_bytes(DataType type) {
     case DataType::I32: return 4;
     case DataType::F16: return 2;
     case DataType::BF16: return 2;
+    case DataType::U8: return 1;
   }
   throw CommError("comm: unknown DataType");
 }
@@ -43,6 +45,7 @@ const char* type_name(DataType t) {
     case DataType::I32: return "I32";
     case DataType::F16: return "F16";
     case DataType::BF16: return "BF16";
+    case DataType::U8: return "U8";
   }
   return "?";
 }
@@ -78,6 +81,7 @@ ring::ReduceFn reduce_fn(DataType t, ReduceOp op) {
     case DataType::I32: return is_max ? max<int32_t> : sum<int32_t>;
     case DataType::F16: return is_max ? half_reduce<amp::Half::F16, true> : half_reduce<amp::Half::F16, false>;
     case DataType::BF16: return is_max ? half_reduce<amp::Half::BF16, true> : half_reduce<amp::Half::BF16, false>;
+    case DataType::U8: break;  // refused before the collective is queued
   }
   return nullptr;
 }
@@ -185,6 +189,7 @@ class GlooGroup final : public ProcessGroup {
   const CommsLogger& comms() const override { return logger_; }
 
   std::unique_ptr<Work> allreduce_async(void* data, size_t count, DataType type, ReduceOp op) override {
+    refuse_bytes("allreduce", type);
     const size_t elem = element_bytes(type);
     return submit(describe("allreduce", count, type), "allreduce", count * elem, [=, this]() -> uint64_t {
       if (size_ == 1) return 0;
@@ -199,6 +204,7 @@ class GlooGroup final : public ProcessGroup {
 
   std::unique_ptr<Work> reduce_scatter_async(const void* input, void* output, size_t count, DataType type,
                                              ReduceOp op) override {
+    refuse_bytes("reduce_scatter", type);
     const size_t elem = element_bytes(type);
     return submit(describe("reduce_scatter", count, type), "reduce_scatter", size_ * count * elem,
                   [=, this]() -> uint64_t {
@@ -222,6 +228,23 @@ class GlooGroup final : public ProcessGroup {
     });
   }
 
+  std::unique_ptr<Work> alltoall_async(const void* input, void* output, size_t count, DataType type) override {
+    const size_t elem = element_bytes(type);
+    return submit(describe("alltoall", count, type), "alltoall", size_ * count * elem, [=, this]() -> uint64_t {
+      const size_t chunk = count * elem;  // bytes to and from each rank
+      if (size_ == 1 || chunk == 0) {
+        if (chunk) std::memcpy(output, input, chunk);
+        return 0;
+      }
+      gloo::AlltoallOptions opts(ctx_);
+      opts.setInput(static_cast<char*>(const_cast<void*>(input)), size_ * chunk);  // Gloo only reads it
+      opts.setOutput(static_cast<char*>(output), size_ * chunk);
+      opts.setTimeout(timeout_);
+      gloo::alltoall(opts);
+      return (size_ - 1) * chunk;
+    });
+  }
+
   std::unique_ptr<Work> broadcast_async(void* data, size_t count, DataType type, int root) override {
     if (root < 0 || root >= size_)
       throw CommError(fmt::format("broadcast: root {} is not a rank of this group (0..{})", root, size_ - 1));
@@ -242,6 +265,10 @@ class GlooGroup final : public ProcessGroup {
   }
 
  private:
+  static void refuse_bytes(const char* op, DataType type) {
+    if (type == DataType::U8) throw CommError(fmt::format("{}: U8 data cannot be reduced", op));
+  }
+
   static std::string describe(const char* op, size_t count, DataType type) {
     return fmt::format("{} of {} {}", op, count, type_name(type));
   }

@@ -15,7 +15,9 @@
 
 namespace ds {
 
-enum class DataType { F32, F64, I32, F16, BF16 };  // F16/BF16: raw 16-bit patterns, summed in fp32 per hop
+// F16/BF16: raw 16-bit patterns, summed in fp32 per hop. U8: raw bytes (packed bits), moved but
+// never reduced (allreduce and reduce_scatter refuse it).
+enum class DataType { F32, F64, I32, F16, BF16, U8 };
 enum class ReduceOp { Sum, Avg, Max };  // Avg: Sum, then divide by size (I32: truncating)
 
 size_t element_bytes(DataType type);
@@ -44,6 +46,10 @@ class ProcessGroup {
   // input[count] from every rank → output[size*count], rank-major. `input` may be this rank's own
   // chunk of `output` (in place).
   virtual std::unique_ptr<Work> allgather_async(const void* input, void* output, size_t count, DataType type) = 0;
+  // input[size*count]: chunk j (rank-major) goes to rank j → output[size*count]: chunk i came from
+  // rank i (torch's all_to_all_single with equal splits). Each rank sends (size-1)·count elements.
+  // `output` must not overlap `input`.
+  virtual std::unique_ptr<Work> alltoall_async(const void* input, void* output, size_t count, DataType type) = 0;
   // In place: data[0..count) on every rank becomes root's.
   virtual std::unique_ptr<Work> broadcast_async(void* data, size_t count, DataType type, int root) = 0;
   virtual std::unique_ptr<Work> barrier_async() = 0;
@@ -53,6 +59,7 @@ class ProcessGroup {
     reduce_scatter_async(in, out, count, type, op)->wait();
   }
   void allgather(const void* in, void* out, size_t count, DataType type) { allgather_async(in, out, count, type)->wait(); }
+  void alltoall(const void* in, void* out, size_t count, DataType type) { alltoall_async(in, out, count, type)->wait(); }
   void broadcast(void* data, size_t count, DataType type, int root) { broadcast_async(data, count, type, root)->wait(); }
   void barrier() { barrier_async()->wait(); }
 

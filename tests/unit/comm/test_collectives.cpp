@@ -9,6 +9,7 @@
 
 #include "amp/half.h"
 #include "comm/thread_ranks.h"
+#include "core/errors.h"
 
 using namespace ds;
 
@@ -239,4 +240,47 @@ TEST_CASE("collectives: fp16 and bf16 sum, max and gather for world sizes 1 to 4
       });
     }
   }
+}
+
+TEST_CASE("collectives: alltoall moves chunk j of rank i to chunk i of rank j for world sizes 1 to 4") {
+  for (int n = 1; n <= 4; ++n) {
+    INFO("world size ", n);
+    run_ranks(n, [n](ProcessGroup& g) {
+      const int r = g.rank();
+      for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{10}}) {
+        // element k of the chunk rank r sends to rank j: 10000·r + 100·j + k
+        std::vector<int32_t> in(n * count), out(n * count, -1);
+        for (int j = 0; j < n; ++j)
+          for (size_t k = 0; k < count; ++k) in[j * count + k] = 10000 * r + 100 * j + static_cast<int32_t>(k);
+        g.alltoall(in.data(), out.data(), count, DataType::I32);
+        size_t wrong = 0;
+        for (int i = 0; i < n; ++i)
+          for (size_t k = 0; k < count; ++k) wrong += out[i * count + k] != 10000 * i + 100 * r + static_cast<int32_t>(k);
+        CHECK(wrong == 0);
+      }
+      // Bytes: packed sign bits, as the compressed all-reduce sends them.
+      std::vector<uint8_t> bits(n * 5), got(n * 5, 0);
+      for (size_t k = 0; k < bits.size(); ++k) bits[k] = static_cast<uint8_t>(r * 16 + k);
+      g.alltoall(bits.data(), got.data(), 5, DataType::U8);
+      size_t wrong = 0;
+      for (int i = 0; i < n; ++i)
+        for (size_t k = 0; k < 5; ++k) wrong += got[i * 5 + k] != static_cast<uint8_t>(i * 16 + r * 5 + k);
+      CHECK(wrong == 0);
+      const CommStats a = g.comms().stats("alltoall");
+      CHECK(a.count == 5);
+      CHECK(a.bytes == static_cast<uint64_t>(n) * (14 * 4 + 5));                // the inputs
+      CHECK(a.sent_bytes == static_cast<uint64_t>(n - 1) * (14 * 4 + 5));  // all but one's own chunk
+    });
+  }
+}
+
+TEST_CASE("collectives: U8 data is moved but never reduced") {
+  run_ranks(2, [](ProcessGroup& g) {
+    std::vector<uint8_t> b(4, 1), out(2);
+    CHECK_THROWS_WITH_AS(g.allreduce(b.data(), 4, DataType::U8, ReduceOp::Sum), "allreduce: U8 data cannot be reduced",
+                         CommError);
+    CHECK_THROWS_AS(g.reduce_scatter(b.data(), out.data(), 2, DataType::U8, ReduceOp::Sum), CommError);
+    g.allgather(b.data(), out.data(), 1, DataType::U8);
+    CHECK(out == std::vector<uint8_t>{1, 1});
+  });
 }
