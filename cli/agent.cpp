@@ -233,70 +233,24 @@ std::vector<std::string> environment_strings(const std::vector<EnvVar>& common, 
   return out;
 }
 
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
 void Agent::start_rank(Rank& rank, const std::string& program, const std::vector<std::string>& base_argv,
                        const std::vector<int>& cores) {
   std::vector<EnvVar> rank_env = rank.spec.env;
   if (!cores.empty()) set_env(rank_env, "OMP_NUM_THREADS", std::to_string(cores.size()));
-  std::vector<std::string> env_strings = environment_strings(plan_.env, rank_env);
   std::vector<std::string> argv = base_argv;
   if (plan_.pass_local_rank) argv.push_back(fmt::format("--local_rank={}", rank.spec.local_rank));
-  std::vector<char*> c_argv = c_strings(argv), c_env = c_strings(env_strings);
-  cpu_set_t cpu_set;
-  CPU_ZERO(&cpu_set);
-  for (int c : cores) CPU_SET(c, &cpu_set);
-
-  int out[2], err[2], exec_status[2];
-  if (::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC) || ::pipe2(exec_status, O_CLOEXEC))
-    throw LaunchError(fmt::format("pipe: {}", std::strerror(errno)));
-  pid_t agent_pid = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) throw LaunchError(fmt::format("fork: {}", std::strerror(errno)));
-  if (pid == 0) {
-    // Child: async-signal-safe calls only until exec.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != agent_pid) ::_exit(137);  // the agent died before the line above took effect
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, STDIN_FILENO);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    if (!cores.empty()) ::sched_setaffinity(0, sizeof(cpu_set), &cpu_set);
-    ::execve(program.c_str(), c_argv.data(), c_env.data());
-    int e = errno;
-    (void)!::write(exec_status[1], &e, sizeof(e));
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also from the parent, so kill(-pid) works even before the child ran
-  ::close(out[1]);
-  ::close(err[1]);
-  ::close(exec_status[1]);
-  int exec_errno = 0;
-  ssize_t n;
-  do n = ::read(exec_status[0], &exec_errno, sizeof(exec_errno));
-  while (n < 0 && errno == EINTR);
-  ::close(exec_status[0]);
-  rank.pid = pid;
+  Spawned child = spawn_process(program, argv, environment_strings(plan_.env, rank_env), cores);
+  rank.pid = child.pid;
   rank.running = true;
-  rank.out = {out[0], 1, {}};
-  rank.err = {err[0], 2, {}};
-  set_nonblocking(out[0]);
-  set_nonblocking(err[0]);
-  if (n > 0) {
-    fail(fmt::format("rank {}: cannot execute '{}': {}", rank.spec.rank, program, std::strerror(exec_errno)));
+  rank.out = {child.out.release(), 1, {}};
+  rank.err = {child.err.release(), 2, {}};
+  set_nonblocking(rank.out.fd);
+  set_nonblocking(rank.err.fd);
+  if (child.exec_errno != 0) {
+    fail(fmt::format("rank {}: cannot execute '{}': {}", rank.spec.rank, program, std::strerror(child.exec_errno)));
     return;
   }
-  send(proto::Started{rank.spec.rank, pid});
+  send(proto::Started{rank.spec.rank, child.pid});
 }
 
 void Agent::on_plan(proto::NodePlan plan) {

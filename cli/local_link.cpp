@@ -27,9 +27,7 @@ class LocalLink : public AgentLink {
 
  protected:
   std::string open() override {
-    int in[2], out[2], err[2];
-    if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC))
-      throw LaunchError(fmt::format("pipe: {}", std::strerror(errno)));
+    Pipe in = make_pipe(), out = make_pipe(), err = make_pipe();  // closed again if anything below fails
     std::string self = self_executable();
     pid_ = ::fork();
     if (pid_ < 0) throw LaunchError(fmt::format("fork: {}", std::strerror(errno)));
@@ -38,19 +36,16 @@ class LocalLink : public AgentLink {
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::dup2(in[0], STDIN_FILENO);
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(err[1], STDERR_FILENO);
+      ::dup2(in.read.get(), STDIN_FILENO);
+      ::dup2(out.write.get(), STDOUT_FILENO);
+      ::dup2(err.write.get(), STDERR_FILENO);
       char* argv[] = {self.data(), const_cast<char*>("agent"), nullptr};
       ::execv(self.c_str(), argv);
       ::_exit(127);
     }
-    ::close(in[0]);
-    ::close(out[1]);
-    ::close(err[1]);
-    to_agent_ = in[1];
-    from_agent_ = out[0];
-    agent_err_ = err[0];
+    to_agent_ = in.write.release();
+    from_agent_ = out.read.release();
+    agent_err_ = err.read.release();
     set_nonblocking(from_agent_);
     set_nonblocking(agent_err_);
     return "";

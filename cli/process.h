@@ -1,6 +1,9 @@
 // Process and file-descriptor helpers shared by the launcher and the node agent:
-// exit-status wording and shell codes, full writes, PATH lookup, physical-core discovery.
+// exit-status wording and shell codes, full writes, PATH lookup, physical-core discovery,
+// owned descriptors and pipes, and starting a rank process.
 #pragma once
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,5 +34,52 @@ std::vector<int> physical_cores();
 
 // Absolute path of the running executable (/proc/self/exe).
 std::string self_executable();
+
+// An owned file descriptor, closed when the owner goes (-1: none). Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    reset(other.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  int release() {  // the caller owns it now
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);  // closes the one held, holds `fd`
+
+ private:
+  int fd_ = -1;
+};
+
+// A pipe, both ends close-on-exec. Throws LaunchError ("pipe: <reason>").
+struct Pipe {
+  UniqueFd read, write;
+};
+Pipe make_pipe();
+
+// A process spawn_process started: its pid (also its process-group id), the read ends of its
+// stdout and stderr, and errno of a failed exec (0 when the program is running).
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFd out, err;
+  int exec_errno = 0;
+};
+
+// Starts `program` (a path) with `argv` and `env` ("NAME=VALUE") in its own process group, stdin
+// from /dev/null, stdout and stderr into pipes, pinned to `cores` unless empty, and SIGKILLed if
+// the caller dies. Blocks until the exec succeeded or failed; a failed exec is reported in
+// exec_errno (the child then exits 127, for the caller to reap). Throws LaunchError when a pipe or
+// fork fails; no descriptor is left open then.
+Spawned spawn_process(const std::string& program, const std::vector<std::string>& argv,
+                      const std::vector<std::string>& env, const std::vector<int>& cores);
 
 }  // namespace dsrun
