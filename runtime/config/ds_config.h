@@ -12,6 +12,7 @@
 // comms_logger, csv_monitor) treat the string "auto" as "not given", as DeepSpeed does.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "core/errors.h"
 
 namespace ds {
 
@@ -121,6 +124,14 @@ struct Fp16Config {
 struct Bf16Config {
   bool enabled = false;               // key "bf16", or legacy "bfloat16"
   bool immediate_grad_update = false;
+  bool check_grad_overflow = true;    // a non-finite gradient skips the step (DeepSpeed >= 0.19.3);
+                                      // false: training stops instead (DeepSpeed would apply it)
+};
+
+// torch_autocast: dsworker's 16-bit compute with fp32 master weights, i.e. fp16 or bf16 enabled.
+struct TorchAutocastConfig {
+  bool enabled = false;
+  Dtype dtype = Dtype::bf16;          // DeepSpeed: None = torch.autocast's device default (bf16 on CPU)
 };
 
 // ---- zero_optimization (reference §2.6) -------------------------------------------------------
@@ -133,14 +144,14 @@ struct OffloadParamConfig {
   int64_t buffer_count = 5;
   int64_t buffer_size = 100'000'000;  // elements
   int64_t max_in_cpu = 1'000'000'000; // elements
-  bool pin_memory = false;
+  bool pin_memory = true;             // DeepSpeed >= 0.19.5 (false before)
 };
 
 struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::none;
   std::optional<std::string> nvme_path;
   int64_t buffer_count = 4;
-  bool pin_memory = false;
+  bool pin_memory = true;             // DeepSpeed >= 0.19.5 (false before)
   bool pipeline_read = false, pipeline_write = false;
   bool fast_init = false;
   double ratio = 1.0;                 // fraction of sub-groups updated on CPU; < 1 needs stage 3
@@ -237,17 +248,20 @@ struct DsConfig {
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;
   uint64_t seed = 42;                         // dsworker's own key (DeepSpeed has none)
-  double gradient_clipping = 0.0;             // global-norm threshold; 0 disables (docs say 1.0)
+  double gradient_clipping = 1.0;             // global-norm threshold; 0 disables (DeepSpeed >= 0.19.3; 0 before)
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   Dtype communication_data_type = Dtype::fp32;  // resolved: null = grad_accum_dtype
   bool dataloader_drop_last = false;
   bool zero_allow_untested_optimizer = false;
 
-  OptimizerConfig optimizer;                  // required: dsworker has no client optimizers
+  OptimizerConfig optimizer;                  // no section: AdamW with torch's defaults (default_optimizer)
   std::optional<SchedulerConfig> scheduler;   // nullopt: constant lr
+  bool scheduler_total_steps_auto = false;    // total_num_steps was "auto" and the run's length is not
+                                              // known yet: the caller sets it (dsworker: --steps/--epochs)
   Fp16Config fp16;                            // fp16 and bf16 are never both enabled
   Bf16Config bf16;
+  TorchAutocastConfig torch_autocast;         // resolved into fp16 / bf16 above
   Dtype grad_accum_dtype = Dtype::fp32;       // data_types.grad_accum_dtype, resolved: null = fp32
                                               // if bf16 without ZeRO, else the model dtype
   ZeroConfig zero_optimization;
@@ -260,15 +274,40 @@ struct DsConfig {
   nlohmann::json sample = nlohmann::json::object(); // text generation (engine/generate.h), untouched
 
   std::vector<std::string> warnings;          // accepted-but-ignored keys and DeepSpeed warnings
+  std::vector<std::string> notes;             // what was chosen for the user: "auto" values, defaults
 
   Dtype model_dtype() const;                  // fp16 / bf16 when enabled, else fp32
 };
 
+// What a trainer supplies for the values a config leaves to it: the Hugging Face Trainer's "auto"
+// (its TrainingArguments; dsworker's flags), the optimizer when the config has none, and the model's
+// hidden size for the ZeRO bucket sizes. Unset fields take the Trainer's defaults (kTrainer*).
+struct TrainerArgs {
+  std::optional<int64_t> micro_batch;         // per_device_train_batch_size (8)
+  std::optional<int64_t> grad_accum;          // gradient_accumulation_steps (1)
+  std::optional<double> lr;                   // learning_rate (5e-5; a missing optimizer section: 1e-3)
+  std::optional<double> weight_decay;         // weight_decay (0; a missing optimizer section: 0.01)
+  std::optional<int64_t> warmup_steps;        // warmup_steps (0)
+  bool fp16 = false, bf16 = false;            // --fp16 / --bf16
+  std::optional<int64_t> total_steps;         // the run's length, when known before training
+  // The model's hidden size (HF: config.hidden_size), from the config's model block; nullopt when
+  // unknown. Called only when a ZeRO size is "auto".
+  std::function<std::optional<int64_t>(const nlohmann::json& model)> hidden_size;
+};
+
+// Every problem found in a config, thrown once parsing is complete: what() is the errors, one per
+// line (a single error reads exactly as that error); `warnings` are those found beside them.
+struct ConfigErrors : ConfigError {
+  ConfigErrors(std::vector<std::string> errors, std::vector<std::string> warnings);
+  std::vector<std::string> errors, warnings;
+};
+
 // Reads and resolves a config file: JSON (comments allowed), or YAML when the name ends in .yaml/.yml.
-DsConfig load_config(const std::string& path, int world_size);
+DsConfig load_config(const std::string& path, int world_size, const TrainerArgs& args = {});
 
 // Validates and resolves an already-parsed tree; `origin` names it in messages.
-DsConfig parse_config(const nlohmann::json& root, const std::string& origin, int world_size);
+DsConfig parse_config(const nlohmann::json& root, const std::string& origin, int world_size,
+                      const TrainerArgs& args = {});
 
 // The fully resolved config (defaults filled, triad resolved), itself a valid ds_config.
 nlohmann::ordered_json resolved_json(const DsConfig& config);

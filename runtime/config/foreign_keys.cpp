@@ -25,9 +25,18 @@
 // | curriculum_learning, data_efficiency | refuse  | enabled (anywhere) | changes the data                             |
 // | eigenvalue, quantize_training        | refuse  | enabled            | changes the training                         |
 // | hybrid_engine                        | refuse  | enabled            | RLHF inference/training switching            |
-// | torch_autocast                       | refuse  | enabled            | changes the precision                        |
 // | weight_quantization, tensor_parallel | refuse  | present            | changes the model / its partitioning         |
 // | use_data_before_expert_parallelism   | refuse  | true               | mixture of experts                           |
+// | expert_parallel                      | refuse  | enabled            | mixture of experts (AutoEP)                  |
+// | sequence_parallel_size               | refuse  | not 1              | sequence parallelism (Ulysses)               |
+// | managed_gradient_accumulation        | refuse  | false              | dsworker runs the accumulation loop itself   |
+// | gradient_allreduce_op                | refuse  | not "mean"         | gradients are averaged                       |
+// | log_level                            | ignore  | present            | dsworker's own logging                       |
+// | data_parallel_size                   | ignore  | present            | the data-parallel size is the world size     |
+// | datastates_ckpt                      | ignore  | present            | checkpoint engine; dsworker writes its own   |
+//
+// Every other top-level key DeepSpeed reads is implemented (parse*.cpp); a key DeepSpeed does not
+// know is reported and ignored, as DeepSpeed ignores it.
 #include <fmt/format.h>
 
 #include "config/parse.h"
@@ -36,7 +45,7 @@ namespace ds::cfg {
 namespace {
 
 enum class Policy { ignore, refuse };
-enum class When { enabled, present, is_true, is_false };
+enum class When { enabled, present, is_true, is_false, not_one, not_mean };
 
 struct ForeignKey {
   const char* key;
@@ -74,10 +83,17 @@ constexpr ForeignKey kForeign[] = {
     {"eigenvalue", Policy::refuse, When::enabled, "eigenvalue-driven training"},
     {"quantize_training", Policy::refuse, When::enabled, "quantized training"},
     {"hybrid_engine", Policy::refuse, When::enabled, "hybrid engine (RLHF)"},
-    {"torch_autocast", Policy::refuse, When::enabled, "torch autocast changes the precision"},
     {"weight_quantization", Policy::refuse, When::present, "weight quantization"},
     {"tensor_parallel", Policy::refuse, When::present, "tensor parallelism"},
     {"use_data_before_expert_parallelism", Policy::refuse, When::is_true, "mixture of experts"},
+    {"expert_parallel", Policy::refuse, When::enabled, "mixture of experts (AutoEP)"},
+    {"sequence_parallel_size", Policy::refuse, When::not_one, "sequence parallelism"},
+    {"managed_gradient_accumulation", Policy::refuse, When::is_false,
+     "a client-owned accumulation boundary; dsworker runs the accumulation loop itself"},
+    {"gradient_allreduce_op", Policy::refuse, When::not_mean, "unaveraged gradients; dsworker averages them"},
+    {"log_level", Policy::ignore, When::present, "dsworker has its own logging"},
+    {"data_parallel_size", Policy::ignore, When::present, "the data-parallel size is the world size"},
+    {"datastates_ckpt", Policy::ignore, When::present, "checkpoint engine; dsworker writes its own checkpoints"},
 };
 
 // `"enabled": true` anywhere inside (compression_training and data_efficiency nest their switches).
@@ -98,6 +114,8 @@ bool active(const ForeignKey& f, const nlohmann::json& v) {
     case When::present: return true;
     case When::is_true: return v == true;
     case When::is_false: return v == false;
+    case When::not_one: return v != 1;
+    case When::not_mean: return v != "mean";
   }
   return false;
 }
@@ -108,8 +126,11 @@ void check_foreign_keys(Section& top) {
   for (const auto& f : kForeign) {
     const auto* v = top.get(f.key);
     if (v == nullptr || !active(f, *v)) continue;
-    if (f.policy == Policy::refuse) top.fail(f.key, fmt::format("not supported by dsworker ({})", f.why));
-    top.warn(f.key, fmt::format("ignored by dsworker ({})", f.why));
+    if (f.policy == Policy::refuse)
+      top.error(f.key, fmt::format("{}not supported by dsworker ({})", v->is_structured() ? "" : show(*v) + " is ",
+                                   f.why));
+    else
+      top.warn(f.key, fmt::format("ignored by dsworker ({})", f.why));
   }
 }
 

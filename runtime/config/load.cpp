@@ -103,13 +103,21 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& name)
 
 namespace ds {
 
-DsConfig load_config(const std::string& path, int world_size) {
+DsConfig load_config(const std::string& path, int world_size, const TrainerArgs& args) {
   std::string text = cfg::read_file(path);
-  cfg::Context ctx{path, {}, {}};
-  if (!cfg::has_yaml_extension(path)) return cfg::parse_in(cfg::parse_json_text(text, path), ctx, world_size);
-  cfg::YamlTree yaml = cfg::parse_yaml_text(text, path);
+  cfg::Context ctx{path, {}, {}, {}, {}};
+  nlohmann::json tree;
+  std::map<std::string, int> lines;
+  if (cfg::has_yaml_extension(path)) {
+    cfg::YamlTree yaml = cfg::parse_yaml_text(text, path);
+    tree = std::move(yaml.tree);
+    lines = std::move(yaml.lines);
+  } else {
+    tree = cfg::parse_json_text(text, path);
+    lines = cfg::json_key_lines(text);
+  }
   // A message about a key the file does not contain (a missing one) points at its parent's line.
-  ctx.line_of = [lines = std::move(yaml.lines)](const std::string& key_path) {
+  ctx.line_of = [lines = std::move(lines)](const std::string& key_path) {
     for (std::string p = key_path;;) {
       if (auto it = lines.find(p); it != lines.end()) return it->second;
       size_t dot = p.rfind('.');
@@ -117,7 +125,7 @@ DsConfig load_config(const std::string& path, int world_size) {
       p.resize(dot);
     }
   };
-  return cfg::parse_in(yaml.tree, ctx, world_size);
+  return cfg::parse_in(tree, ctx, world_size, args);
 }
 
 }  // namespace ds

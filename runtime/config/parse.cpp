@@ -64,6 +64,23 @@ std::optional<Dtype> optional_dtype(Section& s, const char* key, bool ignore_cas
   return static_cast<Dtype>(s.choice(key, kDtypes, 0, ignore_case));
 }
 
+// fp16 and bf16 exclude each other; torch_autocast selects one of them (dsworker's 16-bit compute
+// is what autocast asks for: matmuls and activations in 16 bits, fp32 master weights).
+void resolve_precision(Context& ctx, DsConfig& c) {
+  if (c.fp16.enabled && c.bf16.enabled) ctx.fail("bf16.enabled", "fp16 and bf16 cannot both be enabled");
+  if (!c.torch_autocast.enabled) return;
+  if (c.fp16.enabled || c.bf16.enabled)
+    ctx.fail("torch_autocast.enabled",
+             fmt::format("true cannot be combined with {}.enabled (DeepSpeed refuses it too)", c.fp16.enabled ? "fp16" : "bf16"));
+  if (c.torch_autocast.dtype == Dtype::fp16) {
+    c.fp16.enabled = true;  // with DeepSpeed's default dynamic loss scaling
+  } else {
+    c.bf16.enabled = true;
+  }
+  ctx.note("torch_autocast", fmt::format("enabled: computes in {} with fp32 master weights ({}.enabled)",
+                                         dtype_name(c.torch_autocast.dtype), dtype_name(c.torch_autocast.dtype)));
+}
+
 nlohmann::json free_object(Section& top, const char* key) {
   const auto* v = top.get(key);
   if (v == nullptr) return nlohmann::json::object();
@@ -73,17 +90,24 @@ nlohmann::json free_object(Section& top, const char* key) {
 
 }  // namespace
 
-DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size) {
+DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size, const TrainerArgs& args) {
   if (world_size < 1) throw std::invalid_argument(fmt::format("parse_config: world_size {} < 1", world_size));
-  if (!root.is_object()) ctx.fail("", fmt::format("the top level must be an object, not {}", root.type_name()));
-  Section top(ctx, &root, "");
+  if (!file_root.is_object()) {
+    ctx.error("", fmt::format("the top level must be an object, not {}", file_root.type_name()));
+    throw ConfigErrors(ctx.errors, ctx.warnings);
+  }
   DsConfig c;
   c.origin = ctx.name;
   c.world_size = world_size;
+  nlohmann::json root = file_root;
+  c.scheduler_total_steps_auto = resolve_auto(root, ctx, world_size, args);
+  Section top(ctx, &root, "");
 
+  const size_t errors_before_triad = ctx.errors.size();
   auto train = top.optional_integer("train_batch_size");
   auto micro = top.optional_integer("train_micro_batch_size_per_gpu");
   auto gas = top.optional_integer("gradient_accumulation_steps");
+  const bool triad_readable = ctx.errors.size() == errors_before_triad;  // else resolving it only repeats that
   c.steps_per_print = top.optional_integer("steps_per_print");
   if (c.steps_per_print) top.at_least("steps_per_print", static_cast<double>(*c.steps_per_print), 1);
   c.wall_clock_breakdown = top.flag("wall_clock_breakdown", c.wall_clock_breakdown);
@@ -96,40 +120,55 @@ DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size) {
   c.prescale_gradients = top.flag("prescale_gradients", c.prescale_gradients);
   c.gradient_predivide_factor = top.number("gradient_predivide_factor", c.gradient_predivide_factor);
   top.greater_than("gradient_predivide_factor", c.gradient_predivide_factor, 0.0);
-  auto comm_dtype = optional_dtype(top, "communication_data_type", /*ignore_case=*/true);
+  std::optional<Dtype> comm_dtype, grad_accum_dtype, param_dtype;
+  guard([&] { comm_dtype = optional_dtype(top, "communication_data_type", /*ignore_case=*/true); });
   c.dataloader_drop_last = top.flag("dataloader_drop_last", c.dataloader_drop_last);
   c.zero_allow_untested_optimizer = top.flag("zero_allow_untested_optimizer", c.zero_allow_untested_optimizer);
 
-  auto optimizer = parse_optimizer(top);
-  c.scheduler = parse_scheduler(top, optimizer);
-  c.fp16 = parse_fp16(top);
-  c.bf16 = parse_bf16(top);
-  Section data_types = top.object("data_types");
-  auto grad_accum_dtype = optional_dtype(data_types, "grad_accum_dtype", /*ignore_case=*/false);
-  data_types.finish();
-  c.zero_optimization = parse_zero(top);
-  c.comms_logger = parse_comms_logger(top);
-  c.csv_monitor = parse_csv_monitor(top);
-  c.activation_checkpointing = parse_activation_checkpointing(top);
-  c.checkpoint = parse_checkpoint(top);
-  c.model = free_object(top, "model");
-  c.data = free_object(top, "data");
-  c.sample = free_object(top, "sample");
+  std::optional<OptimizerConfig> optimizer;
+  guard([&] { optimizer = parse_optimizer(top); });
+  if (!top.has("optimizer")) optimizer = default_optimizer(root, ctx, args);
+  if (optimizer) c.optimizer = *optimizer;
+  guard([&] { c.scheduler = parse_scheduler(top, optimizer); });
+  guard([&] { c.fp16 = parse_fp16(top); });
+  guard([&] { c.bf16 = parse_bf16(top); });
+  guard([&] { c.torch_autocast = parse_torch_autocast(top); });
+  guard([&] {
+    Section data_types = top.object("data_types");
+    grad_accum_dtype = optional_dtype(data_types, "grad_accum_dtype", /*ignore_case=*/false);
+    param_dtype = optional_dtype(data_types, "param_dtype", /*ignore_case=*/false);
+    if (data_types.has("buffer_dtype")) {
+      optional_dtype(data_types, "buffer_dtype", /*ignore_case=*/false);
+      data_types.warn("buffer_dtype", "ignored: dsworker's plugin layers hold no buffers");
+    }
+    data_types.finish();
+  });
+  guard([&] { c.zero_optimization = parse_zero(top); });
+  guard([&] { c.comms_logger = parse_comms_logger(top); });
+  guard([&] { c.csv_monitor = parse_csv_monitor(top); });
+  guard([&] { c.activation_checkpointing = parse_activation_checkpointing(top); });
+  guard([&] { c.checkpoint = parse_checkpoint(top); });
+  guard([&] { c.model = free_object(top, "model"); });
+  guard([&] { c.data = free_object(top, "data"); });
+  guard([&] { c.sample = free_object(top, "sample"); });
   check_foreign_keys(top);
-  top.finish();
+  top.finish(/*warn_only=*/true);  // DeepSpeed reads the top-level keys it knows and ignores the rest
 
-  // DeepSpeed can train with an optimizer object from train.py; dsworker only has this section.
-  if (!optimizer) ctx.fail("optimizer", "missing (dsworker builds the optimizer from this section)");
-  c.optimizer = *optimizer;
-  resolve_triad(ctx, c, train, micro, gas);
-  if (c.fp16.enabled && c.bf16.enabled) ctx.fail("bf16.enabled", "fp16 and bf16 cannot both be enabled");
+  if (triad_readable) guard([&] { resolve_triad(ctx, c, train, micro, gas); });
+  guard([&] { resolve_precision(ctx, c); });
   // DeepSpeed's engine.get_data_types: bf16 without ZeRO accumulates in fp32.
   bool bf16_no_zero = c.bf16.enabled && c.zero_optimization.stage == 0;
   c.grad_accum_dtype = grad_accum_dtype.value_or(bf16_no_zero ? Dtype::fp32 : c.model_dtype());
+  if (param_dtype && *param_dtype != c.model_dtype())  // DeepSpeed's engine asserts the same
+    ctx.error("data_types.param_dtype", fmt::format("\"{}\" differs from the model's precision {} (fp16/bf16.enabled)",
+                                                    dtype_name(*param_dtype), dtype_name(c.model_dtype())));
   // Gradients are reduced in the type they accumulate in (DeepSpeed: the model dtype, but its
   // BF16_Optimizer reduces its fp32 accumulators in fp32 too).
   c.communication_data_type = comm_dtype.value_or(c.grad_accum_dtype);
+  check_support(c, ctx);
   c.warnings = ctx.warnings;
+  c.notes = ctx.notes;
+  if (!ctx.errors.empty()) throw ConfigErrors(ctx.errors, ctx.warnings);
   return c;
 }
 
@@ -150,9 +189,20 @@ Dtype DsConfig::model_dtype() const {
   return fp16.enabled ? Dtype::fp16 : bf16.enabled ? Dtype::bf16 : Dtype::fp32;
 }
 
-DsConfig parse_config(const nlohmann::json& root, const std::string& origin, int world_size) {
-  cfg::Context ctx{origin, {}, {}};
-  return cfg::parse_in(root, ctx, world_size);
+DsConfig parse_config(const nlohmann::json& root, const std::string& origin, int world_size, const TrainerArgs& args) {
+  cfg::Context ctx{origin, {}, {}, {}, {}};
+  return cfg::parse_in(root, ctx, world_size, args);
 }
+
+namespace {
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& line : lines) out += (out.empty() ? "" : "\n") + line;
+  return out;
+}
+}  // namespace
+
+ConfigErrors::ConfigErrors(std::vector<std::string> errors_in, std::vector<std::string> warnings_in)
+    : ConfigError(join_lines(errors_in)), errors(std::move(errors_in)), warnings(std::move(warnings_in)) {}
 
 }  // namespace ds

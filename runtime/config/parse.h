@@ -24,6 +24,15 @@ CommsLoggerConfig parse_comms_logger(Section& top);
 CsvMonitorConfig parse_csv_monitor(Section& top);
 ActivationCheckpointingConfig parse_activation_checkpointing(Section& top);
 CheckpointConfig parse_checkpoint(Section& top);
+TorchAutocastConfig parse_torch_autocast(Section& top);
+
+// What dsworker cannot do with a resolved config (refusals as errors naming the key and value) and
+// what it does differently (notes), so `--print_config` reports everything training would.
+void check_support(const DsConfig& c, Context& ctx);
+
+// The 1-based line of each key path in JSON text that parses ("zero_optimization.stage" → 7;
+// array elements as "a[0]").
+std::map<std::string, int> json_key_lines(const std::string& text);
 
 // DeepSpeed top-level keys dsworker does not implement: warns (ignored) or fails (refused).
 void check_foreign_keys(Section& top);

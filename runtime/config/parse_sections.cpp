@@ -45,6 +45,26 @@ Bf16Config parse_bf16(Section& top) {
   Bf16Config c;
   c.enabled = s.flag("enabled", c.enabled);
   c.immediate_grad_update = s.flag("immediate_grad_update", c.immediate_grad_update);
+  c.check_grad_overflow = s.flag("check_grad_overflow", c.check_grad_overflow);
+  // DeepSpeed >= 0.18.3: a bf16 master copy (and bf16 optimizer moments), ZeRO >= 1 only.
+  for (const char* key : {"bf16_master_weights_and_grads", "bf16_optimizer_states"})
+    if (s.flag(key, false))
+      s.error(key, "true is not supported by dsworker (its master weights and optimizer states are fp32)");
+  s.finish();
+  return c;
+}
+
+TorchAutocastConfig parse_torch_autocast(Section& top) {
+  Section s = top.object("torch_autocast");
+  TorchAutocastConfig c;
+  c.enabled = s.flag("enabled", c.enabled);
+  // DeepSpeed's DtypeEnum spellings, with or without "torch.".
+  const std::vector<std::string> names = {"bfloat16", "torch.bfloat16", "bf16", "float16", "torch.float16", "fp16",
+                                          "half", "torch.half"};
+  size_t dtype = s.choice("dtype", names, 0);
+  c.dtype = dtype < 3 ? Dtype::bf16 : Dtype::fp16;
+  if (!s.strings("lower_precision_safe_modules").empty())
+    s.warn("lower_precision_safe_modules", "ignored: dsworker's 16-bit compute covers every layer of the model");
   s.finish();
   return c;
 }
@@ -96,6 +116,11 @@ CheckpointConfig parse_checkpoint(Section& top) {
   c.use_node_local_storage = s.flag("use_node_local_storage", c.use_node_local_storage);
   if (s.flag("load_universal", false))
     s.fail("load_universal", "true is not supported by dsworker (universal checkpoints)");
+  if (s.has("checkpoint_serialization")) {
+    s.flag("checkpoint_serialization", true);
+    s.warn("checkpoint_serialization", "ignored: dsworker writes its own checkpoint format");
+  }
+  if (s.has("writer")) s.warn("writer", "ignored: dsworker writes its own checkpoint format");
   Section parallel_write = s.object("parallel_write");
   if (parallel_write.flag("pipeline_stage", false))
     parallel_write.fail("pipeline_stage", "true is not supported by dsworker (no pipeline parallelism)");

@@ -54,6 +54,8 @@ OffloadOptimizerConfig parse_offload_optimizer(Section& o) {
   c.pipeline_read = o.flag("pipeline_read", c.pipeline_read);
   c.pipeline_write = o.flag("pipeline_write", c.pipeline_write);
   c.fast_init = o.flag("fast_init", c.fast_init);
+  if (o.flag("super_offload", false)) o.error("super_offload", "true is not supported by dsworker (SuperOffload)");
+  o.number("cpuadam_cores_perc", 0.8);  // DeepSpeedCPUAdam's share of the cores; dsworker uses OMP_NUM_THREADS
   c.ratio = o.number("ratio", c.ratio);
   o.at_least("ratio", c.ratio, 0.0);
   if (c.ratio > 1.0) o.fail("ratio", fmt::format("{} must be <= 1", c.ratio));
@@ -141,6 +143,16 @@ ZeroConfig parse_zero(Section& top) {
   c.use_all_reduce_for_fetch_params = flag(z, "use_all_reduce_for_fetch_params",
                                            "stage3_use_all_reduce_for_fetch_params", c.use_all_reduce_for_fetch_params);
   c.ignore_unused_parameters = z.flag("ignore_unused_parameters", c.ignore_unused_parameters);
+  // Speed and debugging switches of DeepSpeed's ZeRO-3 hooks, which dsworker's per-layer gathering
+  // does not have: accepted, no effect.
+  flag(z, "allgather_sequential", "stage3_allgather_sequential", false);
+  z.flag("enable_sanity_checks", false);
+  z.flag("save_muon_momentum_buffer_in_memory", false);
+  if (z.has("leaf_module")) {
+    z.object("leaf_module");  // {classes, names, name_suffixes}: torch module names
+    z.warn("leaf_module", "ignored: dsworker gathers ZeRO-3 parameters per plugin layer, which is already a leaf");
+  }
+  if (z.has("zenflow")) z.error("zenflow", "not supported by dsworker (ZenFlow stall-free offloading)");
   if (z.flag("legacy_stage1", false)) z.fail("legacy_stage1", "true is not supported (removed from DeepSpeed)");
   c.round_robin_gradients = z.flag("round_robin_gradients", c.round_robin_gradients);
   c.zero_hpz_partition_size = count(z, "zero_hpz_partition_size", nullptr, c.zero_hpz_partition_size, 1);

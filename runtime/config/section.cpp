@@ -44,12 +44,21 @@ std::string Context::where(const std::string& path) const {
   return path.empty() ? out : fmt::format("{}: {}", out, path);
 }
 
-void Context::fail(const std::string& path, const std::string& what) const {
-  throw ConfigError(fmt::format("{}: {}", where(path), what));
+void Context::error(const std::string& path, const std::string& what) {
+  errors.push_back(fmt::format("{}: {}", where(path), what));
+}
+
+void Context::fail(const std::string& path, const std::string& what) {
+  error(path, what);
+  throw Abort{};
 }
 
 void Context::warn(const std::string& path, const std::string& what) {
   warnings.push_back(fmt::format("{}: {}", where(path), what));
+}
+
+void Context::note(const std::string& path, const std::string& what) {
+  notes.push_back(fmt::format("{}: {}", where(path), what));
 }
 
 // The candidate closest to `word`, if near enough to be a typo (distance <= max(2, length/3)).
@@ -73,6 +82,17 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
 }
 
 std::string show(const nlohmann::json& value) { return value.dump(); }
+
+template <typename T, typename Convert>
+std::optional<T> Section::read(std::string_view key, Convert convert) {
+  const auto* v = get(key);
+  if (v == nullptr) return std::nullopt;
+  try {
+    return convert(*v);
+  } catch (const Abort&) {
+    return std::nullopt;  // recorded; the default applies so parsing can go on
+  }
+}
 
 Section::Section(Context& ctx, const nlohmann::json* value, std::string path, bool drop_auto)
     : ctx_(&ctx), value_(nullptr), path_(std::move(path)), drop_auto_(drop_auto) {
@@ -98,6 +118,8 @@ const nlohmann::json* Section::get(std::string_view key) {
 }
 
 void Section::fail(std::string_view key, const std::string& what) const { ctx_->fail(path(key), what); }
+
+void Section::error(std::string_view key, const std::string& what) const { ctx_->error(path(key), what); }
 
 void Section::warn(std::string_view key, const std::string& what) { ctx_->warn(path(key), what); }
 
@@ -128,18 +150,17 @@ int64_t as_integer(const Section& at, std::string_view key, const nlohmann::json
 }
 
 bool Section::flag(std::string_view key, bool fallback) {
-  const auto* v = get(key);
-  if (v == nullptr) return fallback;
-  if (!v->is_boolean()) type_error(key, *v, "a boolean (true or false)");
-  return v->get<bool>();
+  return read<bool>(key, [&](const nlohmann::json& v) {
+           if (!v.is_boolean()) type_error(key, v, "a boolean (true or false)");
+           return v.get<bool>();
+         })
+      .value_or(fallback);
 }
 
 double Section::number(std::string_view key, double fallback) { return optional_number(key).value_or(fallback); }
 
 std::optional<double> Section::optional_number(std::string_view key) {
-  const auto* v = get(key);
-  if (v == nullptr) return std::nullopt;
-  return as_number(*this, key, *v);
+  return read<double>(key, [&](const nlohmann::json& v) { return as_number(*this, key, v); });
 }
 
 int64_t Section::integer(std::string_view key, int64_t fallback) {
@@ -147,9 +168,7 @@ int64_t Section::integer(std::string_view key, int64_t fallback) {
 }
 
 std::optional<int64_t> Section::optional_integer(std::string_view key) {
-  const auto* v = get(key);
-  if (v == nullptr) return std::nullopt;
-  return as_integer(*this, key, *v);
+  return read<int64_t>(key, [&](const nlohmann::json& v) { return as_integer(*this, key, v); });
 }
 
 std::string Section::string(std::string_view key, const std::string& fallback) {
@@ -157,52 +176,57 @@ std::string Section::string(std::string_view key, const std::string& fallback) {
 }
 
 std::optional<std::string> Section::optional_string(std::string_view key) {
-  const auto* v = get(key);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_string()) type_error(key, *v, "a string");
-  return v->get<std::string>();
+  return read<std::string>(key, [&](const nlohmann::json& v) {
+    if (!v.is_string()) type_error(key, v, "a string");
+    return v.get<std::string>();
+  });
 }
 
 std::vector<std::string> Section::strings(std::string_view key) {
-  const auto* v = get(key);
-  std::vector<std::string> out;
-  if (v == nullptr) return out;
-  if (!v->is_array()) type_error(key, *v, "a list of strings");
-  for (const auto& item : *v) {
-    if (!item.is_string()) type_error(key, *v, "a list of strings");
-    out.push_back(item.get<std::string>());
-  }
-  return out;
+  return read<std::vector<std::string>>(key, [&](const nlohmann::json& v) {
+           std::vector<std::string> out;
+           if (!v.is_array()) type_error(key, v, "a list of strings");
+           for (const auto& item : v) {
+             if (!item.is_string()) type_error(key, v, "a list of strings");
+             out.push_back(item.get<std::string>());
+           }
+           return out;
+         })
+      .value_or(std::vector<std::string>{});
 }
 
 size_t Section::choice(std::string_view key, const std::vector<std::string>& choices, size_t fallback,
                        bool ignore_case) {
-  const auto* v = get(key);
-  if (v == nullptr) return fallback;
-  std::string list;
-  for (const auto& c : choices) list += (list.empty() ? "\"" : ", \"") + c + "\"";
-  if (!v->is_string()) type_error(key, *v, fmt::format("one of {}", list).c_str());
-  const auto& s = v->get_ref<const std::string&>();
-  for (size_t i = 0; i < choices.size(); ++i)
-    if (ignore_case ? to_lower(s) == to_lower(choices[i]) : s == choices[i]) return i;
-  fail(key, fmt::format("{} is not one of {}{}", show(*v), list, did_you_mean(s, choices)));
+  return read<size_t>(key, [&](const nlohmann::json& v) -> size_t {
+           std::string list;
+           for (const auto& c : choices) list += (list.empty() ? "\"" : ", \"") + c + "\"";
+           if (!v.is_string()) type_error(key, v, fmt::format("one of {}", list).c_str());
+           const auto& s = v.get_ref<const std::string&>();
+           for (size_t i = 0; i < choices.size(); ++i)
+             if (ignore_case ? to_lower(s) == to_lower(choices[i]) : s == choices[i]) return i;
+           fail(key, fmt::format("{} is not one of {}{}", show(v), list, did_you_mean(s, choices)));
+         })
+      .value_or(fallback);
 }
 
 Section Section::object(std::string_view key) { return Section(*ctx_, get(key), path(key), drop_auto_); }
 
 void Section::at_least(std::string_view key, double value, double min) {
-  if (!(value >= min)) fail(key, fmt::format("{} must be >= {}", value, min));
+  if (!(value >= min)) ctx_->error(path(key), fmt::format("{} must be >= {}", value, min));
 }
 
 void Section::greater_than(std::string_view key, double value, double min) {
-  if (!(value > min)) fail(key, fmt::format("{} must be > {}", value, min));
+  if (!(value > min)) ctx_->error(path(key), fmt::format("{} must be > {}", value, min));
 }
 
-void Section::finish() const {
+void Section::finish(bool warn_only) const {
   if (value_ == nullptr) return;
   for (const auto& item : value_->items()) {
     if (std::find(known_.begin(), known_.end(), item.key()) != known_.end()) continue;
-    fail(item.key(), "unknown key" + did_you_mean(item.key(), known_));
+    if (warn_only)
+      ctx_->warn(path(item.key()), "unknown key, ignored as DeepSpeed does" + did_you_mean(item.key(), known_));
+    else
+      ctx_->error(path(item.key()), "unknown key" + did_you_mean(item.key(), known_));
   }
 }
 

@@ -1,7 +1,9 @@
 // Internal to ds_config: reading one JSON object of a config. Typed getters name the key path and
-// the value in their errors; every key read becomes "known", and finish() rejects the others with
-// the closest known key as a suggestion. Errors and warnings go through a Context that
-// knows the config's name and, for YAML, the line of each key path.
+// the value in their errors; every key read becomes "known", and finish() reports the others with
+// the closest known key as a suggestion. Errors and warnings go through a Context that knows the
+// config's name and the line of each key path, and collects every problem so that one run reports
+// them all: a bad value is recorded and read as absent (its default applies) and parsing goes on;
+// fail() records and abandons the section being read (guard() catches that and goes on).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,17 +16,33 @@
 
 namespace ds::cfg {
 
-// Where messages point, and the warnings collected so far.
+// Where messages point, and the errors and warnings collected so far.
 struct Context {
   std::string name;                                     // e.g. "ds_config.json"
   std::function<int(const std::string& path)> line_of;  // 1-based line of a key path; 0 = unknown
-  std::vector<std::string> warnings;
+  std::vector<std::string> errors, warnings;
+  std::vector<std::string> notes;  // what dsworker chose for the user: "auto" values, defaults
+
 
   // "name: path" (or "name:line: path" when the line is known; just "name" for the root).
   std::string where(const std::string& path) const;
-  [[noreturn]] void fail(const std::string& path, const std::string& what) const;
+  void error(const std::string& path, const std::string& what);  // records; parsing goes on
+  [[noreturn]] void fail(const std::string& path, const std::string& what);  // records, throws Abort
   void warn(const std::string& path, const std::string& what);
+  void note(const std::string& path, const std::string& what);
 };
+
+// Thrown by fail() once the error is recorded: the section being read is abandoned.
+struct Abort {};
+
+// Runs `parse` (one section, or one cross-key check); an Abort ends it and parsing goes on.
+template <typename Parse>
+void guard(Parse&& parse) {
+  try {
+    parse();
+  } catch (const Abort&) {
+  }
+}
 
 std::string to_lower(std::string_view s);
 
@@ -61,19 +79,24 @@ class Section {
                 bool ignore_case = false);
   Section object(std::string_view key);  // absent = empty section
 
-  // Range checks on a value read from `key` ("… must be >= 0").
+  // Range checks on a value read from `key` ("… must be >= 0"); a failed check is recorded.
   void at_least(std::string_view key, double value, double min);
   void greater_than(std::string_view key, double value, double min);
 
-  [[noreturn]] void fail(std::string_view key, const std::string& what) const;
+  [[noreturn]] void fail(std::string_view key, const std::string& what) const;  // records, abandons the section
+  void error(std::string_view key, const std::string& what) const;              // records, goes on
   [[noreturn]] void type_error(std::string_view key, const nlohmann::json& value, const char* expected) const;
   void warn(std::string_view key, const std::string& what);
 
-  // Rejects the first key that was never read.
-  void finish() const;
+  // Reports every key that was never read: an error, or with `warn_only` a warning that it is
+  // ignored (DeepSpeed ignores unknown top-level keys).
+  void finish(bool warn_only = false) const;
 
  private:
   void accept(std::string_view key);  // mark known
+  // The value at `key` converted by `convert`, or nullopt when absent or bad (the error recorded).
+  template <typename T, typename Convert>
+  std::optional<T> read(std::string_view key, Convert convert);
 
   Context* ctx_;
   const nlohmann::json* value_;  // an object, or nullptr

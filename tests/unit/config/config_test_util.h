@@ -26,4 +26,11 @@ inline std::string error_of(const std::string& json_text, int world_size = 1) {
   return "no error";
 }
 
+// The warnings of a config that parses, one per line.
+inline std::string warnings_of(const std::string& json_text, int world_size = 1) {
+  std::string out;
+  for (const auto& w : parse(json_text, world_size).warnings) out += (out.empty() ? "" : "\n") + w;
+  return out;
+}
+
 }  // namespace ds::test

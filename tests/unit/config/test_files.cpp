@@ -110,7 +110,8 @@ TEST_CASE("files: YAML errors name file and line") {
   CHECK(load_error(path) == path + ":1: train_batch_size: \"8\" is not an integer");
   // A missing key points at its parent's line.
   path = write_file("missing.yaml", "train_batch_size: 8\nscheduler:\n  type: WarmupDecayLR\n  params:\n    x: 1\n");
-  CHECK(load_error(path) == path + ":5: scheduler.params.x: unknown key");
+  CHECK(load_error(path) == path + ":5: scheduler.params.x: unknown key\n" + path +
+                                ":4: scheduler.params.total_num_steps: missing (required by WarmupDecayLR)");
   path = write_file("missing2.yaml", "train_batch_size: 8\nscheduler:\n  type: WarmupDecayLR\n  params: {}\n");
   CHECK(load_error(path) == path + ":4: scheduler.params.total_num_steps: missing (required by WarmupDecayLR)");
   path = write_file("dup.yaml", "train_batch_size: 8\nfp16:\n  enabled: true\n  enabled: false\n");

@@ -12,7 +12,7 @@ TEST_CASE("resolved json: defaults of a minimal config") {
   CHECK(r["train_micro_batch_size_per_gpu"] == 4);
   CHECK(r["gradient_accumulation_steps"] == 1);
   CHECK(r["steps_per_print"].is_null());  // code default (docs: 10)
-  CHECK(r["gradient_clipping"] == 0.0);   // code default (docs: 1.0)
+  CHECK(r["gradient_clipping"] == 1.0);   // DeepSpeed >= 0.19.3 (0.0 before)
   CHECK(r["wall_clock_breakdown"] == false);
   CHECK(r["seed"] == 42);
   CHECK(r["prescale_gradients"] == false);
@@ -90,10 +90,15 @@ TEST_CASE("resolved json: dtype defaults follow precision and stage") {
   auto bf16_zero = parse(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "zero_optimization": {"stage": 1}})");
   CHECK(bf16_zero.grad_accum_dtype == ds::Dtype::bf16);
   CHECK(bf16_zero.communication_data_type == ds::Dtype::bf16);
-  auto explicit_types = parse(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "communication_data_type": "FP32",
+  auto explicit_types = parse(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "communication_data_type": "BF16",
                                   "data_types": {"grad_accum_dtype": "bf16"}})");
-  CHECK(explicit_types.communication_data_type == ds::Dtype::fp32);  // case-insensitive, as DeepSpeed
+  CHECK(explicit_types.communication_data_type == ds::Dtype::bf16);  // case-insensitive, as DeepSpeed
   CHECK(explicit_types.grad_accum_dtype == ds::Dtype::bf16);
+  // Reducing in another type than the accumulation's is refused while parsing (so --print_config says so).
+  CHECK(ds::test::error_of(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "communication_data_type": "FP32",
+                               "data_types": {"grad_accum_dtype": "bf16"}})") ==
+        "ds_config.json: communication_data_type: fp32: gradients are reduced in the type they accumulate in "
+        "(data_types.grad_accum_dtype, here bf16); another type is not implemented");
 }
 
 TEST_CASE("resolved json: parses back to itself") {

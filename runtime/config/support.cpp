@@ -1,0 +1,63 @@
+// What dsworker does not implement among the settings a valid config can ask for: refused with an
+// error naming the key and its value (never silently ignored), so `--print_config` reports every
+// refusal training would give. Settings that mean nothing on CPU ranks are accepted with a note.
+#include <fmt/format.h>
+
+#include "config/parse.h"
+
+namespace ds::cfg {
+namespace {
+
+std::string_view device_name(OffloadDevice d) {
+  return d == OffloadDevice::cpu ? "cpu" : d == OffloadDevice::nvme ? "nvme" : "none";
+}
+
+}  // namespace
+
+void check_support(const DsConfig& c, Context& ctx) {
+  if (c.communication_data_type != c.grad_accum_dtype)
+    ctx.error("communication_data_type",
+              fmt::format("{}: gradients are reduced in the type they accumulate in (data_types.grad_accum_dtype, "
+                          "here {}); another type is not implemented",
+                          dtype_name(c.communication_data_type), dtype_name(c.grad_accum_dtype)));
+  const ZeroConfig& z = c.zero_optimization;
+  auto refuse = [&](const std::string& key, const std::string& value, const char* what) {
+    ctx.error("zero_optimization." + key, fmt::format("{}: {} is not implemented yet", value, what));
+  };
+  // ZeRO-Offload to the CPU: dsworker's ranks are CPU processes, so the optimizer state (and the
+  // parameters) already live in host memory, where DeepSpeed would move them.
+  if (z.offload_optimizer && z.offload_optimizer->device == OffloadDevice::cpu) {
+    if (z.stage == 0)
+      ctx.warn("zero_optimization.offload_optimizer", "ignored at ZeRO stage 0, as DeepSpeed ignores it");
+    else
+      ctx.note("zero_optimization.offload_optimizer",
+               "device \"cpu\": on CPU ranks the optimizer state already lives in host memory; nothing moves");
+  }
+  if (z.offload_param && z.offload_param->device == OffloadDevice::cpu) {
+    if (z.stage != 3)
+      ctx.warn("zero_optimization.offload_param", fmt::format("ignored at ZeRO stage {}, as DeepSpeed ignores it "
+                                                              "(parameters are offloaded at stage 3 only)", z.stage));
+    else
+      ctx.note("zero_optimization.offload_param",
+               "device \"cpu\": on CPU ranks the parameters already live in host memory; nothing moves");
+  }
+  for (auto [key, device] : {std::pair{"offload_optimizer.device", z.offload_optimizer ? z.offload_optimizer->device
+                                                                                         : OffloadDevice::none},
+                             std::pair{"offload_param.device",
+                                       z.offload_param ? z.offload_param->device : OffloadDevice::none}})
+    if (device == OffloadDevice::nvme)
+      refuse(key, fmt::format("\"{}\"", device_name(device)), "ZeRO-Infinity (NVMe offload)");
+  if (z.zero_hpz_partition_size > 1)
+    refuse("zero_hpz_partition_size", std::to_string(z.zero_hpz_partition_size), "ZeRO++ hierarchical partitioning");
+  if (z.zero_quantized_weights) refuse("zero_quantized_weights", "true", "ZeRO++ quantized weights");
+  if (z.zero_quantized_nontrainable_weights)
+    refuse("zero_quantized_nontrainable_weights", "true", "ZeRO++ quantized weights");
+  if (z.zero_quantized_gradients) refuse("zero_quantized_gradients", "true", "ZeRO++ quantized gradients");
+  if (z.mics_shard_size > 0) refuse("mics_shard_size", std::to_string(z.mics_shard_size), "MiCS sharding");
+  const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
+  if (ac.partition_activations)
+    ctx.error("activation_checkpointing.partition_activations", "true is not implemented yet");
+  if (ac.cpu_checkpointing) ctx.error("activation_checkpointing.cpu_checkpointing", "true is not implemented yet");
+}
+
+}  // namespace ds::cfg
