@@ -43,32 +43,8 @@ struct WorkerOptions {
   std::optional<int64_t> steps, epochs;
   std::optional<uint64_t> seed;
   bool print_config = false;
+  TrainerArgs trainer;  // what the Hugging Face Trainer's "auto" values become (config/auto_values.cpp)
 };
-
-// Features of ds_config that parse but are not implemented yet are refused, never ignored.
-void refuse_unimplemented(const DsConfig& c, const std::string& origin) {
-  if (c.communication_data_type != c.grad_accum_dtype)
-    throw ConfigError(fmt::format("{}: communication_data_type: {}: gradients are reduced in the type they accumulate in "
-                                  "(data_types.grad_accum_dtype, here {}); another type is not implemented",
-                                  origin, dtype_name(c.communication_data_type), dtype_name(c.grad_accum_dtype)));
-  const ZeroConfig& z = c.zero_optimization;
-  auto refuse = [&](const char* key, const std::string& value, const char* what) {
-    throw ConfigError(fmt::format("{}: zero_optimization.{}: {}: {} is not implemented yet", origin, key, value, what));
-  };
-  if (z.offload_optimizer && z.offload_optimizer->device != OffloadDevice::none)
-    refuse("offload_optimizer.device", "not none", "ZeRO-Offload");
-  if (z.offload_param && z.offload_param->device != OffloadDevice::none)
-    refuse("offload_param.device", "not none", "ZeRO-Offload");
-  if (z.zero_hpz_partition_size > 1)
-    refuse("zero_hpz_partition_size", std::to_string(z.zero_hpz_partition_size), "ZeRO++ hierarchical partitioning");
-  if (z.zero_quantized_weights || z.zero_quantized_nontrainable_weights || z.zero_quantized_gradients)
-    refuse("zero_quantized_*", "true", "ZeRO++ quantized communication");
-  if (z.mics_shard_size > 0) refuse("mics_shard_size", std::to_string(z.mics_shard_size), "MiCS sharding");
-  const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
-  if (ac.partition_activations || ac.cpu_checkpointing)
-    throw ConfigError(fmt::format("{}: activation_checkpointing.{}: true is not implemented yet", origin,
-                                  ac.partition_activations ? "partition_activations" : "cpu_checkpointing"));
-}
 
 amp::Storage storage_of(Dtype d) {
   return d == Dtype::fp16 ? amp::Storage::F16 : d == Dtype::bf16 ? amp::Storage::BF16 : amp::Storage::F32;
@@ -131,21 +107,60 @@ int kernel_threads_for() {
   return std::max(1, available / local_size);
 }
 
+// The model's hidden size as the Hugging Face Trainer means it (config.hidden_size): the widest
+// activation between the plugin's layers for one sample (a transformer's residual width).
+int64_t widest_activation(const Plugin& plugin) {
+  ds_shape shape = plugin.dataset_info().input_shape;
+  for (int i = shape.ndim; i > 0; --i) shape.dims[i] = shape.dims[i - 1];
+  shape.dims[0] = 1;
+  ++shape.ndim;
+  int64_t widest = 0;
+  for (int32_t layer = 0; layer + 1 < plugin.num_layers(); ++layer) {  // the last layer outputs the loss
+    shape = plugin.output_shape(layer, shape);
+    if (shape.ndim >= 2) widest = std::max(widest, shape.dims[shape.ndim - 1]);
+  }
+  return widest;
+}
+
+// Loads the config with the flags as the trainer's arguments; the model plugin is loaded on the
+// way when a ZeRO size is "auto" (it needs the model's hidden size), and kept in `plugin`.
+DsConfig load_worker_config(const WorkerOptions& o, int world_size, std::unique_ptr<Plugin>& plugin) {
+  TrainerArgs args = o.trainer;
+  args.total_steps = o.steps;
+  args.hidden_size = [&](const nlohmann::json& model) -> std::optional<int64_t> {
+    if (o.model.empty()) return std::nullopt;
+    plugin = Plugin::load(o.model, model.dump());
+    return widest_activation(*plugin);
+  };
+  return load_config(o.config, world_size, args);
+}
+
+void print_lines(const char* kind, const std::vector<std::string>& lines) {
+  for (const auto& line : lines) std::fprintf(stderr, "dsworker: %s: %s\n", kind, line.c_str());
+}
+
 int train(const WorkerOptions& o) {
+  std::unique_ptr<Plugin> plugin;
   if (o.print_config) {  // connects to nothing: only WORLD_SIZE matters (for the batch triad)
-    std::cout << resolved_json(load_config(o.config, world_size_from_env())).dump(2) << "\n";
+    const DsConfig config = load_worker_config(o, world_size_from_env(), plugin);
+    print_lines("warning", config.warnings);
+    print_lines("note", config.notes);
+    auto resolved = resolved_json(config);
+    if (config.scheduler_total_steps_auto) resolved["scheduler"]["params"]["total_num_steps"] = "auto";
+    std::cout << resolved.dump(2) << "\n";
     return 0;
   }
   const JobEnv env = read_job_env();
-  const DsConfig config = load_config(o.config, env.world_size);
-  refuse_unimplemented(config, o.config);
   if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
+  DsConfig config = load_worker_config(o, env.world_size, plugin);
   const bool lead = env.rank == 0;
   cpu::set_threads(kernel_threads_for());
-  for (const auto& warning : config.warnings)
-    if (lead) std::fprintf(stderr, "dsworker: warning: %s\n", warning.c_str());
+  if (lead) {
+    print_lines("warning", config.warnings);
+    print_lines("note", config.notes);
+  }
 
-  auto plugin = Plugin::load(o.model, config.model.dump());
+  if (!plugin) plugin = Plugin::load(o.model, config.model.dump());
   std::shared_ptr<Store> store;
   std::unique_ptr<TcpStoreServer> server;
   if (env.world_size == 1) {
@@ -189,6 +204,14 @@ int train(const WorkerOptions& o) {
                           checkpoint.dir.c_str(), tag.c_str());
   };
   const int64_t steps = o.steps ? *o.steps : o.epochs.value_or(1) * engine.steps_per_epoch();
+  if (config.scheduler_total_steps_auto) {  // "auto": the run's length, known now
+    std::visit([&](auto& p) {
+      if constexpr (requires { p.total_num_steps; }) p.total_num_steps = steps;
+    }, config.scheduler->params);
+    engine.set_lr_schedule(make_lr_schedule(config.scheduler, config.optimizer.lr));
+    if (lead) std::fprintf(stderr, "dsworker: note: scheduler.params.total_num_steps: \"auto\" -> %lld (the run's length)\n",
+                           static_cast<long long>(steps));
+  }
   const int64_t tokens_per_step = engine.global_batch() * data.tokens_per_sample;
   if (lead) {
     MemoryReport m = engine.memory();
@@ -208,7 +231,7 @@ int train(const WorkerOptions& o) {
     std::fprintf(stderr, "dsworker: memory per rank at start: %s\n", memory_line(m).c_str());
   }
   std::map<std::string, uint64_t> sent_before;
-  for (const char* op : {"allreduce", "reduce_scatter", "allgather", "broadcast"})
+  for (const char* op : {"allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast"})
     sent_before[op] = group->comms().stats(op).sent_bytes;
 
   std::optional<MetricsWriter> metrics;
@@ -319,7 +342,23 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", o.metrics, "Write one JSON object per step to this file (rank 0)");
   app.add_option("--resume", o.resume,
                  "auto (default: from the checkpoint dir's latest tag, if any), never, or a tag to load");
-  app.add_flag("--print_config,--print-config", o.print_config, "Print the resolved config as JSON and exit");
+  app.add_flag("--print_config,--print-config", o.print_config,
+               "Print the resolved config as JSON (warnings, notes and every error on stderr) and exit");
+  // The Hugging Face Trainer's arguments that its "auto" config values become (README: "auto" values).
+  ds::TrainerArgs& t = o.trainer;
+  app.add_option("--train_micro_batch_size_per_gpu,--per_device_train_batch_size", t.micro_batch,
+                 "\"auto\" micro batch (default 8, as the HF Trainer)")->check(CLI::PositiveNumber);
+  app.add_option("--gradient_accumulation_steps", t.grad_accum, "\"auto\" accumulation steps (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr,--learning_rate", t.lr,
+                 "\"auto\" learning rate (default 5e-5); also the lr of the default optimizer (no optimizer section)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--weight_decay", t.weight_decay, "\"auto\" weight decay (default 0); the default optimizer's (0.01)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup_steps", t.warmup_steps, "\"auto\" scheduler warmup_num_steps (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--fp16", t.fp16, "\"auto\" fp16.enabled becomes true");
+  app.add_flag("--bf16", t.bf16, "\"auto\" bf16.enabled becomes true");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -327,6 +366,11 @@ int main(int argc, char** argv) {
   }
   try {
     return ds::train(o);
+  } catch (const ds::ConfigErrors& e) {
+    ds::print_lines("warning", e.warnings);
+    ds::print_lines("error", e.errors);
+    if (e.errors.size() > 1) std::fprintf(stderr, "dsworker: %zu errors in %s\n", e.errors.size(), o.config.c_str());
+    return 2;
   } catch (const ds::ConfigError& e) {
     std::fprintf(stderr, "dsworker: error: %s\n", e.what());
     return 2;

@@ -140,6 +140,9 @@ class Engine {
   std::vector<float> predict(const ds_tensor& input);
   ds_shape predictions_shape() const;
 
+  // Replaces the LR schedule (before the first step; a schedule whose length is known only once the
+  // engine knows its steps per epoch).
+  void set_lr_schedule(std::unique_ptr<LrSchedule> schedule) { schedule_ = std::move(schedule); }
   int64_t steps_taken() const { return steps_; }
   int64_t skipped_steps() const { return steps_ - updates_; }
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }  // for the next step
