@@ -305,12 +305,12 @@ Dims read_dims(ds::sdk::Config& cfg) {
   d.vocab = cfg.get_at_least<int64_t>("vocab_size", 256, 2);
   const double std = cfg.get<double>("init_std", 0.02);
   if (!(std > 0.0) || !std::isfinite(std))
-    throw std::invalid_argument("model.init_std: " + std::to_string(std) + " is not a positive number");
+    throw ds::sdk::ConfigError("model.init_std: " + std::to_string(std) + " is not a positive number");
   d.init_std = static_cast<float>(std);
   if (d.n_embd % d.n_head != 0)
-    throw std::invalid_argument("model.n_embd: " + std::to_string(d.n_embd) + " is not a multiple of model.n_head " +
+    throw ds::sdk::ConfigError("model.n_embd: " + std::to_string(d.n_embd) + " is not a multiple of model.n_head " +
                                 std::to_string(d.n_head));
-  if (d.vocab > INT32_MAX) throw std::invalid_argument("model.vocab_size: " + std::to_string(d.vocab) + " is too large");
+  if (d.vocab > INT32_MAX) throw ds::sdk::ConfigError("model.vocab_size: " + std::to_string(d.vocab) + " is too large");
   return d;
 }
 

@@ -155,10 +155,10 @@ class Mlp : public ds::sdk::Model {
     std::set<int64_t> inject;
     if (cfg.has("inject_nonfinite_grad_steps")) {
       const auto& v = cfg.json().at("inject_nonfinite_grad_steps");
-      if (!v.is_array()) throw std::invalid_argument("model.inject_nonfinite_grad_steps: " + v.dump() + " is not a list");
+      if (!v.is_array()) throw ds::sdk::ConfigError("model.inject_nonfinite_grad_steps: " + v.dump() + " is not a list");
       for (const auto& e : v) {
         if (!e.is_number_integer() || e.get<int64_t>() < 1)
-          throw std::invalid_argument("model.inject_nonfinite_grad_steps: " + e.dump() + " is not a step (integer >= 1)");
+          throw ds::sdk::ConfigError("model.inject_nonfinite_grad_steps: " + e.dump() + " is not a step (integer >= 1)");
         inject.insert(e.get<int64_t>());
       }
     }

@@ -56,7 +56,10 @@ extern "C" {
 #define DS_PLUGIN_ABI_VERSION 2u
 #define DS_MAX_DIMS 4
 
-typedef enum { DS_OK = 0, DS_ERROR = 1 } ds_status;
+/* DS_CONFIG_ERROR: create() found the config's "model" block wrong (an unknown key, a bad value); the
+ * loader reports it as a config error (dsworker exits 2), any other failure as a plugin error (1).
+ * A plugin that returns DS_ERROR for a bad block still loads; its error is then a plugin error. */
+typedef enum { DS_OK = 0, DS_ERROR = 1, DS_CONFIG_ERROR = 2 } ds_status;
 
 typedef enum { DS_F32 = 0, DS_I32 = 1 } ds_dtype;
 
@@ -112,7 +115,8 @@ typedef struct ds_plugin_api {
   const char* name;     /* e.g. "mlp" */
 
   /* Builds a model from the config's "model" block (a JSON object as text, "{}" if absent).
-   * On failure returns DS_ERROR and writes a message into err (err_len bytes, NUL-terminated). */
+   * On failure returns DS_CONFIG_ERROR (the block is wrong) or DS_ERROR (anything else) and writes a
+   * message into err (err_len bytes, NUL-terminated) that names the key: "model.hidden: 0 is not >= 1". */
   ds_status (*create)(const char* config_json, void** model, char* err, size_t err_len);
   void (*destroy)(void* model);
   /* The message of the last DS_ERROR returned for `model`. */

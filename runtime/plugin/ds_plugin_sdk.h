@@ -18,7 +18,8 @@
 //
 // DS_PLUGIN defines `ds_plugin_entry` and the whole C function table (plugin/sdk/table.h). Every
 // call is wrapped in try/catch: an exception becomes DS_ERROR with its what() as last_error() (the
-// loader adds the plugin, layer and call names); none crosses the boundary. Before calling a
+// loader adds the plugin, layer and call names; a ds::sdk::ConfigError from create() becomes
+// DS_CONFIG_ERROR, a config error for dsworker); none crosses the boundary. Before calling a
 // layer the SDK checks what the engine passed (parameter shapes against the declared ones, the
 // output shape against output_shape(input), dtypes), so a layer can trust its arguments. Config
 // keys the model never read are reported by create(), with the closest known key

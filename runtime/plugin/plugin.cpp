@@ -152,6 +152,7 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
   void* model = nullptr;
   const ds_status st = a.create(model_json.empty() ? "{}" : model_json.c_str(), &model, err, sizeof err);
   err[sizeof err - 1] = '\0';
+  if (st == DS_CONFIG_ERROR) throw ConfigError(where + (err[0] ? err : "the model block is wrong (no message)"));
   if (st != DS_OK || model == nullptr)
     throw PluginError(where + "create failed: " + (err[0] ? err : "(no message)"));
   p->model_ = model;

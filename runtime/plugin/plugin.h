@@ -9,7 +9,8 @@
 //     tree), <exe dir>/../lib/dsrun/plugins (an install).
 // Load errors name the file: not found (with every place searched), dlopen's error, no
 // `ds_plugin_entry`, `plugin /x/libfoo.so: ABI version 2, this dsworker supports 1`, a NULL table
-// entry, create() failing (with the plugin's message), or an invalid layer description.
+// entry, create() failing (with the plugin's message), or an invalid layer description. A create()
+// that returns DS_CONFIG_ERROR (a wrong "model" block) throws ds::ConfigError instead.
 //
 // Layer descriptions are read once at load and kept as C++ structs. Tensor arguments stay
 // ds_tensor (the engine's buffers are passed through untouched); the wrappers check the layer

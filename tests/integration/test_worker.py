@@ -68,6 +68,26 @@ def test_a_bad_config_exits_2_through_dsrun(dsrun, clean_env, tmp_path):
     assert "stagee" in r.stderr and "stage" in r.stderr
 
 
+@pytest.mark.parametrize("model,block,message", [
+    ("mlp", {"hiden": 64}, "model.hiden: unknown key (did you mean 'hidden'?)"),
+    ("mlp", {"hidden": 0}, "model.hidden: 0 is not >= 1"),
+    ("gpt", {"n_embed": 64}, "model.n_embed: unknown key (did you mean 'n_embd'?)"),
+    ("gpt", {"n_embd": 10, "n_head": 4}, "model.n_embd: 10 is not a multiple of model.n_head 4"),
+])
+def test_a_bad_model_block_exits_2_naming_the_key(dsrun, clean_env, tmp_path, model, block, message):
+    with open(CONFIG) as f:
+        cfg = json.load(f)
+    cfg["model"] = block
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    r = run([DSWORKER, "--model", model, "--config", str(path), "--steps", "1"], clean_env, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", model, "--config", str(path), "--steps", "1"],
+            dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=60)
+    assert r.returncode == 2, r.stderr  # through dsrun: the first failing rank's status
+
+
 def test_a_rank_that_dies_ends_the_job_with_its_status(dsrun, clean_env, tmp_path):
     proc = subprocess.Popen([dsrun, "--num_gpus", "2", "--kill_grace", "2", DSWORKER, "--model", "mlp",
                              "--config", CONFIG, "--epochs", "1000"], env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"),

@@ -16,6 +16,13 @@
 
 namespace ds::sdk {
 
+// A wrong "model" block: an unknown key, a value of the wrong type or out of range. The message
+// names the key ("model.hidden: 0 is not >= 1"). Config throws it; a model's constructor throws it
+// for values it rejects itself. create() returns DS_CONFIG_ERROR for it (dsworker: exit 2).
+struct ConfigError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 // The config's "model" block. Each get() marks its key as known; after the model's constructor,
 // create() rejects keys nobody read: `model.hiden: unknown key (did you mean 'hidden'?)`.
 class Config {
@@ -24,9 +31,9 @@ class Config {
     try {
       j_ = nlohmann::json::parse(json_text.empty() ? std::string("{}") : json_text);
     } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(std::string("model: config is not valid JSON: ") + e.what());
+      throw ConfigError(std::string("model: config is not valid JSON: ") + e.what());
     }
-    if (!j_.is_object()) throw std::invalid_argument("model: config must be a JSON object, got " + j_.dump());
+    if (!j_.is_object()) throw ConfigError("model: config must be a JSON object, got " + j_.dump());
   }
 
   bool has(const std::string& key) {
@@ -71,7 +78,7 @@ class Config {
   T get_at_least(const std::string& key, T fallback, T min) {
     const T v = get<T>(key, fallback);
     if (v < min)
-      throw std::invalid_argument("model." + key + ": " + std::to_string(v) + " is not >= " + std::to_string(min));
+      throw ConfigError("model." + key + ": " + std::to_string(v) + " is not >= " + std::to_string(min));
     return v;
   }
   const nlohmann::json& json() const { return j_; }
@@ -90,13 +97,13 @@ class Config {
       if (!best.empty()) msg += " (did you mean '" + best + "'?)";
       std::string all;
       for (const std::string& k : known_) all += (all.empty() ? "" : ", ") + k;
-      throw std::invalid_argument(msg + "; known keys: " + (all.empty() ? "none" : all));
+      throw ConfigError(msg + "; known keys: " + (all.empty() ? "none" : all));
     }
   }
 
  private:
-  static std::invalid_argument bad(const std::string& key, const nlohmann::json& v, const char* want) {
-    return std::invalid_argument("model." + key + ": " + v.dump() + " is not " + want);
+  static ConfigError bad(const std::string& key, const nlohmann::json& v, const char* want) {
+    return ConfigError("model." + key + ": " + v.dump() + " is not " + want);
   }
   static size_t distance(const std::string& a, const std::string& b) {  // Levenshtein
     std::vector<size_t> row(b.size() + 1);

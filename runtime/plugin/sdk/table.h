@@ -86,9 +86,9 @@ inline Batch make_batch(const ds_batch* b) {
 template <class M>
 ds_status create(const char* config_json, void** model, char* err, size_t err_len) noexcept {
   static_assert(std::is_base_of_v<Model, M>, "DS_PLUGIN's class must derive from ds::sdk::Model");
-  auto fail = [&](const char* msg) {
+  auto fail = [&](const char* msg, ds_status status = DS_ERROR) {
     if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", msg);
-    return DS_ERROR;
+    return status;
   };
   if (model == nullptr) return fail("create: model is NULL");
   *model = nullptr;
@@ -101,6 +101,8 @@ ds_status create(const char* config_json, void** model, char* err, size_t err_le
     for (const auto& l : h->model->layers()) l->describe();  // freeze parameter lists
     *model = h.release();
     return DS_OK;
+  } catch (const ConfigError& e) {
+    return fail(e.what(), DS_CONFIG_ERROR);
   } catch (const std::exception& e) {
     return fail(e.what());
   } catch (...) {

@@ -356,27 +356,22 @@ TEST_CASE("gpt writes the logits as predictions and they give back the loss") {
   CHECK(total / 15 == doctest::Approx(loss).epsilon(1e-5));
 }
 
-TEST_CASE("gpt config errors name the key") {
-  try {
-    ds::Plugin::load(gpt_path(), R"({"n_embd": 10, "n_head": 4})");
-    FAIL("no error");
-  } catch (const ds::PluginError& err) {
-    const std::string msg = err.what();
-    INFO(msg);
-    CHECK(msg.find("n_embd") != std::string::npos);
-    CHECK(msg.find("n_head") != std::string::npos);
-  }
-  try {
-    ds::Plugin::load(gpt_path(), R"({"n_layer": 0})");
-    FAIL("no error");
-  } catch (const ds::PluginError& err) {
-    CHECK(std::string(err.what()).find("model.n_layer") != std::string::npos);
-  }
-  try {
-    ds::Plugin::load(gpt_path(), R"({"n_embed": 64})");
-    FAIL("no error");
-  } catch (const ds::PluginError& err) {
-    CHECK(std::string(err.what()).find("model.n_embed: unknown key") != std::string::npos);
-  }
-  CHECK_THROWS_AS(ds::Plugin::load(gpt_path(), R"({"init_std": -1})"), ds::PluginError);
+TEST_CASE("gpt config errors are ConfigErrors naming the key") {
+  auto config_error_of = [](const std::string& json) -> std::string {
+    try {
+      ds::Plugin::load(gpt_path(), json);
+    } catch (const ds::ConfigError& e) {  // dsworker: exit 2
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not a ConfigError: ") + e.what();
+    }
+    return "(no error)";
+  };
+  const std::string where = "plugin " + gpt_path() + ": ";
+  CHECK(config_error_of(R"({"n_embd": 10, "n_head": 4})") ==
+        where + "model.n_embd: 10 is not a multiple of model.n_head 4");
+  CHECK(config_error_of(R"({"n_layer": 0})") == where + "model.n_layer: 0 is not >= 1");
+  CHECK(config_error_of(R"({"n_embed": 64})").rfind(where + "model.n_embed: unknown key (did you mean 'n_embd'?)", 0) == 0);
+  CHECK(config_error_of(R"({"init_std": -1})").rfind(where + "model.init_std: ", 0) == 0);
+  CHECK(config_error_of(R"({"vocab_size": 4294967296})").rfind(where + "model.vocab_size: ", 0) == 0);
 }

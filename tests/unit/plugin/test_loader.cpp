@@ -100,21 +100,31 @@ TEST_CASE("a plugin with another ABI version") {
         "plugin " + fixture("libds_model_badabi.so") + ": ABI version 99, this dsworker supports " + std::to_string(DS_PLUGIN_ABI_VERSION));
 }
 
-TEST_CASE("create() failures carry the plugin's message") {
-  const std::string where = "plugin " + mlp_path() + ": create failed: ";
-  CHECK(error_of([] { ds::Plugin::load(mlp_path(), R"({"hiden": 64})"); }) ==
+TEST_CASE("model-config errors from create() are ConfigErrors naming the key") {
+  // dsworker exits 2 for a ConfigError (a bad config), 1 for a PluginError.
+  auto config_error_of = [](const std::string& json) -> std::string {
+    try {
+      ds::Plugin::load(mlp_path(), json);
+    } catch (const ds::ConfigError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not a ConfigError: ") + e.what();
+    }
+    return "(no error)";
+  };
+  const std::string where = "plugin " + mlp_path() + ": ";
+  CHECK(config_error_of(R"({"hiden": 64})") ==
         where + "model.hiden: unknown key (did you mean 'hidden'?); known keys: classes, data_seed, hidden, "
                 "in_features, inject_nonfinite_grad_steps, layers, num_samples");
-  CHECK(error_of([] { ds::Plugin::load(mlp_path(), R"({"zzz": 1})"); }).rfind(where + "model.zzz: unknown key; known", 0) == 0);
-  CHECK(error_of([] { ds::Plugin::load(mlp_path(), R"({"hidden": "wide"})"); }) ==
-        where + "model.hidden: \"wide\" is not an integer");
-  CHECK(error_of([] { ds::Plugin::load(mlp_path(), R"({"hidden": 0})"); }) == where + "model.hidden: 0 is not >= 1");
-  CHECK(error_of([] { ds::Plugin::load(mlp_path(), R"({"data_seed": -1})"); }) ==
-        where + "model.data_seed: -1 is not a non-negative integer");
-  CHECK(error_of([] { ds::Plugin::load(mlp_path(), R"({"inject_nonfinite_grad_steps": [3, 0]})"); }) ==
+  CHECK(config_error_of(R"({"zzz": 1})").rfind(where + "model.zzz: unknown key; known", 0) == 0);
+  CHECK(config_error_of(R"({"hidden": "wide"})") == where + "model.hidden: \"wide\" is not an integer");
+  CHECK(config_error_of(R"({"hidden": 0})") == where + "model.hidden: 0 is not >= 1");
+  CHECK(config_error_of(R"({"data_seed": -1})") == where + "model.data_seed: -1 is not a non-negative integer");
+  CHECK(config_error_of(R"({"inject_nonfinite_grad_steps": [3, 0]})") ==
         where + "model.inject_nonfinite_grad_steps: 0 is not a step (integer >= 1)");
-  CHECK(contains(error_of([] { ds::Plugin::load(mlp_path(), "{not json"); }), where + "model: config is not valid JSON"));
-  CHECK(error_of([] { ds::Plugin::load(mlp_path(), "[1, 2]"); }) == where + "model: config must be a JSON object, got [1,2]");
+  CHECK(config_error_of(R"({"inject_nonfinite_grad_steps": 3})") ==
+        where + "model.inject_nonfinite_grad_steps: 3 is not a list");
+  CHECK(config_error_of("[1]") == where + "model: config must be a JSON object, got [1]");
 }
 
 TEST_CASE("a plugin can be loaded and unloaded and loaded again") {

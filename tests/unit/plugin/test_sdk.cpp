@@ -1,6 +1,7 @@
 // The plugin SDK on its own: Shape, Config (types, unknown keys, suggestions), and the C table
-// that DS_PLUGIN generates, driven directly: exceptions of any kind become DS_ERROR + last_error,
-// argument checks run before the layer, descriptors stay valid.
+// that DS_PLUGIN generates, driven directly: exceptions of any kind become DS_ERROR + last_error
+// (a bad model block in create(): DS_CONFIG_ERROR), argument checks run before the layer,
+// descriptors stay valid.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -89,18 +90,18 @@ TEST_CASE("Config reads typed values and reports unknown keys with a suggestion"
   try {
     c.check_unknown_keys();
     FAIL("no error");
-  } catch (const std::invalid_argument& e) {
+  } catch (const ds::sdk::ConfigError& e) {
     CHECK(std::string(e.what()).rfind("model.hiden: unknown key (did you mean 'hidden'?)", 0) == 0);
   }
-  CHECK_THROWS_WITH_AS(c.get<int>("name", 0), "model.name: \"m\" is not an integer", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(c.get<int>("lr", 0), "model.lr: 0.5 is not an integer", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(c.get<bool>("hidden", false), "model.hidden: 64 is not a boolean", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(c.get<int>("name", 0), "model.name: \"m\" is not an integer", ds::sdk::ConfigError);
+  CHECK_THROWS_WITH_AS(c.get<int>("lr", 0), "model.lr: 0.5 is not an integer", ds::sdk::ConfigError);
+  CHECK_THROWS_WITH_AS(c.get<bool>("hidden", false), "model.hidden: 64 is not a boolean", ds::sdk::ConfigError);
   ds::sdk::Config big(R"({"n": 300, "neg": -3})");
-  CHECK_THROWS_WITH_AS(big.get<int8_t>("n", 0), "model.n: 300 is not a smaller integer", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(big.get<int8_t>("n", 0), "model.n: 300 is not a smaller integer", ds::sdk::ConfigError);
   CHECK_THROWS_WITH_AS(big.get<uint32_t>("neg", 0), "model.neg: -3 is not a non-negative integer",
-                       std::invalid_argument);
+                       ds::sdk::ConfigError);
   CHECK(big.get<int64_t>("neg", 0) == -3);
-  CHECK_THROWS_WITH_AS(big.get_at_least<int64_t>("neg", 0, 1), "model.neg: -3 is not >= 1", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(big.get_at_least<int64_t>("neg", 0, 1), "model.neg: -3 is not >= 1", ds::sdk::ConfigError);
 }
 
 TEST_CASE("DS_PLUGIN's table: identity and create") {
@@ -109,12 +110,12 @@ TEST_CASE("DS_PLUGIN's table: identity and create") {
   CHECK(std::string(api->name) == "toy");
   void* model = reinterpret_cast<void*>(1);
   char err[40];
-  CHECK(api->create(R"({"sise": 4})", &model, err, sizeof err) == DS_ERROR);
+  CHECK(api->create(R"({"sise": 4})", &model, err, sizeof err) == DS_CONFIG_ERROR);  // a bad model block
   CHECK(model == nullptr);
   CHECK(std::strlen(err) == sizeof err - 1);  // truncated, NUL-terminated
   CHECK(std::string(err).rfind("model.sise: unknown key (did you mean", 0) == 0);
-  CHECK(api->create("{", &model, err, sizeof err) == DS_ERROR);
-  CHECK(api->create("{}", nullptr, err, sizeof err) == DS_ERROR);
+  CHECK(api->create("{", &model, err, sizeof err) == DS_CONFIG_ERROR);
+  CHECK(api->create("{}", nullptr, err, sizeof err) == DS_ERROR);  // not the config's fault
   CHECK(api->create(nullptr, &model, err, sizeof err) == DS_OK);  // NULL config = {}
   api->destroy(model);
 }
