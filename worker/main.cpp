@@ -185,6 +185,9 @@ int train(const WorkerOptions& o) {
                                     plugin->name()));
   }
   const CheckpointConfig& checkpoint = config.checkpoint;
+  if (!checkpoint.dir.empty())  // every rank: each host removes what its own killed saves left
+    for (const std::string& path : ckpt::remove_stale_temporaries(checkpoint.dir))
+      std::fprintf(stderr, "dsworker: removed %s (left by a save that was killed)\n", path.c_str());
   std::optional<std::string> resume_tag;
   if (o.resume != "never") {
     if (checkpoint.dir.empty() && o.resume != "auto")

@@ -2,6 +2,7 @@
 #include "checkpoint/format.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -38,9 +39,20 @@ void fsync_path(const std::string& path, int flags) {
   if (rc != 0) throw CheckpointError(fmt::format("{}: fsync failed: {}", path, std::strerror(errno)));
 }
 
-// Writes bytes to path.tmp.<pid>, fsyncs, renames over path, fsyncs the directory.
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// Whether a process with this pid exists on this host (EPERM: it does, someone else's).
+bool pid_running(long pid) {
+  return pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+// Writes bytes to temporary_name(path), fsyncs, renames over path, fsyncs the directory.
 void write_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const std::string tmp = temporary_name(path);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -69,6 +81,33 @@ T get(const std::string& in, size_t at) {
 }  // namespace
 
 void write_text_atomically(const std::string& path, const std::string& text) { write_atomically(path, text); }
+
+std::string temporary_name(const std::string& path) { return fmt::format("{}.tmp.{}.{}", path, host_name(), ::getpid()); }
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string host = host_name();
+  std::vector<std::string> removed;
+  std::error_code error;
+  std::vector<fs::path> folders = {dir};
+  for (const auto& entry : fs::directory_iterator(dir, error))
+    if (entry.is_directory(error)) folders.push_back(entry.path());
+  for (const fs::path& folder : folders) {
+    for (const auto& entry : fs::directory_iterator(folder, error)) {
+      const std::string name = entry.path().filename().string();
+      const size_t tmp = name.rfind(".tmp.");
+      if (tmp == std::string::npos) continue;
+      const std::string writer = name.substr(tmp + 5);  // "<host>.<pid>"
+      const size_t dot = writer.rfind('.');
+      if (dot == std::string::npos || writer.substr(0, dot) != host) continue;
+      const std::string digits = writer.substr(dot + 1);
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (pid_running(std::stol(digits))) continue;
+      if (fs::remove(entry.path(), error)) removed.push_back(entry.path().string());
+    }
+  }
+  return removed;
+}
 
 void write_checkpoint_file(const std::string& path, const CheckpointFile& file) {
   nlohmann::json header = file.header;

@@ -9,7 +9,9 @@
 //                byte offset from the end of the header, and CRC-32
 //   then         the tensors, float32 little endian
 //
-// Files are written to a temporary name, fsync'ed and renamed, so a file is either whole or absent.
+// Files are written to a temporary name (NAME.tmp.<hostname>.<pid>), fsync'ed and renamed, so a file
+// is either whole or absent; a writer killed before the rename leaves the temporary behind, for
+// remove_stale_temporaries.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
@@ -43,5 +45,14 @@ CheckpointFile read_checkpoint_file(const std::string& path);
 
 // Writes `text` to `path` atomically, like write_checkpoint_file.
 void write_text_atomically(const std::string& path, const std::string& text);
+
+// The temporary name this process writes `path` under: "<path>.tmp.<hostname>.<pid>".
+std::string temporary_name(const std::string& path);
+
+// Deletes the temporaries in `dir` and its subfolders (the tags) that a writer on THIS host left
+// when it died: the hostname in the name is this host's and no process with that pid runs here
+// (this process's own pid counts as running). Another host's temporaries (a shared filesystem) are
+// kept, as are older unnamed-host ones (NAME.tmp.<pid>). Returns the paths deleted.
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 }  // namespace ds::ckpt

@@ -1,8 +1,9 @@
 """Checkpoints through dsrun and dsworker: an interrupted run resumed from `latest` is bit-identical
 to one straight run (fp32 and bf16, ZeRO stages 0-3, 2 ranks); a checkpoint loads at another world
 size and stage; ranks killed with SIGKILL at random moments, saves included, always leave a loadable
-checkpoint; damaged or mismatched checkpoints are clear errors."""
-import json, os, random, signal, subprocess, time
+checkpoint, and the next start removes the temporary files the killed saves left; damaged or
+mismatched checkpoints are clear errors."""
+import json, os, random, signal, socket, subprocess, time
 import pytest
 
 from conftest import ROOT, run
@@ -103,6 +104,26 @@ def test_sigkill_at_random_moments_always_leaves_a_loadable_checkpoint(dsrun, cl
     assert r.returncode == 0, r.stderr
     assert f"global_step{start}: step {start}" in r.stderr
     assert f"saved checkpoint {tmp_path / 'ck'}/global_step{start + 3}" in r.stdout
+    assert list((tmp_path / "ck").rglob("*.tmp.*")) == [], "the killed saves' temporaries were removed"
+
+
+def test_a_start_removes_the_temporaries_that_killed_saves_of_this_host_left(dsrun, clean_env, tmp_path, corpus):
+    cfg = config(tmp_path, corpus, tmp_path / "ck")
+    assert train(dsrun, clean_env, cfg, 5, tmp_path / "m.jsonl").returncode == 0
+    writer = subprocess.Popen(["sleep", "60"])  # stands for a rank SIGKILLed while saving: its pid is dead
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    host, ck, tag = socket.gethostname(), tmp_path / "ck", tmp_path / "ck" / "global_step5"
+    stale = [tag / f"rank_00000_optim_states.dsckpt.tmp.{host}.{writer.pid}", ck / f"latest.tmp.{host}.{writer.pid}"]
+    kept = [tag / f"rank_00001_optim_states.dsckpt.tmp.node-b.{writer.pid}",  # another host's (a shared filesystem)
+            tag / f"model_states.dsckpt.tmp.{host}.{os.getpid()}"]  # its writer is alive
+    for path in stale + kept:
+        path.write_bytes(b"partial")
+    r = train(dsrun, clean_env, cfg, 7, tmp_path / "m.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert [p.exists() for p in stale] == [False, False] and [p.exists() for p in kept] == [True, True]
+    assert f"dsworker: removed {stale[0]} (left by a save that was killed)" in r.stderr
+    assert "global_step5: step 5" in r.stderr  # and the run resumed as usual
 
 
 def test_damaged_or_mismatched_checkpoints_are_clear_errors(dsrun, clean_env, tmp_path, corpus):

@@ -1,10 +1,13 @@
 // Checkpoint files: a round trip keeps every value and header key; every kind of damage (a flipped
 // byte in a tensor or the header, truncation, another format version, no magic) is an error naming
-// the file and the problem; writes leave no temporary file.
+// the file and the problem; writes leave no temporary file; the temporaries a dead writer of this
+// host left are removed, those of live writers and of other hosts are kept.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -84,4 +87,39 @@ TEST_CASE("checkpoint file: damage is reported with the file and what is wrong")
   patch(path, 0, "XX");
   CHECK(read_error(path) == path + ": not a dsrun checkpoint file (no DSCKPT magic)");
   CHECK(read_error((dir.path / "none").string()).starts_with((dir.path / "none").string() + ": cannot open"));
+}
+
+TEST_CASE("checkpoint file: temporaries left by dead writers of this host are removed and no others") {
+  TempDir dir;
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof(host) - 1) == 0);
+  const std::string mine = (dir.path / "latest").string();
+  CHECK(ds::ckpt::temporary_name(mine) == mine + ".tmp." + host + "." + std::to_string(::getpid()));
+
+  const pid_t child = ::fork();  // a writer that has died: its pid runs nothing now
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  const std::string dead = std::to_string(child), live = std::to_string(::getpid());
+  fs::create_directories(dir.path / "global_step3");
+  const fs::path tag = dir.path / "global_step3";
+  const std::vector<fs::path> stale = {dir.path / ("latest.tmp." + std::string(host) + "." + dead),
+                                       tag / ("rank_00000_optim_states.dsckpt.tmp." + std::string(host) + "." + dead)};
+  const std::vector<fs::path> kept = {
+      tag / ("model_states.dsckpt.tmp." + std::string(host) + "." + live),            // its writer runs
+      tag / ("rank_00001_optim_states.dsckpt.tmp.other-host." + dead),                  // another host's
+      tag / ("rank_00002_optim_states.dsckpt.tmp." + dead),                             // no host in the name
+      tag / ("rank_00003_optim_states.dsckpt.tmp." + std::string(host) + ".x" + dead),  // not a pid
+      tag / "rank_00000_optim_states.dsckpt", dir.path / "latest"};
+  for (const auto& p : stale) std::ofstream(p) << "partial";
+  for (const auto& p : kept) std::ofstream(p) << "x";
+
+  std::vector<std::string> removed = ds::ckpt::remove_stale_temporaries(dir.path.string());
+  std::sort(removed.begin(), removed.end());
+  std::vector<std::string> expected = {stale[0].string(), stale[1].string()};
+  std::sort(expected.begin(), expected.end());
+  CHECK(removed == expected);
+  for (const auto& p : stale) CHECK_FALSE(fs::exists(p));
+  for (const auto& p : kept) CHECK(fs::exists(p));
+  CHECK(ds::ckpt::remove_stale_temporaries((dir.path / "none").string()).empty());  // no folder: nothing to do
 }
