@@ -216,6 +216,16 @@ int train(const WorkerOptions& o) {
                            static_cast<long long>(steps));
   }
   const int64_t tokens_per_step = engine.global_batch() * data.tokens_per_sample;
+  if (resume_tag && engine.steps_taken() >= steps) {  // the job is already done: say so, train nothing
+    if (lead)
+      std::printf("checkpoint %s/%s is at step %lld >= %s: nothing to train\n", checkpoint.dir.c_str(),
+                  resume_tag->c_str(), static_cast<long long>(engine.steps_taken()),
+                  (o.steps    ? fmt::format("--steps {}", steps)
+                   : o.epochs ? fmt::format("--epochs {} ({} steps)", *o.epochs, steps)
+                              : fmt::format("1 epoch, the default ({} steps)", steps)).c_str());
+    group->barrier();  // nobody tears the store down while a peer still needs it
+    return 0;
+  }
   if (lead) {
     MemoryReport m = engine.memory();
     std::fprintf(stderr,

@@ -1,8 +1,8 @@
 """Checkpoints through dsrun and dsworker: an interrupted run resumed from `latest` is bit-identical
 to one straight run (fp32 and bf16, ZeRO stages 0-3, 2 ranks); a checkpoint loads at another world
 size and stage; ranks killed with SIGKILL at random moments, saves included, always leave a loadable
-checkpoint, and the next start removes the temporary files the killed saves left; damaged or
-mismatched checkpoints are clear errors."""
+checkpoint, and the next start removes the temporary files the killed saves left; a run resumed at
+or past its --steps trains nothing and says so; damaged or mismatched checkpoints are clear errors."""
 import json, os, random, signal, socket, subprocess, time
 import pytest
 
@@ -124,6 +124,20 @@ def test_a_start_removes_the_temporaries_that_killed_saves_of_this_host_left(dsr
     assert [p.exists() for p in stale] == [False, False] and [p.exists() for p in kept] == [True, True]
     assert f"dsworker: removed {stale[0]} (left by a save that was killed)" in r.stderr
     assert "global_step5: step 5" in r.stderr  # and the run resumed as usual
+
+
+def test_a_run_resumed_at_or_past_its_steps_trains_nothing_and_says_so(dsrun, clean_env, tmp_path, corpus):
+    cfg = config(tmp_path, corpus, tmp_path / "ck")
+    assert train(dsrun, clean_env, cfg, 10, tmp_path / "m.jsonl").returncode == 0
+    metrics, tags = (tmp_path / "m.jsonl").read_text(), sorted(os.listdir(tmp_path / "ck"))
+    for steps in (10, 4):
+        r = train(dsrun, clean_env, cfg, steps, tmp_path / "m.jsonl")
+        assert r.returncode == 0, r.stderr
+        assert (f"checkpoint {tmp_path / 'ck'}/global_step10 is at step 10 >= --steps {steps}: nothing to train"
+                in r.stdout), r.stdout
+        assert "done:" not in r.stdout and "saved checkpoint" not in r.stdout
+        assert (tmp_path / "m.jsonl").read_text() == metrics  # nothing appended
+        assert sorted(os.listdir(tmp_path / "ck")) == tags
 
 
 def test_damaged_or_mismatched_checkpoints_are_clear_errors(dsrun, clean_env, tmp_path, corpus):
