@@ -81,6 +81,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   e.grad_storage = storage_of(c.grad_accum_dtype);
   if (c.fp16.enabled) e.loss_scaling = loss_scaler_config(c.fp16);
   e.cast_inputs = c.fp16.enabled && c.fp16.auto_cast;
+  e.skip_overflow_steps = c.bf16.enabled && c.bf16.check_grad_overflow;
   e.recompute = c.activation_checkpointing.present;
   e.seed = seed;
   return e;
@@ -282,9 +283,12 @@ int train(const WorkerOptions& o) {
     last_loss = stats.loss;
     if (lead) {
       metrics->write(stats, stats.step * engine.global_batch());
-      if (stats.skipped)
+      if (stats.skipped && config.fp16.enabled)
         std::printf("step %lld: overflow, skipping; loss scale %s -> %s\n", static_cast<long long>(stats.step),
                     fmt::format("{}", stats.loss_scale).c_str(), fmt::format("{}", engine.loss_scale()).c_str());
+      else if (stats.skipped)
+        std::printf("step %lld: overflow (gradient norm %g), skipping\n", static_cast<long long>(stats.step),
+                    stats.grad_norm);
       if (every > 0 && (stats.step % every == 0 || stats.step == steps)) {
         Progress p{stats.step, steps, total_seconds, 0.0, data.tokens_per_sample > 0 ? "tokens" : "samples"};
         p.rate = interval_seconds > 0 ? static_cast<double>(interval_samples) / interval_seconds *
@@ -315,8 +319,10 @@ int train(const WorkerOptions& o) {
     line += fmt::format(" | {} samples/s", format_rate(per_sec));
     if (data.tokens_per_sample > 0)
       line += fmt::format(" | {} tokens/s", format_rate(per_sec * static_cast<double>(data.tokens_per_sample)));
-    if (engine.skipped_steps() > 0)
+    if (engine.skipped_steps() > 0 && config.fp16.enabled)
       line += fmt::format(" | {} skipped on overflow, loss scale {}", engine.skipped_steps(), engine.loss_scale());
+    else if (engine.skipped_steps() > 0)
+      line += fmt::format(" | {} skipped on overflow", engine.skipped_steps());
     std::printf("%s\n", line.c_str());
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());

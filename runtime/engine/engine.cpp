@@ -487,7 +487,11 @@ StepStats Engine::step() {
   const int64_t within = steps_ % steps_per_epoch_;
   const int64_t mb = config_.micro_batch;
   const double scale = loss_scale();
-  grads_->begin_step();
+  const uint64_t sent_before = group_.comms().sent_bytes();
+  const bool averaged = optimizer_->wants_averaged_gradients(updates_ + 1);
+  if (!averaged && config_.zero_stage != 0)
+    throw std::logic_error("engine: an optimizer that averages its own gradients needs ZeRO stage 0");
+  grads_->begin_step(averaged);
 
   ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape)};
   ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape)};
@@ -503,7 +507,7 @@ StepStats Engine::step() {
     backward(batch, m == config_.grad_accum - 1, scale);
   }
   grads_->finish();
-  const double norm = gradient_norm() / scale;
+  const double norm = gradient_norm(averaged) / scale;
   ++steps_;
   StepStats stats;
   stats.step = steps_;
@@ -512,9 +516,10 @@ StepStats Engine::step() {
   stats.loss_scale = scale;
   stats.lr = schedule_->lr(updates_ + 1);
   const bool overflow = !std::isfinite(norm);
-  if (overflow && !scaler_)
+  if (overflow && !scaler_ && !config_.skip_overflow_steps)
     throw std::runtime_error(fmt::format("step {}: the gradient norm is {}; {} training has no loss scaling to skip "
-                                         "such a step (fp16 has); stopping",
+                                         "such a step (fp16 has; bf16 skips it with bf16.check_grad_overflow); "
+                                         "stopping",
                                          steps_, norm, storage_name(config_.precision)));
   if (scaler_) {
     try {
@@ -522,6 +527,8 @@ StepStats Engine::step() {
     } catch (const std::runtime_error& e) {
       throw std::runtime_error(fmt::format("step {}: {}", steps_, e.what()));
     }
+  } else {
+    stats.skipped = overflow;
   }
   if (!stats.skipped) update(norm, scale, stats.lr);
   else if (fetcher_) fetcher_->end_step();
@@ -530,6 +537,8 @@ StepStats Engine::step() {
   if (group_.size() > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
   stats.loss = loss;
   stats.samples = global_batch();
+  stats.averaged = averaged;
+  stats.sent_bytes = group_.comms().sent_bytes() - sent_before;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
@@ -537,9 +546,12 @@ StepStats Engine::step() {
 // The global L2 norm of the averaged (still loss-scaled) gradient: this rank's sum of squares over
 // what it owns, summed across ranks when partitioned. Non-finite when any rank holds a non-finite
 // gradient, so every rank takes the same decision on overflow without another collective.
-double Engine::gradient_norm() {
+// Unaveraged gradients: √(Σ_ranks ‖gᵣ‖² / W), one 8-byte all-reduce, for the same reason.
+double Engine::gradient_norm(bool averaged) {
   double sum_sq = grads_->owned_sum_of_squares();
-  if (config_.zero_stage >= 1 && group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
+  if ((config_.zero_stage >= 1 || !averaged) && group_.size() > 1)
+    group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
+  if (!averaged) sum_sq /= group_.size();
   return std::sqrt(sum_sq);
 }
 
@@ -603,6 +615,7 @@ MemoryReport Engine::memory() const {
   if (fetcher_) r.params += fetcher_->pooled_bytes() + fetcher_->persistent_bytes();
   r.grads = grads_->bytes();
   for (auto& [name, buffer] : optimizer_->state()) r.optimizer_state += buffer->size() * sizeof(float);
+  r.optimizer_state += optimizer_->extra_bytes();
   r.optimizer_state += master_.size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
   r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_.size() + shared_workspace_.size() +

@@ -64,6 +64,8 @@ struct EngineConfig {
   amp::Storage grad_storage = amp::Storage::F32;  // gradient accumulation and reduction (grad_accum_dtype)
   std::optional<amp::LossScalerConfig> loss_scaling;  // fp16; none: scale 1, a non-finite gradient stops
   bool cast_inputs = false;                 // round floating inputs to `precision` (fp16.auto_cast)
+  bool skip_overflow_steps = false;         // without loss scaling, a non-finite gradient skips the step
+                                            // (bf16.check_grad_overflow) instead of stopping the run
   bool recompute = false;                   // activation checkpointing: one workspace shared by all
                                             // layers, each layer's forward re-run just before its backward
   uint64_t seed = 42;                       // parameter init and data order

@@ -126,3 +126,21 @@ def test_every_problem_of_a_config_in_one_run_with_its_line(clean_env, tmp_path)
         ], r.stderr
         assert f"dsworker: warning: {path}:7: cuda_visible_devices: unknown key, ignored as DeepSpeed does" in r.stderr
         assert f"dsworker: 7 errors in {path}" in r.stderr
+
+
+def test_bf16_skips_a_non_finite_step_unless_check_grad_overflow_is_off(clean_env, tmp_path):
+    """DeepSpeed >= 0.19.3: bf16.check_grad_overflow defaults to true and skips such a step; off, dsworker
+    stops (DeepSpeed would apply the non-finite update)."""
+    with open(os.path.join(ROOT, "configs", "bf16.json")) as f:
+        cfg = json.load(f)
+    cfg["model"]["inject_nonfinite_grad_steps"] = [3, 4]
+    m = tmp_path / "m.jsonl"
+    r = run([DSWORKER, "--model", "mlp", "--config", write(tmp_path, "on.json", cfg), "--steps", "6", "--metrics", str(m)],
+            clean_env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [row["step"] for row in metrics(m) if row["skipped"]] == [3, 4]
+    assert "step 3: overflow (gradient norm inf), skipping" in r.stdout and "2 skipped on overflow" in r.stdout
+    cfg["bf16"]["check_grad_overflow"] = False
+    r = run([DSWORKER, "--model", "mlp", "--config", write(tmp_path, "off.json", cfg), "--steps", "6"], clean_env,
+            timeout=60)
+    assert r.returncode == 1 and "step 3: the gradient norm is inf; bf16 training has no loss scaling" in r.stderr

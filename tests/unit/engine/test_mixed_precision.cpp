@@ -1,9 +1,11 @@
 // Mixed precision: fp16 (loss scaling) and bf16 at every ZeRO stage on 1-4 ranks track the fp32
 // run, with the ranks identical after every step; fp16 overflows skip steps as DeepSpeed's ZeRO
-// scaler does; a non-finite gradient without loss scaling stops training.
+// scaler does; a non-finite gradient without loss scaling stops training, or skips the step in
+// bf16 with check_grad_overflow.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "engine_test_util.h"
@@ -145,12 +147,26 @@ TEST_CASE("fp16: an overflow at the minimum loss scale stops training with the s
   CHECK_THROWS_WITH(run_training(spec), doctest::Contains("step 4: fp16: a gradient overflowed at the minimum loss scale 2"));
 }
 
-TEST_CASE("bf16: a non-finite gradient stops training (no loss scaling to skip it)") {
+TEST_CASE("bf16: a non-finite gradient stops training without check_grad_overflow") {
   RunSpec spec;
   spec.model = kInjected;
   spec.steps = 5;
   spec.tweak = precision(amp::Storage::BF16);
   CHECK_THROWS_WITH(run_training(spec), doctest::Contains("step 3: the gradient norm is inf; bf16 training has no loss scaling"));
+}
+
+TEST_CASE("bf16: with check_grad_overflow a non-finite gradient skips the step") {
+  RunSpec spec;
+  spec.model = kInjected;  // +inf in a gradient at step 3
+  spec.tweak = [](EngineConfig& e) {
+    precision(amp::Storage::BF16)(e);
+    e.skip_overflow_steps = true;
+  };
+  spec.steps = 6;
+  const Run run = run_training(spec);  // +inf at steps 3, 4 and 5
+  REQUIRE(run.steps.size() == 6);
+  for (size_t s = 0; s < 6; ++s) CHECK(run.steps[s].skipped == (s >= 2 && s <= 4));
+  for (float p : run.params) REQUIRE(std::isfinite(p));  // nothing non-finite reached the weights
 }
 
 // DeepSpeed unscales a step's gradients with the scale after its update, so on a step where the
