@@ -176,7 +176,7 @@ int train(const WorkerOptions& o) {
   TrainingData data = load_training_data(config, *plugin);
   const uint64_t seed = o.seed.value_or(config.seed);
   Engine engine(engine_config(config, seed), *plugin, *group,
-                [&](size_t n, NormReducer reducer) { return make_optimizer(config.optimizer, n, reducer); },
+                [&](size_t n, NormReducer reducer) { return make_optimizer(config.optimizer, n, reducer, group.get()); },
                 make_lr_schedule(config.scheduler, config.optimizer.lr), data.train.get());
   std::optional<SampleConfig> sample;
   if (!config.sample.empty()) {

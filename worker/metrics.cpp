@@ -46,7 +46,8 @@ void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
     nlohmann::ordered_json j = {{"step", s.step},   {"epoch", s.epoch},         {"loss", s.loss},
                                 {"lr", s.lr},       {"grad_norm", s.grad_norm}, {"samples_per_sec", samples_per_sec},
                                 {"samples", global_samples}, {"loss_scale", s.loss_scale},
-                                {"skipped", s.skipped}};
+                                {"skipped", s.skipped}, {"sent_bytes", s.sent_bytes},
+                                {"averaged_gradients", s.averaged}};
     if (tokens_per_sample_ > 0) j["tokens_per_sec"] = samples_per_sec * static_cast<double>(tokens_per_sample_);
     *jsonl_ << j.dump() << "\n";
   }

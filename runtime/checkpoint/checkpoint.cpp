@@ -88,6 +88,11 @@ std::string save_checkpoint(Engine& engine, ProcessGroup& group, const std::stri
       model.header["loss_scaler"] = {{"scale", shard.scaler->scale}, {"iteration", shard.scaler->iteration},
                                      {"last_overflow", shard.scaler->last_overflow},
                                      {"hysteresis_left", shard.scaler->hysteresis_left}};
+    if (!shard.scalars.empty()) {
+      nlohmann::json scalars = nlohmann::json::array();
+      for (const auto& [name, values] : shard.scalars) scalars.push_back({{"name", name}, {"values", values}});
+      model.header["optimizer_scalars"] = scalars;
+    }
     write_checkpoint_file(model_file(dir, tag), model);
   }
   group.barrier();  // every rank's files are durable before `latest` names them
@@ -127,6 +132,9 @@ LoadedCheckpoint read_checkpoint(const std::string& dir, const std::string& tag)
       state.scaler = amp::LossScaler::State{s.at("scale").get<double>(), s.at("iteration").get<int64_t>(),
                                             s.at("last_overflow").get<int64_t>(), s.at("hysteresis_left").get<int64_t>()};
     }
+    if (h.contains("optimizer_scalars"))
+      for (const auto& entry : h["optimizer_scalars"])
+        state.scalars.emplace_back(entry.at("name").get<std::string>(), entry.at("values").get<std::vector<double>>());
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(fmt::format("{}: malformed header: {}", model_path, e.what()));
   }

@@ -1,6 +1,7 @@
 // Saving and loading training checkpoints (README.md in this folder). Layout, like DeepSpeed's:
 //   DIR/<tag>/model_states.dsckpt        rank 0: the run's shape (parameters, world size, stage,
-//                                        precision), step counters and loss scaler
+//                                        precision), step counters, loss scaler and the optimizer's
+//                                        per-tensor numbers (1-bit LAMB's)
 //   DIR/<tag>/rank_<r>_optim_states.dsckpt  each writing rank: its partition of the fp32 master
 //                                        weights and of every optimizer state buffer
 //   DIR/latest                           the newest complete tag, e.g. "global_step200"

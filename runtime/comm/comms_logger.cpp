@@ -30,6 +30,14 @@ CommStats CommsLogger::stats(const std::string& op) const {
   return total;
 }
 
+uint64_t CommsLogger::sent_bytes() const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [op, sizes] : ops_)
+    for (const auto& [size, s] : sizes) total += s.sent_bytes;
+  return total;
+}
+
 void CommsLogger::reset() {
   std::lock_guard lock(mutex_);
   ops_.clear();

@@ -26,6 +26,7 @@ class CommsLogger {
   void record(const std::string& op, uint64_t bytes, uint64_t sent_bytes, double ms);
   // Totals for one collective name ("allreduce", "reduce_scatter", ...); zeros if never called.
   CommStats stats(const std::string& op) const;
+  uint64_t sent_bytes() const;  // summed over every collective
   // A table per collective and message size, in DeepSpeed's log_summary layout plus a column for
   // the bytes sent; bandwidths in Gbit/s (tput = bytes/time, busbw = sent_bytes/time).
   std::string summary() const;

@@ -30,8 +30,8 @@ std::string_view dtype_name(Dtype dtype);  // "fp32", "fp16", "bf16"
 
 // ---- optimizer ---------------------------------------------------------------------------------
 
-enum class OptimizerType { Adam, AdamW, SGD, Lamb };
-std::string_view optimizer_type_name(OptimizerType type);  // "Adam", "AdamW", "SGD", "Lamb"
+enum class OptimizerType { Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
+std::string_view optimizer_type_name(OptimizerType type);  // "Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", …
 
 // FusedAdam / DeepSpeedCPUAdam (reference §4.2).
 struct AdamParams {
@@ -59,10 +59,46 @@ struct LambParams {
   double max_coeff = 10.0, min_coeff = 0.01;  // clamp of the per-tensor trust ratio
 };
 
+// The communication-compressed optimizers (DeepSpeed's fp16/onebit/*.py; runtime/optim/onebit_*.h,
+// zero_one_adam.h have the update rules). Common to the three: no bias correction (bias_correction
+// and eps_inside_sqrt are accepted and unused, as in DeepSpeed), ZeRO stage 0 only, and cuda_aware /
+// comm_backend_name accepted and ignored (dsworker compresses over its Gloo group).
+struct CompressedCommParams {
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;               // added to the update: u + wd·p
+  bool cuda_aware = false;                 // ignored
+  std::string comm_backend_name = "nccl";  // ignored; one of nccl, mpi, hccl, compressed
+};
+
+// 1-bit Adam: Adam (frozen variance after the warm-up) with 1-bit compressed momentum.
+struct OneBitAdamParams : CompressedCommParams {
+  int64_t freeze_step = 100000;  // warm-up steps with the engine's full gradient all-reduce
+};
+
+// 0/1 Adam: variance updated at exponentially sparser steps, then frozen; after that, local steps
+// with a 1-bit momentum sync at exponentially sparser steps.
+struct ZeroOneAdamParams : CompressedCommParams {
+  int64_t var_freeze_step = 100000;   // the variance is frozen after this step
+  int64_t var_update_scaler = 16;     // variance updates before their interval doubles
+  int64_t local_step_scaler = 32678;  // steps before the sync interval doubles (DeepSpeed's value, sic)
+  int64_t local_step_clipper = 16;    // largest sync interval
+};
+
+// 1-bit LAMB: LAMB during the warm-up, then a frozen trust ratio scaled per step, 1-bit momentum.
+struct OneBitLambParams : CompressedCommParams {
+  int64_t freeze_step = 100000;
+  double max_coeff = 10.0, min_coeff = 0.01;  // clamp of the warm-up trust ratio
+  double coeff_beta = 0.9;                    // EMA of the trust ratio frozen for the compression stage
+  double factor_max = 4.0, factor_min = 0.5;  // clamp of the compression-stage scaling factor
+  double factor_threshold = 0.1;              // its largest relative change per step
+};
+
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::Adam;
   double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it
-  std::variant<AdamParams, SgdParams, LambParams> params;  // AdamParams for Adam and AdamW
+  // AdamParams for Adam and AdamW
+  std::variant<AdamParams, SgdParams, LambParams, OneBitAdamParams, ZeroOneAdamParams, OneBitLambParams> params;
   bool legacy_fusion = false;    // accepted; no effect in dsworker
 };
 

@@ -166,6 +166,7 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   // BF16_Optimizer reduces its fp32 accumulators in fp32 too).
   c.communication_data_type = comm_dtype.value_or(c.grad_accum_dtype);
   check_support(c, ctx);
+  guard([&] { check_optimizer_fits(ctx, c); });
   c.warnings = ctx.warnings;
   c.notes = ctx.notes;
   if (!ctx.errors.empty()) throw ConfigErrors(ctx.errors, ctx.warnings);

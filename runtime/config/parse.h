@@ -15,6 +15,9 @@ DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size);
 
 // nullopt when the section is absent (the caller refuses that after the unknown-key check).
 std::optional<OptimizerConfig> parse_optimizer(Section& top);
+// The optimizer's demands on other sections (the 1-bit optimizers: ZeRO stage 0, and for 1-bit
+// LAMB under fp16 a dynamic loss scale), once every section is parsed.
+void check_optimizer_fits(Context& ctx, const DsConfig& config);
 // `optimizer` decides whether OneCycle can cycle momentum (only optimizers with betas).
 std::optional<SchedulerConfig> parse_scheduler(Section& top, const std::optional<OptimizerConfig>& optimizer);
 ZeroConfig parse_zero(Section& top);

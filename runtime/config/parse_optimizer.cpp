@@ -1,24 +1,30 @@
 // The `optimizer` section: type (DeepSpeed's names case-insensitively, torch's exactly) and the
-// constructor keyword arguments of FusedAdam / torch.optim.SGD / FusedLamb (reference §2.5, §4).
+// constructor keyword arguments of FusedAdam / torch.optim.SGD / FusedLamb (reference §2.5, §4) and
+// of DeepSpeed's OnebitAdam / ZeroOneAdam / OnebitLamb (fp16/onebit/*.py); and the checks those
+// three make against other sections (ZeRO stage 0, 1-bit LAMB's dynamic loss scale).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "config/parse.h"
 
 namespace ds::cfg {
 namespace {
 
-const std::vector<std::string> kSupported = {"Adam", "AdamW", "SGD", "Lamb"};
+const std::vector<std::string> kSupported = {"Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
-  if (!name) s.fail("type", "missing (one of Adam, AdamW, SGD, Lamb)");
+  if (!name) s.fail("type", "missing (one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   // DeepSpeed lower-cases its own optimizer names; anything else is a torch.optim class name,
   // which is case-sensitive ("SGD").
   std::string lower = to_lower(*name);
   if (lower == "adam") return OptimizerType::Adam;
   if (lower == "adamw") return OptimizerType::AdamW;
   if (lower == "lamb") return OptimizerType::Lamb;
+  if (lower == "onebitadam") return OptimizerType::OneBitAdam;
+  if (lower == "zerooneadam") return OptimizerType::ZeroOneAdam;
+  if (lower == "onebitlamb") return OptimizerType::OneBitLamb;
   if (*name == "SGD") return OptimizerType::SGD;
-  s.fail("type", fmt::format("\"{}\" is not supported by dsworker (supported: Adam, AdamW, SGD, Lamb){}", *name,
+  s.fail("type", fmt::format("\"{}\" is not supported by dsworker (supported: {}){}", *name, fmt::join(kSupported, ", "),
                              did_you_mean(*name, kSupported)));
 }
 
@@ -89,7 +95,81 @@ LambParams parse_lamb(Section& p) {
   return l;
 }
 
+int64_t count_at_least(Section& p, const char* key, int64_t fallback, int64_t min) {
+  const int64_t v = p.integer(key, fallback);
+  p.at_least(key, static_cast<double>(v), static_cast<double>(min));
+  return v;
+}
+
+// The keys the three 1-bit optimizers share. `name` is DeepSpeed's class, for messages.
+void parse_compressed_common(Section& p, CompressedCommParams& c, const char* name) {
+  std::tie(c.beta1, c.beta2) = parse_betas(p, {c.beta1, c.beta2});
+  c.eps = non_negative(p, "eps", c.eps);
+  c.weight_decay = non_negative(p, "weight_decay", c.weight_decay);
+  p.flag("bias_correction", true);   // DeepSpeed stores both and never reads them: no bias correction,
+  p.flag("eps_inside_sqrt", false);  // eps outside the square root
+  if (p.flag("amsgrad", false)) p.fail("amsgrad", fmt::format("true is not supported ({} has no AMSGrad variant)", name));
+  const char* ignored = "ignored: dsworker compresses over its own Gloo process group";
+  c.cuda_aware = p.flag("cuda_aware", c.cuda_aware);
+  if (p.has("cuda_aware")) p.warn("cuda_aware", ignored);
+  static const std::vector<std::string> kBackends = {"nccl", "mpi", "hccl", "compressed"};
+  c.comm_backend_name = kBackends[p.choice("comm_backend_name", kBackends, 0)];
+  if (p.has("comm_backend_name")) p.warn("comm_backend_name", ignored);
+}
+
+OneBitAdamParams parse_onebit_adam(Section& p) {
+  OneBitAdamParams a;
+  parse_compressed_common(p, a, "OnebitAdam");
+  a.freeze_step = count_at_least(p, "freeze_step", a.freeze_step, 0);
+  return a;
+}
+
+ZeroOneAdamParams parse_zero_one_adam(Section& p) {
+  ZeroOneAdamParams z;
+  parse_compressed_common(p, z, "ZeroOneAdam");
+  z.var_freeze_step = count_at_least(p, "var_freeze_step", z.var_freeze_step, 0);
+  z.var_update_scaler = count_at_least(p, "var_update_scaler", z.var_update_scaler, 1);
+  z.local_step_scaler = count_at_least(p, "local_step_scaler", z.local_step_scaler, 1);
+  z.local_step_clipper = count_at_least(p, "local_step_clipper", z.local_step_clipper, 1);
+  return z;
+}
+
+OneBitLambParams parse_onebit_lamb(Section& p) {
+  OneBitLambParams l;
+  parse_compressed_common(p, l, "OnebitLamb");
+  l.freeze_step = count_at_least(p, "freeze_step", l.freeze_step, 0);
+  l.max_coeff = non_negative(p, "max_coeff", l.max_coeff);
+  l.min_coeff = non_negative(p, "min_coeff", l.min_coeff);
+  if (l.min_coeff > l.max_coeff)
+    p.fail("min_coeff", fmt::format("{} is larger than max_coeff {}", l.min_coeff, l.max_coeff));
+  l.coeff_beta = non_negative(p, "coeff_beta", l.coeff_beta);
+  if (l.coeff_beta >= 1.0) p.fail("coeff_beta", fmt::format("{} must be < 1", l.coeff_beta));
+  l.factor_max = non_negative(p, "factor_max", l.factor_max);
+  l.factor_min = non_negative(p, "factor_min", l.factor_min);
+  if (l.factor_min > l.factor_max)
+    p.fail("factor_min", fmt::format("{} is larger than factor_max {}", l.factor_min, l.factor_max));
+  l.factor_threshold = non_negative(p, "factor_threshold", l.factor_threshold);
+  return l;
+}
+
+bool compressed(OptimizerType t) {
+  return t == OptimizerType::OneBitAdam || t == OptimizerType::ZeroOneAdam || t == OptimizerType::OneBitLamb;
+}
+
 }  // namespace
+
+void check_optimizer_fits(Context& ctx, const DsConfig& c) {
+  const OptimizerType type = c.optimizer.type;
+  if (!compressed(type)) return;
+  const std::string_view name = optimizer_type_name(type);
+  if (c.zero_optimization.stage != 0)
+    ctx.fail("zero_optimization.stage",
+             fmt::format("{}: optimizer {} needs stage 0 (it compresses the whole momentum on every rank; DeepSpeed "
+                         "refuses ZeRO with it too)", c.zero_optimization.stage, name));
+  if (type == OptimizerType::OneBitLamb && c.fp16.enabled && c.fp16.loss_scale != 0.0)
+    ctx.fail("fp16.loss_scale", fmt::format("{}: optimizer OneBitLamb needs dynamic loss scaling (loss_scale 0), as "
+                                            "DeepSpeed", c.fp16.loss_scale));
+}
 
 std::optional<OptimizerConfig> parse_optimizer(Section& top) {
   if (!top.has("optimizer")) return std::nullopt;
@@ -108,6 +188,9 @@ std::optional<OptimizerConfig> parse_optimizer(Section& top) {
     case OptimizerType::AdamW: c.params = parse_adam(p, c.type); break;
     case OptimizerType::SGD: c.params = parse_sgd(p); break;
     case OptimizerType::Lamb: c.params = parse_lamb(p); break;
+    case OptimizerType::OneBitAdam: c.params = parse_onebit_adam(p); break;
+    case OptimizerType::ZeroOneAdam: c.params = parse_zero_one_adam(p); break;
+    case OptimizerType::OneBitLamb: c.params = parse_onebit_lamb(p); break;
   }
   p.finish();
   return c;

@@ -23,6 +23,38 @@ ojson or_null(const std::optional<T>& v) {
   return v ? ojson(*v) : ojson(nullptr);
 }
 
+// The 1-bit optimizers' keys (one overload each; the others never reach it).
+void compressed_json(const CompressedCommParams& c, ojson& p) {
+  p["betas"] = {c.beta1, c.beta2};
+  p["eps"] = c.eps;
+  p["weight_decay"] = c.weight_decay;
+  p["cuda_aware"] = c.cuda_aware;
+  p["comm_backend_name"] = c.comm_backend_name;
+}
+void compressed_json(const OneBitAdamParams& a, ojson& p) {
+  compressed_json(static_cast<const CompressedCommParams&>(a), p);
+  p["freeze_step"] = a.freeze_step;
+}
+void compressed_json(const ZeroOneAdamParams& z, ojson& p) {
+  compressed_json(static_cast<const CompressedCommParams&>(z), p);
+  p["var_freeze_step"] = z.var_freeze_step;
+  p["var_update_scaler"] = z.var_update_scaler;
+  p["local_step_scaler"] = z.local_step_scaler;
+  p["local_step_clipper"] = z.local_step_clipper;
+}
+void compressed_json(const OneBitLambParams& l, ojson& p) {
+  compressed_json(static_cast<const CompressedCommParams&>(l), p);
+  p["freeze_step"] = l.freeze_step;
+  p["max_coeff"] = l.max_coeff;
+  p["min_coeff"] = l.min_coeff;
+  p["coeff_beta"] = l.coeff_beta;
+  p["factor_max"] = l.factor_max;
+  p["factor_min"] = l.factor_min;
+  p["factor_threshold"] = l.factor_threshold;
+}
+template <typename Other>
+void compressed_json(const Other&, ojson&) {}
+
 ojson optimizer_json(const OptimizerConfig& o) {
   ojson p = {{"lr", o.lr}};
   if (const auto* a = std::get_if<AdamParams>(&o.params)) {
@@ -45,6 +77,8 @@ ojson optimizer_json(const OptimizerConfig& o) {
     p["bias_correction"] = l->bias_correction;
     p["max_coeff"] = l->max_coeff;
     p["min_coeff"] = l->min_coeff;
+  } else {
+    std::visit([&](const auto& c) { compressed_json(c, p); }, o.params);
   }
   return {{"type", optimizer_type_name(o.type)}, {"params", p}, {"legacy_fusion", o.legacy_fusion}};
 }
@@ -145,6 +179,9 @@ std::string_view optimizer_type_name(OptimizerType type) {
     case OptimizerType::AdamW: return "AdamW";
     case OptimizerType::SGD: return "SGD";
     case OptimizerType::Lamb: return "Lamb";
+    case OptimizerType::OneBitAdam: return "OneBitAdam";
+    case OptimizerType::ZeroOneAdam: return "ZeroOneAdam";
+    case OptimizerType::OneBitLamb: return "OneBitLamb";
   }
   return "?";
 }

@@ -42,6 +42,7 @@ TrainingState Engine::checkpoint_shard() {
                     buffer->begin() + static_cast<std::ptrdiff_t>(run.part + run.size));
     s.tensors.emplace_back(name, std::move(values));
   }
+  for (const auto& [name, values] : optimizer_->scalar_state()) s.scalars.emplace_back(name, *values);
   return s;
 }
 
@@ -57,6 +58,14 @@ void Engine::restore(const TrainingState& state) {
     if (values.size() != num_params_)
       throw ConfigError(fmt::format("checkpoint: {} has {} elements, but the model has {} parameters", name,
                                     values.size(), num_params_));
+  auto scalars = optimizer_->scalar_state();
+  std::vector<std::string> want_scalars, have_scalars;
+  for (const auto& entry : scalars) want_scalars.push_back(entry.first);
+  for (const auto& entry : state.scalars) have_scalars.push_back(entry.first);
+  if (want_scalars != have_scalars)
+    throw ConfigError(fmt::format("checkpoint: it holds per-tensor values [{}], but this run's optimizer needs [{}] "
+                                  "(a different optimizer type?)", fmt::join(have_scalars, ", "),
+                                  fmt::join(want_scalars, ", ")));
   if (state.scaler.has_value() != scaler_.has_value())
     throw ConfigError(fmt::format("checkpoint: saved {} loss scaling, but this run has {}",
                                   state.scaler ? "with" : "without", scaler_ ? "fp16 loss scaling" : "none"));
@@ -90,6 +99,8 @@ void Engine::restore(const TrainingState& state) {
   steps_ = state.steps;
   updates_ = state.updates;
   if (scaler_) scaler_->restore(*state.scaler);
+  for (size_t k = 0; k < scalars.size(); ++k) *scalars[k].second = state.scalars[k].second;
+  optimizer_->restored();
   if (fetcher_) fetcher_->end_step();
 }
 

@@ -87,11 +87,14 @@ struct StepStats {
   int64_t epoch = 0;
   double loss = 0.0;         // mean over micro-batches and ranks
   double lr = 0.0;           // learning rate applied at this step
-  double grad_norm = 0.0;    // global L2 norm of the averaged (unscaled) gradient, before clipping
+  double grad_norm = 0.0;    // global L2 norm of the averaged (unscaled) gradient, before clipping;
+                             // unaveraged (see step()): √(Σ_ranks ‖own gradient‖² / W)
   double loss_scale = 1.0;   // the loss scale this step's backward used (1 without fp16)
   bool skipped = false;      // fp16 overflow: the step applied no update
   double seconds = 0.0;      // wall time of the step on this rank
   int64_t samples = 0;       // samples in the global batch
+  uint64_t sent_bytes = 0;   // payload this rank sent during the step, every collective
+  bool averaged = true;      // the engine averaged the gradients (off after a 1-bit optimizer's warm-up)
 };
 
 // Bytes held by this rank, by kind. Parameters and gradients include the pooled full-size copies
@@ -114,6 +117,8 @@ struct TrainingState {
   int64_t steps = 0, updates = 0;  // optimizer steps taken (skipped included) and applied
   std::optional<amp::LossScaler::State> scaler;
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  // The optimizer's per-tensor numbers (Optimizer::scalar_state), the same on every rank.
+  std::vector<std::pair<std::string, std::vector<double>>> scalars;
 };
 
 // One run of the flat order a rank holds: global [global, global + size) is its partition's
@@ -129,7 +134,10 @@ class Engine {
          std::unique_ptr<LrSchedule> schedule, Dataset* data = nullptr);
   ~Engine();
   // Runs one optimizer step; throws on a plugin or communication error, or a non-finite gradient
-  // without loss scaling, or an overflow at the minimum loss scale.
+  // without loss scaling, or an overflow at the minimum loss scale. When the optimizer does not want
+  // averaged gradients (Optimizer::wants_averaged_gradients; stage 0 only) each rank updates with its
+  // own; the squared norms are still summed across ranks, so every rank clips by the same factor
+  // (from √(Σ‖gᵣ‖²/W)) and takes the same overflow decision.
   StepStats step();
 
   // The mean loss over the first `max_samples` samples of `data` that each rank takes (rank r takes
@@ -196,7 +204,7 @@ class Engine {
   ds_shape output_shape(size_t layer) const;
   void load_input(const ds_tensor& input);
   void backward(const ds_batch& batch, bool last_micro_batch, double scale);
-  double gradient_norm();
+  double gradient_norm(bool averaged);
   void update(double norm, double scale, double lr);
   // The layer's parameters in fp32 (its tensors one after another), gathered at stage 3; release
   // after use.

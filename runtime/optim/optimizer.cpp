@@ -11,10 +11,16 @@ namespace ds {
 
 void Optimizer::set_betas(double, double) { throw std::logic_error("optimizer has no betas"); }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, NormReducer reduce_norms) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, NormReducer reduce_norms,
+                                          ProcessGroup* group) {
   if (const auto* adam = std::get_if<AdamParams>(&config.params)) return optim::make_adam(*adam, n);
   if (const auto* sgd = std::get_if<SgdParams>(&config.params)) return optim::make_sgd(*sgd, n);
-  return optim::make_lamb(std::get<LambParams>(config.params), n, std::move(reduce_norms));
+  if (const auto* lamb = std::get_if<LambParams>(&config.params)) return optim::make_lamb(*lamb, n, std::move(reduce_norms));
+  if (group == nullptr)
+    throw std::invalid_argument(fmt::format("make_optimizer: {} needs the process group", optimizer_type_name(config.type)));
+  if (const auto* a = std::get_if<OneBitAdamParams>(&config.params)) return optim::make_onebit_adam(*a, n, *group);
+  if (const auto* z = std::get_if<ZeroOneAdamParams>(&config.params)) return optim::make_zero_one_adam(*z, n, *group);
+  return optim::make_onebit_lamb(std::get<OneBitLambParams>(config.params), n, *group);
 }
 
 }  // namespace ds

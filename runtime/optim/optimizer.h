@@ -8,6 +8,10 @@
 // Lamb's trust ratio needs per-tensor norms: `tensors` names the tensors, and when a partition
 // boundary cuts a tensor the caller supplies a NormReducer that sums the partial norms across ranks.
 //
+// The communication-compressed optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb) work at ZeRO stage 0
+// only and talk to the other ranks themselves: they turn the engine's gradient all-reduce off after
+// their warm-up (wants_averaged_gradients) and all-reduce 1-bit compressed momentum instead.
+//
 // The element loops live here, not in kernels/cpu (reworked concurrently by another engineer):
 // plain loops compiled with -O3 -fno-math-errno so the compiler vectorizes them.
 #pragma once
@@ -20,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/process_group.h"
 #include "config/ds_config.h"
 
 namespace ds {
@@ -65,12 +70,27 @@ class Optimizer {
   // accounting. SGD without momentum has none.
   virtual std::vector<std::pair<std::string, std::vector<float>*>> state() = 0;
 
-  // Replaces (beta1, beta2) from the next step on (OneCycle momentum cycling). Adam and Lamb only;
-  // SGD throws std::logic_error.
+  // Replaces (beta1, beta2) from the next step on (OneCycle momentum cycling). All but SGD, which
+  // throws std::logic_error.
   virtual void set_betas(double beta1, double beta2);
+
+  // Whether update number `step` (as step()'s) wants gradients averaged across the ranks by the
+  // engine (DeepSpeed's enable_backward_allreduce). Else each rank passes its own gradients.
+  virtual bool wants_averaged_gradients(int64_t /*step*/) const { return true; }
+  // Per-tensor numbers kept beside state() (one per entry of step()'s `tensors`, or none yet), for
+  // checkpoints; the same on every rank. A checkpoint load assigns them whole.
+  virtual std::vector<std::pair<std::string, std::vector<double>*>> scalar_state() { return {}; }
+  // Called after a checkpoint load replaced state() and scalar_state(): drops what checkpoints do
+  // not hold (the compression errors, which differ per rank; DeepSpeed zeroes them on load too).
+  virtual void restored() {}
+  // Bytes held outside state() (compression errors, accumulators), for memory accounting.
+  virtual size_t extra_bytes() const { return 0; }
 };
 
-// The optimizer `config` describes, for n elements; `reduce_norms` only matters to Lamb.
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, NormReducer reduce_norms = {});
+// The optimizer `config` describes, for n elements; `reduce_norms` only matters to Lamb, `group`
+// (the data-parallel ranks) only to the 1-bit optimizers, which need it (std::invalid_argument
+// without).
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, NormReducer reduce_norms = {},
+                                          ProcessGroup* group = nullptr);
 
 }  // namespace ds

@@ -2,6 +2,7 @@
 #include "zero/gradient_reducer.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "zero/collective_type.h"
 
@@ -33,7 +34,11 @@ GradientReducer::~GradientReducer() {
   }
 }
 
-void GradientReducer::begin_step() { std::fill(grads_.begin(), grads_.end(), std::byte{0}); }
+void GradientReducer::begin_step(bool reduce) {
+  if (!reduce && stage_ != 0) throw std::logic_error("GradientReducer: only stage 0 can leave gradients unreduced");
+  reduce_ = reduce;
+  std::fill(grads_.begin(), grads_.end(), std::byte{0});
+}
 
 void* GradientReducer::unit_grads(size_t unit) {
   const Unit& u = layout_.units()[unit];
@@ -50,7 +55,7 @@ void GradientReducer::unit_done(size_t unit, bool last) {
   const Unit& u = layout_.units()[unit];
   const bool single = group_.size() == 1;
   if (stage_ <= 1) {
-    if (!last || single || u.size == 0) return;
+    if (!last || single || u.size == 0 || !reduce_) return;
     std::byte* data = at(grads_, u.begin);
     amp::scale(storage_, data, u.padded(), pre_);
     in_flight_.push_back({unit, {}, stage_ == 0
@@ -85,7 +90,7 @@ void GradientReducer::complete_oldest() {
 
 void GradientReducer::finish() {
   while (!in_flight_.empty()) complete_oldest();
-  if (post_ == 1.0) return;
+  if (post_ == 1.0 || !reduce_) return;
   if (stage_ == 1) {
     for (const Unit& u : layout_.units()) amp::scale(storage_, at(grads_, layout_.owned_begin(u)), u.chunk, post_);
   } else {

@@ -39,8 +39,9 @@ class GradientReducer {
                   amp::Storage storage = amp::Storage::F32);
   ~GradientReducer();
 
-  // Zeroes the gradients for a new step.
-  void begin_step();
+  // Zeroes the gradients for a new step. reduce = false (stage 0 only): no all-reduce, each rank
+  // keeps its own gradients (DeepSpeed's enable_backward_allreduce off, for the 1-bit optimizers).
+  void begin_step(bool reduce = true);
   // Where the unit's gradients accumulate during this micro-batch ([unit padded], the layer's
   // tensors at their offsets from the unit's start); the plugin adds into it.
   void* unit_grads(size_t unit);
@@ -67,6 +68,7 @@ class GradientReducer {
   const PartitionLayout& layout_;
   ProcessGroup& group_;
   int stage_;
+  bool reduce_ = true;  // this step's gradients are reduced across the ranks
   amp::Storage storage_;
   DataType type_;  // of the collectives
   size_t elem_;    // bytes per element

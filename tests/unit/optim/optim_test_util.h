@@ -16,7 +16,7 @@ inline void check_close(double got, double want, double rel = 1e-6) {
 }
 
 inline OptimizerConfig optimizer_config(OptimizerType type, double lr,
-                                        std::variant<AdamParams, SgdParams, LambParams> params) {
+                                        decltype(OptimizerConfig::params) params) {
   OptimizerConfig c;
   c.type = type;
   c.lr = lr;
