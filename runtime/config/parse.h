@@ -10,8 +10,18 @@
 
 namespace ds::cfg {
 
-// The whole tree; `ctx` names it in messages and collects warnings.
-DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size);
+// The whole tree; `ctx` names it in messages and collects errors, warnings and notes. Throws
+// ConfigErrors with every error at the end.
+DsConfig parse_in(const nlohmann::json& root, Context& ctx, int world_size, const TrainerArgs& args);
+
+// Replaces the Hugging Face Trainer's "auto" values in `root` with what the Trainer would write there
+// (auto_values.cpp), and fills a config without any batch size with the Trainer's; a note per value.
+// True when scheduler.params.total_num_steps was "auto" and args.total_steps is unknown (left 1).
+bool resolve_auto(nlohmann::json& root, Context& ctx, int world_size, const TrainerArgs& args);
+
+// The optimizer of a config without an optimizer section: AdamW with torch's defaults, its lr from
+// --lr, else the scheduler's peak lr, else 1e-3 (a note says so).
+OptimizerConfig default_optimizer(const nlohmann::json& root, Context& ctx, const TrainerArgs& args);
 
 // nullopt when the section is absent (the caller refuses that after the unknown-key check).
 std::optional<OptimizerConfig> parse_optimizer(Section& top);
