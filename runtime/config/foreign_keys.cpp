@@ -32,6 +32,7 @@
 // | managed_gradient_accumulation        | refuse  | false              | dsworker runs the accumulation loop itself   |
 // | gradient_allreduce_op                | refuse  | not "mean"         | gradients are averaged                       |
 // | log_level                            | ignore  | present            | dsworker's own logging                       |
+// | disable_python_gc                    | ignore  | true               | Python's garbage collector                   |
 // | data_parallel_size                   | ignore  | present            | the data-parallel size is the world size     |
 // | datastates_ckpt                      | ignore  | present            | checkpoint engine; dsworker writes its own   |
 //
@@ -92,6 +93,7 @@ constexpr ForeignKey kForeign[] = {
      "a client-owned accumulation boundary; dsworker runs the accumulation loop itself"},
     {"gradient_allreduce_op", Policy::refuse, When::not_mean, "unaveraged gradients; dsworker averages them"},
     {"log_level", Policy::ignore, When::present, "dsworker has its own logging"},
+    {"disable_python_gc", Policy::ignore, When::is_true, "Python's garbage collector; dsworker has none"},
     {"data_parallel_size", Policy::ignore, When::present, "the data-parallel size is the world size"},
     {"datastates_ckpt", Policy::ignore, When::present, "checkpoint engine; dsworker writes its own checkpoints"},
 };

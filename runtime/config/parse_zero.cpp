@@ -106,7 +106,7 @@ ZeroConfig parse_zero(Section& top) {
   c.stage = parse_stage(z);
   c.contiguous_gradients = z.flag("contiguous_gradients", c.contiguous_gradients);
   c.reduce_scatter = z.flag("reduce_scatter", c.reduce_scatter);
-  c.reduce_bucket_size = count(z, "reduce_bucket_size", nullptr, c.reduce_bucket_size);
+  c.reduce_bucket_size = count(z, "reduce_bucket_size", nullptr, c.reduce_bucket_size, 1);  // > 0 since 0.19.8
   c.use_multi_rank_bucket_allreduce = z.flag("use_multi_rank_bucket_allreduce", c.use_multi_rank_bucket_allreduce);
   c.allgather_partitions = z.flag("allgather_partitions", c.allgather_partitions);
   c.allgather_bucket_size = count(z, "allgather_bucket_size", nullptr, c.allgather_bucket_size);
@@ -147,6 +147,11 @@ ZeroConfig parse_zero(Section& top) {
   // does not have: accepted, no effect.
   flag(z, "allgather_sequential", "stage3_allgather_sequential", false);
   z.flag("enable_sanity_checks", false);
+  z.flag("parameter_alignment", false);  // dsworker's partitions are aligned whatever this says
+  // DeepSpeed 0.19.8 can skip the gradient norm at stages 1-2 when nothing needs it; dsworker always
+  // computes it (one 8-byte all-reduce), but refuses what DeepSpeed refuses.
+  if (!z.flag("compute_grad_norm", true) && c.stage != 1 && c.stage != 2)
+    z.error("compute_grad_norm", fmt::format("false is supported only with ZeRO stage 1 or 2 (stage is {})", c.stage));
   z.flag("save_muon_momentum_buffer_in_memory", false);
   if (z.has("leaf_module")) {
     z.object("leaf_module");  // {classes, names, name_suffixes}: torch module names

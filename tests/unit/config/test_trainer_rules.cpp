@@ -234,6 +234,10 @@ TEST_CASE("refusals and keys dsworker accepts beside DeepSpeed's") {
         "ds_config.json: data_types.param_dtype: \"bf16\" differs from the model's precision fp32 (fp16/bf16.enabled)");
   CHECK(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zenflow": {}}})") ==
         "ds_config.json: zero_optimization.zenflow: not supported by dsworker (ZenFlow stall-free offloading)");
+  CHECK(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "compute_grad_norm": false}})") ==
+        "ds_config.json: zero_optimization.compute_grad_norm: false is supported only with ZeRO stage 1 or 2 (stage is 3)");
+  CHECK(error_of(R"({"train_batch_size": 8, "zero_optimization": {"reduce_bucket_size": 0}})") ==
+        "ds_config.json: zero_optimization.reduce_bucket_size: 0 must be >= 1");  // DeepSpeed 0.19.8: > 0
   CHECK(error_of(R"({"train_batch_size": 8, "sequence_parallel_size": 1, "managed_gradient_accumulation": true,
                      "gradient_allreduce_op": "mean", "log_level": "info"})") == "no error");
 }
