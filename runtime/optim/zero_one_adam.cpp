@@ -10,10 +10,13 @@
 //     m ← β1·m + (1−β1)·g_own;  p ← p − lr·u;  acc ← acc − lr·u;  lrs ← lrs + lr
 //   and at steps t ≡ 0 mod H (H = local_step_interval, 1 at first, doubled every local_step_scaler
 //   phase-2 steps up to local_step_clipper) a sync:
-//     p ← p − acc;  acc ← compressed_allreduce(acc·(√v + eps));  m ← −acc/lrs;  p ← p + acc/(√v + eps);
-//     acc ← 0;  lrs ← 0
+//     p ← p_sync;  acc ← compressed_allreduce(acc·(√v + eps));  m ← −acc/lrs;  p ← p + acc/(√v + eps);
+//     acc ← 0;  lrs ← 0;  p_sync ← p
+//   where p_sync is p after the previous sync (DeepSpeed computes it as p − acc, which rounds
+//   differently on each rank, so its replicas drift apart by a few ulps at every sync; here they stay
+//   bit-identical).
 // Both schedules are functions of the step alone, so a checkpoint load re-derives them; it zeroes the
-// errors, acc and lrs (DeepSpeed drops all three on load). Differences from DeepSpeed, all after its
+// errors, acc and lrs (DeepSpeed drops all three on load) and takes p_sync from the loaded parameters. Differences from DeepSpeed, all after its
 // bugs: with one rank, phase-1 steps without a variance update still update m (DeepSpeed skips the
 // whole update when there is nobody to all-reduce with), and a load neither repeats the set-up step
 // nor resets the schedules (DeepSpeed does both, and then updates v once from an unaveraged gradient).
@@ -41,7 +44,7 @@ class ZeroOneAdam final : public Optimizer {
     if (step < first_local_step()) {
       variance_phase(views, lr, step);
     } else {
-      if (step == first_local_step() || !local_started_) start_local_steps();
+      if (step == first_local_step() || !local_started_) start_local_steps(views);
       local_step(views, lr, step);
     }
   }
@@ -67,7 +70,9 @@ class ZeroOneAdam final : public Optimizer {
     local_started_ = false;
   }
 
-  size_t extra_bytes() const override { return work_.size() * sizeof(float) + (compressor_ ? compressor_->bytes() : 0); }
+  size_t extra_bytes() const override {
+    return (work_.size() + anchor_.size()) * sizeof(float) + (compressor_ ? compressor_->bytes() : 0);
+  }
 
  private:
   int64_t first_local_step() const { return std::max<int64_t>(params_.var_freeze_step, 1) + 2; }
@@ -111,9 +116,11 @@ class ZeroOneAdam final : public Optimizer {
     apply(views, a, static_cast<float>(lr), /*accumulate=*/false);
   }
 
-  void start_local_steps() {
+  void start_local_steps(const std::vector<TensorView>& views) {
     if (compressor_) compressor_->reset_errors();  // they held gradient errors; now they hold acc's
     std::fill(work_.begin(), work_.end(), 0.0f);
+    anchor_.resize(work_.size());
+    for (const TensorView& t : views) std::copy_n(t.params, t.size, anchor_.data() + t.offset);
     lrs_ = 0.0;
     local_started_ = true;
   }
@@ -128,10 +135,8 @@ class ZeroOneAdam final : public Optimizer {
     for (const TensorView& t : views) {
       float* acc = work_.data() + t.offset;
       const float* v = exp_avg_sq_.data() + t.offset;
-      for (size_t i = 0; i < t.size; ++i) {
-        t.params[i] -= acc[i];
-        acc[i] *= a.denominator(v[i]);
-      }
+      std::copy_n(anchor_.data() + t.offset, t.size, t.params);
+      for (size_t i = 0; i < t.size; ++i) acc[i] *= a.denominator(v[i]);
     }
     if (group_.size() > 1) compress(views);
     const float lrs = static_cast<float>(lrs_);
@@ -143,6 +148,7 @@ class ZeroOneAdam final : public Optimizer {
         t.params[i] += acc[i] / a.denominator(v[i]);
         acc[i] = 0.0f;
       }
+      std::copy_n(t.params, t.size, anchor_.data() + t.offset);
     }
     lrs_ = 0.0;
   }
@@ -174,6 +180,7 @@ class ZeroOneAdam final : public Optimizer {
   std::vector<float> exp_avg_;     // m, n floats
   std::vector<float> exp_avg_sq_;  // v, n floats
   std::vector<float> work_;        // n floats: phase 1 the gradient to compress, phase 2 acc (DeepSpeed's momentum_accumulator)
+  std::vector<float> anchor_;      // phase 2: p_sync, n floats
   double lrs_ = 0.0;               // Σ lr since the last sync
   bool local_started_ = false;     // phase 2's set-up done (errors, acc, lrs zeroed)
   std::optional<CompressedAllreduce> compressor_;
