@@ -123,6 +123,15 @@ int64_t widest_activation(const Plugin& plugin) {
   return widest;
 }
 
+// The model plugin with the config's model block; a bad block is an error in the config file.
+std::unique_ptr<Plugin> load_plugin(const WorkerOptions& o, const nlohmann::json& model) {
+  try {
+    return Plugin::load(o.model, model.dump());
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", o.config, e.what()));
+  }
+}
+
 // Loads the config with the flags as the trainer's arguments; the model plugin is loaded on the
 // way when a ZeRO size is "auto" (it needs the model's hidden size), and kept in `plugin`.
 DsConfig load_worker_config(const WorkerOptions& o, int world_size, std::unique_ptr<Plugin>& plugin) {
@@ -130,7 +139,7 @@ DsConfig load_worker_config(const WorkerOptions& o, int world_size, std::unique_
   args.total_steps = o.steps;
   args.hidden_size = [&](const nlohmann::json& model) -> std::optional<int64_t> {
     if (o.model.empty()) return std::nullopt;
-    plugin = Plugin::load(o.model, model.dump());
+    plugin = load_plugin(o, model);
     return widest_activation(*plugin);
   };
   return load_config(o.config, world_size, args);
@@ -161,7 +170,7 @@ int train(const WorkerOptions& o) {
     print_lines("note", config.notes);
   }
 
-  if (!plugin) plugin = Plugin::load(o.model, config.model.dump());
+  if (!plugin) plugin = load_plugin(o, config.model);
   std::shared_ptr<Store> store;
   std::unique_ptr<TcpStoreServer> server;
   if (env.world_size == 1) {

@@ -206,8 +206,9 @@ OptimizerConfig default_optimizer(const nlohmann::json& root, Context& ctx, cons
   }
   ctx.note("optimizer",
            fmt::format("no optimizer section: AdamW with lr {} ({}), betas [0.9, 0.999], eps 1e-08, weight_decay {} "
-                       "({}) - torch.optim.AdamW's defaults, as the Hugging Face Trainer's optimizer",
-                       o.lr, source, a.weight_decay, args.weight_decay ? "--weight_decay" : "its default"));
+                       "({}); write an optimizer section to choose another",
+                       o.lr, source, a.weight_decay,
+                       args.weight_decay ? "--weight_decay" : "torch.optim.AdamW's default"));
   return o;
 }
 

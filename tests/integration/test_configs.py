@@ -3,6 +3,8 @@
 an optimizer, and a broken config whose every problem is reported in one run with its line."""
 import json, os, re
 
+import pytest
+
 from conftest import ROOT, run
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
@@ -144,3 +146,20 @@ def test_bf16_skips_a_non_finite_step_unless_check_grad_overflow_is_off(clean_en
     r = run([DSWORKER, "--model", "mlp", "--config", write(tmp_path, "off.json", cfg), "--steps", "6"], clean_env,
             timeout=60)
     assert r.returncode == 1 and "step 3: the gradient norm is inf; bf16 training has no loss scaling" in r.stderr
+
+
+REAL_WORLD = sorted(os.listdir(os.path.join(os.path.dirname(__file__), "configs")))
+
+
+@pytest.mark.parametrize("name", REAL_WORLD)
+def test_configs_shaped_like_the_ones_people_use_are_accepted(clean_env, name):
+    """tests/integration/configs: our own configs in the shapes of the Hugging Face Trainer's and
+    Accelerate's, LLaVA's, FastChat's, Megatron-DeepSpeed's and DeepSpeedExamples' (auto values, no
+    optimizer, offload, Lamb, 1-bit Adam, YAML). Each resolves for 8 ranks with no error."""
+    path = os.path.join(os.path.dirname(__file__), "configs", name)
+    r = run([DSWORKER, "--model", "mlp", "--config", path, "--print_config"], dict(clean_env, WORLD_SIZE="8"),
+            timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "error" not in r.stderr
+    c = json.loads(r.stdout)
+    assert c["train_batch_size"] == c["train_micro_batch_size_per_gpu"] * c["gradient_accumulation_steps"] * 8
