@@ -10,7 +10,8 @@
 //   phase 2  all-gather of the server signs and scales: x ← s′ⱼ·sgn(zⱼ), j = 0..p−1, the first n.
 // Every rank ends with the same x. Errors: worker [N], server [N/p], fp32, zero at first. A rank sends
 // 2·(p−1)·N/(8p) bytes of signs and 8·(p−1) bytes of scales: 1/32 of an fp32 ring all-reduce.
-// Element arithmetic is fp32 as DeepSpeed's; norms are summed in double in index order.
+// Element arithmetic is fp32 as DeepSpeed's; a norm's squares are summed in double, in 8 interleaved
+// partial sums (element i into sum i mod 8, each in index order) added 0 to 7.
 //
 // Several buffers go through one call: each has its own padding, scales and errors (DeepSpeed
 // compresses each parameter tensor on its own), but their messages travel together — four
@@ -29,11 +30,14 @@ namespace ds {
 size_t compressed_padded_size(size_t n, int world);
 
 // The worker's (and the server's) compression of c = x + error, in place: error ← c − s·sgn(c),
-// bits ← sgn(c) packed MSB first (1 = +1), returns s = ‖c‖₂/√size. x, error: [size]; bits: [size/8].
+// bits ← sgn(c) packed MSB first (1 = +1), returns s = ‖c‖₂/√N. error: [N]; x: [≤ N], zero past
+// its end (the padding); bits: [⌈N/8⌉].
 float compress_signs(std::span<const float> x, std::span<float> error, std::span<uint8_t> bits);
 
 // out[i] = ±scale from bit i of `bits` (MSB first, 1 = +1). out: [count], bits: [⌈count/8⌉].
 void expand_signs(std::span<const uint8_t> bits, float scale, std::span<float> out);
+// out[i] += ±scale, the same signs.
+void add_signs(std::span<const uint8_t> bits, float scale, std::span<float> out);
 
 class CompressedAllreduce {
  public:
@@ -56,7 +60,7 @@ class CompressedAllreduce {
   std::vector<size_t> byte_offset_;             // of buffer k inside one rank's sign message
   size_t message_bytes_ = 0;                    // B: one rank-to-rank sign message, Σ N_k/(8p)
   std::vector<std::vector<float>> worker_, server_;
-  std::vector<float> work_;                     // one buffer's c or z, [max N]
+  std::vector<float> work_;                     // one buffer's z, [max N/p]
   std::vector<uint8_t> send_, recv_;            // phase 1: [p·B]; phase 2 uses the first B of send_
   std::vector<float> scales_, all_scales_;      // [K] this rank's, [p·K] everyone's
 };

@@ -29,12 +29,14 @@ float sgn(float v) { return v < 0.0f ? -1.0f : 1.0f; }
 
 // One compression of c = x + e as DeepSpeed writes it: returns s, e ← c − s·sgn(c), signs ← sgn(c).
 float dense_compress(const std::vector<float>& x, std::vector<float>& e, std::vector<float>& signs) {
-  double sum = 0.0;
+  double lanes[8] = {};  // the documented order: element i into partial sum i mod 8
   std::vector<float> c(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     c[i] = x[i] + e[i];
-    sum += static_cast<double>(c[i]) * c[i];
+    lanes[i % 8] += static_cast<double>(c[i]) * c[i];
   }
+  double sum = 0.0;
+  for (double lane : lanes) sum += lane;
   const float s = static_cast<float>(std::sqrt(sum) / std::sqrt(static_cast<double>(x.size())));
   signs.resize(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
