@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git      # toolchain
   libcli11-dev libfmt-dev nlohmann-json3-dev libssh-dev  # launcher
   libyaml-cpp-dev libgloo-dev zlib1g-dev                 # runtime (ds_config YAML, Gloo, checkpoint CRC-32)
+  libcrcutil-dev                                         # dsworker: CRC-32C of TensorBoard event records
   libopenblas-openmp-dev                                 # kernels: GEMM on the same OpenMP pool as our loops
   doctest-dev                                            # the build configures the unit tests too
   python3 gnuplot-nox                                    # the loss-curve PNG (scripts/plot_loss.py)
@@ -19,6 +20,7 @@ if [ "${1:-}" = "--tests" ]; then
     python3-pytest                                       # integration tests
     openssh-server openssh-client procps                 # throwaway sshd in the integration tests
     python3-torch                                        # the GPT reference (tests/integration/torch_gpt.py)
+    python3-venv                                         # scripts/test-venv.sh (tensorboard's reader, from PyPI)
   )
 fi
 

@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --tests
+scripts/test-venv.sh
 scripts/build.sh
 ctest --preset default "$@"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -260,8 +261,13 @@ int train(const WorkerOptions& o) {
   std::optional<MetricsWriter> metrics;
   if (lead) {
     std::string csv_dir;
-    if (config.csv_monitor.enabled) csv_dir = config.csv_monitor.output_path + "/" + config.csv_monitor.job_name;
-    metrics.emplace(o.metrics, csv_dir, data.tokens_per_sample, /*append=*/resume_tag.has_value());
+    // As DeepSpeed's os.path.join(output_path, job_name): an empty output_path means the working directory.
+    if (config.csv_monitor.enabled)
+      csv_dir = (std::filesystem::path(config.csv_monitor.output_path) / config.csv_monitor.job_name).string();
+    std::string tensorboard_dir;
+    if (config.tensorboard.enabled)
+      tensorboard_dir = (std::filesystem::path(config.tensorboard.output_path) / config.tensorboard.job_name).string();
+    metrics.emplace(o.metrics, csv_dir, tensorboard_dir, data.tokens_per_sample, /*append=*/resume_tag.has_value());
   }
   // Every rank evaluates and samples (collectives at stage 3); rank 0 reports.
   std::optional<double> val_loss;

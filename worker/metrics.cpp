@@ -9,9 +9,10 @@
 
 namespace ds {
 
-MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample,
-                             bool append)
+MetricsWriter::MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir,
+                             const std::string& tensorboard_dir, int64_t tokens_per_sample, bool append)
     : tokens_per_sample_(tokens_per_sample), append_(append), csv_dir_(csv_dir) {
+  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<EventWriter>(tensorboard_dir);
   if (!jsonl_path.empty()) {
     jsonl_ = std::make_unique<std::ofstream>(jsonl_path, append ? std::ios::app : std::ios::trunc);
     if (!*jsonl_) throw std::runtime_error(fmt::format("--metrics {}: cannot open for writing", jsonl_path));
@@ -38,6 +39,7 @@ std::ofstream& MetricsWriter::csv(const std::string& prefix, const std::string& 
 void MetricsWriter::flush() {
   if (jsonl_) jsonl_->flush();
   for (auto& [path, f] : csv_files_) f.flush();
+  if (tensorboard_) tensorboard_->flush();
 }
 
 void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
@@ -50,6 +52,15 @@ void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
                                 {"averaged_gradients", s.averaged}};
     if (tokens_per_sample_ > 0) j["tokens_per_sec"] = samples_per_sec * static_cast<double>(tokens_per_sample_);
     *jsonl_ << j.dump() << "\n";
+  }
+  if (tensorboard_) {
+    tensorboard_->scalar("Train/Samples/train_loss", global_samples, s.loss);
+    tensorboard_->scalar("Train/Samples/lr", global_samples, s.lr);
+    tensorboard_->scalar("Train/Samples/grad_norm", global_samples, s.grad_norm);
+    tensorboard_->scalar("Train/Samples/loss_scale", global_samples, s.loss_scale);
+    if (tokens_per_sample_ > 0)
+      tensorboard_->scalar("Train/Samples/tokens_per_sec", global_samples,
+                           samples_per_sec * static_cast<double>(tokens_per_sample_));
   }
   if (!csv_dir_.empty()) {
     csv("Train", "train_loss") << global_samples << "," << fmt::format("{}", s.loss) << "\n";
@@ -65,6 +76,7 @@ void MetricsWriter::write_validation(int64_t step, int64_t global_samples, doubl
     nlohmann::ordered_json j = {{"step", step}, {"samples", global_samples}, {"val_loss", val_loss}};
     *jsonl_ << j.dump() << "\n";
   }
+  if (tensorboard_) tensorboard_->scalar("Validation/Samples/val_loss", global_samples, val_loss);
   if (!csv_dir_.empty()) csv("Validation", "val_loss") << global_samples << "," << fmt::format("{}", val_loss) << "\n";
   flush();
 }

@@ -1,5 +1,7 @@
-// Per-step metrics written by rank 0: JSON lines (`dsworker --metrics FILE.jsonl`) and DeepSpeed's
-// csv_monitor layout (one CSV per metric under <output_path>/<job_name>/, rows "samples,value").
+// Per-step metrics written by rank 0: JSON lines (`dsworker --metrics FILE.jsonl`), DeepSpeed's
+// csv_monitor layout (one CSV per metric under <output_path>/<job_name>/, rows "samples,value") and
+// its tensorboard block (an event file there, the same metrics as scalars tagged
+// "Train/Samples/<metric>", x = global samples).
 // A training step is a line with "loss"; a validation pass is a line with "val_loss" (and the
 // CSV Validation_Samples_val_loss.csv).
 #pragma once
@@ -9,15 +11,17 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "tensorboard.h"
 
 namespace ds {
 
 class MetricsWriter {
  public:
-  // Either destination may be empty (off). Throws std::runtime_error naming a path it cannot open.
+  // Any destination may be empty (off). Throws std::runtime_error naming a path it cannot open.
   // tokens_per_sample > 0 (token data) adds tokens_per_sec to each step's line.
   // append: continue the files of a resumed run instead of replacing them.
-  MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, int64_t tokens_per_sample, bool append);
+  MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, const std::string& tensorboard_dir,
+                int64_t tokens_per_sample, bool append);
   void write(const StepStats& stats, int64_t global_samples);
   void write_validation(int64_t step, int64_t global_samples, double val_loss);
 
@@ -29,6 +33,7 @@ class MetricsWriter {
   std::unique_ptr<std::ofstream> jsonl_;
   std::string csv_dir_;
   std::map<std::string, std::ofstream> csv_files_;
+  std::unique_ptr<EventWriter> tensorboard_;
 };
 
 }  // namespace ds

@@ -250,6 +250,13 @@ struct CsvMonitorConfig {
   std::string job_name = "DeepSpeedJobName";
 };
 
+// TensorBoard event files, as DeepSpeed's SummaryWriter writes them (worker/tensorboard.h).
+struct TensorboardConfig {
+  bool enabled = false;
+  std::string output_path;            // the event file goes to output_path/job_name/
+  std::string job_name = "DeepSpeedJobName";
+};
+
 struct ActivationCheckpointingConfig {
   bool present = false;  // the block is in the config: dsworker recomputes every layer in backward
   bool partition_activations = false, cpu_checkpointing = false;
@@ -303,6 +310,7 @@ struct DsConfig {
   ZeroConfig zero_optimization;
   CommsLoggerConfig comms_logger;
   CsvMonitorConfig csv_monitor;
+  TensorboardConfig tensorboard;
   ActivationCheckpointingConfig activation_checkpointing;
   CheckpointConfig checkpoint;
   nlohmann::json model = nlohmann::json::object();  // for the model plugin, untouched

@@ -3,7 +3,7 @@
 //
 // | key                                  | policy  | active when        | why                                          |
 // |--------------------------------------|---------|--------------------|----------------------------------------------|
-// | tensorboard, wandb, comet            | ignore  | enabled            | monitoring; dsworker writes csv_monitor      |
+// | wandb, comet                         | ignore  | enabled            | monitoring; dsworker writes csv_monitor      |
 // | flops_profiler                       | ignore  | enabled            | profiling                                    |
 // | autotuning                           | ignore  | enabled            | driven by `deepspeed --autotuning`           |
 // | timers                               | ignore  | enabled            | throughput timers; dsworker prints its own   |
@@ -56,9 +56,8 @@ struct ForeignKey {
 };
 
 constexpr ForeignKey kForeign[] = {
-    {"tensorboard", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor"},
-    {"wandb", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor"},
-    {"comet", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor"},
+    {"wandb", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor and tensorboard"},
+    {"comet", Policy::ignore, When::enabled, "monitoring; dsworker writes csv_monitor and tensorboard"},
     {"flops_profiler", Policy::ignore, When::enabled, "profiling"},
     {"autotuning", Policy::ignore, When::enabled, "autotuning is driven by `deepspeed --autotuning`"},
     {"timers", Policy::ignore, When::enabled, "throughput timers; dsworker prints its own"},

@@ -1,4 +1,4 @@
-// The small sections: fp16, bf16 (alias bfloat16), comms_logger, csv_monitor,
+// The small sections: fp16, bf16 (alias bfloat16), comms_logger, csv_monitor, tensorboard,
 // activation_checkpointing and checkpoint (DeepSpeed's keys plus dsworker's dir/save_interval/keep_last).
 #include <fmt/format.h>
 
@@ -84,6 +84,16 @@ CommsLoggerConfig parse_comms_logger(Section& top) {
 CsvMonitorConfig parse_csv_monitor(Section& top) {
   Section s(top.context(), top.get("csv_monitor"), "csv_monitor", /*drop_auto=*/true);
   CsvMonitorConfig c;
+  c.enabled = s.flag("enabled", c.enabled);
+  c.output_path = s.string("output_path", c.output_path);
+  c.job_name = s.string("job_name", c.job_name);
+  s.finish();
+  return c;
+}
+
+TensorboardConfig parse_tensorboard(Section& top) {
+  Section s(top.context(), top.get("tensorboard"), "tensorboard", /*drop_auto=*/true);
+  TensorboardConfig c;
   c.enabled = s.flag("enabled", c.enabled);
   c.output_path = s.string("output_path", c.output_path);
   c.job_name = s.string("job_name", c.job_name);

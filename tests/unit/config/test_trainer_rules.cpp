@@ -241,3 +241,16 @@ TEST_CASE("refusals and keys dsworker accepts beside DeepSpeed's") {
   CHECK(error_of(R"({"train_batch_size": 8, "sequence_parallel_size": 1, "managed_gradient_accumulation": true,
                      "gradient_allreduce_op": "mean", "log_level": "info"})") == "no error");
 }
+
+TEST_CASE("tensorboard: DeepSpeed's block, validated like its pydantic model") {
+  auto c = with_args(R"({"train_batch_size": 8, "optimizer": {"type": "Adam"},
+                         "tensorboard": {"enabled": true, "output_path": "logs", "job_name": "run1"}})", {});
+  CHECK(c.tensorboard.enabled);
+  CHECK(c.tensorboard.output_path == "logs");
+  CHECK(c.tensorboard.job_name == "run1");
+  CHECK(c.warnings.empty());
+  CHECK(with_args(R"({"train_batch_size": 8, "optimizer": {"type": "Adam"}, "tensorboard": {"enabled": true}})", {})
+            .tensorboard.job_name == "DeepSpeedJobName");
+  CHECK(error_of(R"({"train_batch_size": 8, "tensorboard": {"enabled": true, "outputpath": "x"}})") ==
+        "ds_config.json: tensorboard.outputpath: unknown key (did you mean 'output_path'?)");
+}
