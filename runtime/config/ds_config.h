@@ -59,10 +59,11 @@ struct LambParams {
   double max_coeff = 10.0, min_coeff = 0.01;  // clamp of the per-tensor trust ratio
 };
 
-// The communication-compressed optimizers (DeepSpeed's fp16/onebit/*.py; runtime/optim/onebit_*.h,
-// zero_one_adam.h have the update rules). Common to the three: no bias correction (bias_correction
-// and eps_inside_sqrt are accepted and unused, as in DeepSpeed), ZeRO stage 0 only, and cuda_aware /
-// comm_backend_name accepted and ignored (dsworker compresses over its Gloo group).
+// The communication-compressed optimizers (DeepSpeed's fp16/onebit/*.py; the update rules are in
+// runtime/optim/onebit_adam.cpp, zero_one_adam.cpp, onebit_lamb.cpp). Common to the three: no bias
+// correction (bias_correction and eps_inside_sqrt are accepted and unused, as in DeepSpeed), ZeRO
+// stage 0 only, and cuda_aware / comm_backend_name accepted and ignored (dsworker compresses over its
+// Gloo group).
 struct CompressedCommParams {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;

@@ -9,7 +9,6 @@
 // With one rank nothing is compressed (as DeepSpeed). The errors are not checkpointed: zero after a load.
 #include <optional>
 
-#include "comm/compressed_allreduce.h"
 #include "optim/onebit_common.h"
 #include "optim/optimizers.h"
 #include "optim/tensor_views.h"
@@ -36,7 +35,7 @@ class OneBitAdam final : public Optimizer {
       if (warmup)
         for (size_t i = 0; i < t.size; ++i) v[i] = a.variance(v[i], t.grads[i]);
     }
-    if (!warmup && group_.size() > 1) compress(views);
+    if (!warmup && group_.size() > 1) compress_tensors(compressor_, group_, exp_avg_, views);
     const float rate = static_cast<float>(lr);
     for (const TensorView& t : views) {
       const float* m = exp_avg_.data() + t.offset;
@@ -63,18 +62,6 @@ class OneBitAdam final : public Optimizer {
   size_t extra_bytes() const override { return compressor_ ? compressor_->bytes() : 0; }
 
  private:
-  // Every tensor's momentum through one compressed all-reduce (errors made on first use).
-  void compress(const std::vector<TensorView>& views) {
-    std::vector<float*> buffers;
-    std::vector<size_t> sizes;
-    for (const TensorView& t : views) {
-      buffers.push_back(exp_avg_.data() + t.offset);
-      sizes.push_back(t.size);
-    }
-    if (!compressor_) compressor_.emplace(group_, sizes);
-    compressor_->run(buffers);
-  }
-
   OneBitAdamParams params_;
   ProcessGroup& group_;
   std::vector<float> exp_avg_;     // m, n floats

@@ -1,12 +1,16 @@
 // What DeepSpeed's three 1-bit optimizers share (fp16/onebit/*.py): fp32 moment updates written as
 // torch's in-place ops (β as fp32, 1−β computed in double then rounded, as a Python scalar), the
-// Adam direction without bias correction, and the warm-up length.
+// Adam direction without bias correction, the warm-up length, and compressing tensor by tensor.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
+#include "comm/compressed_allreduce.h"
 #include "config/ds_config.h"
+#include "optim/tensor_views.h"
 
 namespace ds::optim {
 
@@ -33,5 +37,19 @@ struct OneBitArgs {
 // The last step of the warm-up (uncompressed, the engine averaging gradients) for a freeze step F:
 // DeepSpeed's first step only sets up and checks F from the second step on, so F < 2 acts as 2.
 inline int64_t last_warmup_step(int64_t freeze_step) { return std::max<int64_t>(freeze_step, 2); }
+
+// Each tensor's slice of `buffer` ([n], indexed like the state) through one compressed all-reduce,
+// in place, with per-tensor errors (`compressor` is made on first use).
+inline void compress_tensors(std::optional<CompressedAllreduce>& compressor, ProcessGroup& group,
+                             std::vector<float>& buffer, const std::vector<TensorView>& views) {
+  std::vector<float*> buffers;
+  std::vector<size_t> sizes;
+  for (const TensorView& t : views) {
+    buffers.push_back(buffer.data() + t.offset);
+    sizes.push_back(t.size);
+  }
+  if (!compressor) compressor.emplace(group, sizes);
+  compressor->run(buffers);
+}
 
 }  // namespace ds::optim

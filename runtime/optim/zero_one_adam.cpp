@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <optional>
 
-#include "comm/compressed_allreduce.h"
 #include "optim/onebit_common.h"
 #include "optim/optimizers.h"
 #include "optim/tensor_views.h"
@@ -109,7 +108,7 @@ class ZeroOneAdam final : public Optimizer {
         }
     } else {
       for (const TensorView& t : views) std::copy_n(t.grads, t.size, work_.data() + t.offset);
-      if (group_.size() > 1) compress(views);
+      if (group_.size() > 1) compress_tensors(compressor_, group_, work_, views);
       for (const TensorView& t : views)
         for (size_t i = 0; i < t.size; ++i) exp_avg_[t.offset + i] = a.momentum(exp_avg_[t.offset + i], work_[t.offset + i]);
     }
@@ -138,7 +137,7 @@ class ZeroOneAdam final : public Optimizer {
       std::copy_n(anchor_.data() + t.offset, t.size, t.params);
       for (size_t i = 0; i < t.size; ++i) acc[i] *= a.denominator(v[i]);
     }
-    if (group_.size() > 1) compress(views);
+    if (group_.size() > 1) compress_tensors(compressor_, group_, work_, views);
     const float lrs = static_cast<float>(lrs_);
     for (const TensorView& t : views) {
       float* acc = work_.data() + t.offset;
@@ -163,17 +162,6 @@ class ZeroOneAdam final : public Optimizer {
       }
   }
 
-  // work_'s tensors through one compressed all-reduce, in place.
-  void compress(const std::vector<TensorView>& views) {
-    std::vector<float*> buffers;
-    std::vector<size_t> sizes;
-    for (const TensorView& t : views) {
-      buffers.push_back(work_.data() + t.offset);
-      sizes.push_back(t.size);
-    }
-    if (!compressor_) compressor_.emplace(group_, sizes);
-    compressor_->run(buffers);
-  }
 
   ZeroOneAdamParams params_;
   ProcessGroup& group_;
