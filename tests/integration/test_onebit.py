@@ -57,6 +57,13 @@ def steps_of(path):
     return [x for x in map(json.loads, open(path).read().splitlines()) if "loss" in x]
 
 
+def model_states_header(tag_dir):
+    """The JSON header of a checkpoint's model_states file (runtime/checkpoint/README.md)."""
+    data = (tag_dir / "model_states.dsckpt").read_bytes()
+    length = int.from_bytes(data[16:24], "little")
+    return json.loads(data[24:24 + length])
+
+
 def mean_loss(records, last):
     return sum(x["loss"] for x in records[-last:]) / last
 
@@ -122,8 +129,24 @@ def test_compressed_optimizers_train_and_resume_in_their_compressed_phase(dsrun,
     assert [(x["averaged_gradients"], x["sent_bytes"]) for x in t[55:]] == \
            [(x["averaged_gradients"], x["sent_bytes"]) for x in s[55:]]
     assert not t[-1]["averaged_gradients"]
+    if optimizer["type"] == "OneBitLamb":  # its per-tensor numbers travel in model_states' header
+        scalars = model_states_header(tmp_path / "ckpt" / "global_step55")["optimizer_scalars"]
+        assert [x["name"] for x in scalars] == ["lamb_coeff_freeze", "last_factor", "scaling_coeff"]
+        assert all(len(x["values"]) == len(scalars[0]["values"]) > 0 for x in scalars)
     # It trains; the resumed run (its errors zeroed at the load, so another trajectory) trains on
     # from the load and ends within 25% of the straight one.
     assert mean_loss(s, 10) < 0.6 * s[0]["loss"]
     assert mean_loss(t, 10) < mean_loss(t[:55], 10)
     assert abs(mean_loss(t, 10) - mean_loss(s, 10)) < 0.25 * mean_loss(s, 10)
+
+
+def test_a_zero_stage_other_than_0_is_refused_naming_the_key_and_the_optimizer(dsrun, clean_env, tmp_path, corpus):
+    cfg = json.loads(open(config(tmp_path, corpus, onebit_adam(20), "zero2")).read())
+    cfg["zero_optimization"] = {"stage": 2}
+    path = tmp_path / "zero2.json"
+    path.write_text(json.dumps(cfg))
+    r = run([dsrun, "--num_gpus", "1", "--master_port", str(free_port()), DSWORKER, "--model", "gpt", "--config",
+             str(path), "--steps", "1"], dict(clean_env, DSRUN_LOCAL_SLOTS="1"), timeout=60)
+    assert r.returncode == 2
+    assert "zero_optimization.stage: 2: optimizer OneBitAdam needs stage 0" in r.stderr
+
