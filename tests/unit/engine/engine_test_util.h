@@ -28,7 +28,8 @@ inline std::string plugin_path() { return std::string(DS_TEST_PLUGIN_DIR) + "/li
 
 // An engine with the config's optimizer and LR schedule.
 inline Engine make_engine(const EngineConfig& e, Plugin& plugin, ProcessGroup& group, const DsConfig& config) {
-  return Engine(e, plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
+  return Engine(e, plugin, group,
+                [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r, &group); },
                 make_lr_schedule(config.scheduler, config.optimizer.lr));
 }
 
