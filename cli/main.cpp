@@ -17,6 +17,7 @@
 #include "launcher.h"
 #include "options.h"
 #include "plan.h"
+#include "report.h"
 #include "resources.h"
 
 extern char** environ;
@@ -98,6 +99,7 @@ int launch(const LaunchOptions& o) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "agent") return dsrun::run_agent();
+  if (argc >= 2 && std::string_view(argv[1]) == "report") return dsrun::run_report(argc, argv);
   try {
     dsrun::LaunchOptions options;
     if (!dsrun::parse_options(argc, argv, options)) return 0;

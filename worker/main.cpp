@@ -31,6 +31,7 @@
 #include "engine/generate.h"
 #include "metrics.h"
 #include "report.h"
+#include "system_report.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "plugin/plugin.h"
@@ -44,6 +45,7 @@ struct WorkerOptions {
   std::optional<int64_t> steps, epochs;
   std::optional<uint64_t> seed;
   bool print_config = false;
+  std::string report;  // --report text|json: what this build and machine offer, then exit
   TrainerArgs trainer;  // what the Hugging Face Trainer's "auto" values become (config/auto_values.cpp)
 };
 
@@ -151,6 +153,12 @@ void print_lines(const char* kind, const std::vector<std::string>& lines) {
 }
 
 int train(const WorkerOptions& o) {
+  if (!o.report.empty()) {
+    const auto report = system_report();
+    std::cout << (o.report == "json" ? report.dump(2) + "\n" : format_report(report));
+    return 0;
+  }
+  if (o.config.empty()) throw ConfigError("--config (--deepspeed_config) is required");
   std::unique_ptr<Plugin> plugin;
   if (o.print_config) {  // connects to nothing: only WORLD_SIZE matters (for the batch triad)
     const DsConfig config = load_worker_config(o, world_size_from_env(), plugin);
@@ -369,13 +377,17 @@ int main(int argc, char** argv) {
   ds::WorkerOptions o;
   CLI::App app{"dsworker: one training rank (start it with dsrun)", "dsworker"};
   app.add_option("--model", o.model, "Model plugin: a built-in name (mlp) or a path to a plugin .so");
-  app.add_option("--config,--deepspeed_config", o.config, "ds_config file (JSON or YAML)")->required();
+  app.add_option("--config,--deepspeed_config", o.config, "ds_config file (JSON or YAML); required to train");
   app.add_option("--steps", o.steps, "Optimizer steps to run (default: one epoch)")->check(CLI::PositiveNumber);
   app.add_option("--epochs", o.epochs, "Passes over the data (ignored with --steps)")->check(CLI::PositiveNumber);
   app.add_option("--seed", o.seed, "Seed for initialisation and data order (default: the config's seed)");
   app.add_option("--metrics", o.metrics, "Write one JSON object per step to this file (rank 0)");
   app.add_option("--resume", o.resume,
                  "auto (default: from the checkpoint dir's latest tag, if any), never, or a tag to load");
+  app.add_option("--report", o.report, "Print what this build and machine offer (as `dsrun report`) and exit")
+      ->expected(0, 1)
+      ->default_str("text")
+      ->check(CLI::IsMember({"text", "json"}));
   app.add_flag("--print_config,--print-config", o.print_config,
                "Print the resolved config as JSON (warnings, notes and every error on stderr) and exit");
   // The Hugging Face Trainer's arguments that its "auto" config values become (README: "auto" values).
