@@ -8,8 +8,8 @@
 //            all-gather of the p scales;
 //   server j z = Σᵢ (sᵢ/p)·sgnᵢ[chunk j] + e_s (ranks in order);  s′ = ‖z‖₂/√(N/p);  e_s ← z − s′·sgn(z);
 //   phase 2  all-gather of the server signs and scales: x ← s′ⱼ·sgn(zⱼ), j = 0..p−1, the first n.
-// Every rank ends with the same x. Errors: worker [N], server [N/p], fp32, zero at first. A rank sends
-// 2·(p−1)·N/(8p) bytes of signs and 8·(p−1) bytes of scales: 1/32 of an fp32 ring all-reduce.
+// Every rank ends with the same x. Errors: worker [N], server [N/p], fp32, zero at first. Per buffer a
+// rank sends 2·(p−1)·N/(8p) bytes of signs and 8·(p−1) bytes of scales: 1/32 of an fp32 ring all-reduce.
 // Element arithmetic is fp32 as DeepSpeed's; a norm's squares are summed in double, in 8 interleaved
 // partial sums (element i into sum i mod 8, each in index order) added 0 to 7.
 //
