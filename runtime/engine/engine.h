@@ -108,6 +108,7 @@ struct MemoryReport {
 
 // Builds the optimizer for the n parameters this rank updates (all of them at stage 0, its partition
 // at stages 1-3), once the model's size is known; `reducer` sums per-tensor norms across ranks (Lamb).
+// The 1-bit optimizers also need the process group: the factory passes it to make_optimizer.
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(size_t n, NormReducer reducer)>;
 
 // What a checkpoint holds of an engine, in the canonical flat order: every non-tied parameter tensor
