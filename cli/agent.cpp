@@ -1,5 +1,5 @@
-// The node agent: starts the node's ranks, relays their output and exits, and guarantees
-// that nothing it started outlives it (process groups, PR_SET_PDEATHSIG, child subreaper).
+// The node agent: starts the node's ranks, relays their output, heartbeats and exits, and
+// guarantees that nothing it started outlives it (process groups, PR_SET_PDEATHSIG, child subreaper).
 #include "agent.h"
 
 #include <dirent.h>
@@ -44,12 +44,23 @@ struct OutputPipe {
   std::string pending;  // bytes after the last '\n'
 };
 
+// The read end of a rank's heartbeat pipe (DSRUN_HEARTBEAT_FD) and what it last said.
+struct Heartbeat {
+  int fd = -1;
+  std::string pending;
+  bool seen = false;  // only ranks that have beaten once are watched
+  Clock::time_point last;
+  std::string activity;
+  int activity_ms = 0;
+};
+
 struct Rank {
   proto::RankSpec spec;
   pid_t pid = -1;  // also its process-group id
   bool running = false;
   OutputPipe out, err;
   int log_fd = -1;
+  Heartbeat beat;
 };
 
 class Agent {
@@ -66,6 +77,8 @@ class Agent {
   void kill_running(int signal);
   void reap();
   void read_pipe(Rank& rank, OutputPipe& pipe);
+  void read_heartbeat(Heartbeat& beat);
+  void send_progress();
   void emit_line(Rank& rank, int stream, std::string_view line);
   void finish();
   bool all_exited() const;
@@ -78,6 +91,7 @@ class Agent {
   bool launcher_gone_ = false;  // stdin closed or stdout broken
   bool stopping_ = false;
   std::optional<Clock::time_point> kill_deadline_;
+  Clock::time_point next_progress_ = Clock::now();
   int signal_fd_ = -1;
 };
 
@@ -95,9 +109,14 @@ void Agent::fail(const std::string& message) {
   stop(SIGTERM, plan_.kill_grace_ms);
 }
 
+// A stopped rank (SIGSTOP, or a stalled one) acts on no signal but SIGKILL until continued, so
+// every other signal is followed by SIGCONT.
 void Agent::kill_running(int signal) {
   for (auto& r : ranks_)
-    if (r.running) ::kill(-r.pid, signal);
+    if (r.running) {
+      ::kill(-r.pid, signal);
+      if (signal != SIGKILL && signal != SIGCONT) ::kill(-r.pid, SIGCONT);
+    }
 }
 
 void Agent::stop(int signal, int grace_ms) {
@@ -120,9 +139,50 @@ bool Agent::all_exited() const {
 }
 
 int Agent::poll_timeout_ms() const {
-  if (!kill_deadline_) return -1;
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now()).count();
+  Clock::time_point next = have_plan_ ? next_progress_ : Clock::time_point::max();
+  if (kill_deadline_ && *kill_deadline_ < next) next = *kill_deadline_;
+  if (next == Clock::time_point::max()) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
   return left < 0 ? 0 : static_cast<int>(left) + 1;
+}
+
+// Keeps the last complete line: "<activity>\t<ms>".
+void Agent::read_heartbeat(Heartbeat& beat) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(beat.fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      ::close(beat.fd);
+      beat.fd = -1;
+      return;
+    }
+    beat.pending.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = beat.pending.find('\n')) != std::string::npos) {
+      std::string line = beat.pending.substr(0, nl);
+      beat.pending.erase(0, nl + 1);
+      size_t tab = line.rfind('\t');
+      beat.seen = true;
+      beat.last = Clock::now();
+      beat.activity = line.substr(0, tab == std::string::npos ? line.size() : tab);
+      beat.activity_ms = tab == std::string::npos ? 0 : std::atoi(line.c_str() + tab + 1);
+    }
+    if (beat.pending.size() > 4096) beat.pending.clear();  // not our format: ignore it
+  }
+}
+
+void Agent::send_progress() {
+  proto::Progress p;
+  const auto now = Clock::now();
+  for (const auto& r : ranks_)
+    if (r.running && r.beat.seen)
+      p.ranks.push_back({r.spec.rank,
+                         static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now - r.beat.last).count()),
+                         r.beat.activity, r.beat.activity_ms});
+  send(p);
+  next_progress_ = now + std::chrono::seconds(1);
 }
 
 void Agent::emit_line(Rank& rank, int stream, std::string_view line) {
@@ -206,6 +266,8 @@ void Agent::finish() {
   while (::waitpid(-1, nullptr, 0) > 0) {
   }
   for (auto& r : ranks_) {
+    if (r.beat.fd >= 0) ::close(r.beat.fd);
+    r.beat.fd = -1;
     for (OutputPipe* p : {&r.out, &r.err}) {
       set_nonblocking(p->fd);
       read_pipe(r, *p);
@@ -239,7 +301,12 @@ void Agent::start_rank(Rank& rank, const std::string& program, const std::vector
   if (!cores.empty()) set_env(rank_env, "OMP_NUM_THREADS", std::to_string(cores.size()));
   std::vector<std::string> argv = base_argv;
   if (plan_.pass_local_rank) argv.push_back(fmt::format("--local_rank={}", rank.spec.local_rank));
-  Spawned child = spawn_process(program, argv, environment_strings(plan_.env, rank_env), cores);
+  Pipe beat = make_pipe();
+  set_env(rank_env, "DSRUN_HEARTBEAT_FD", std::to_string(beat.write.get()));
+  Spawned child = spawn_process(program, argv, environment_strings(plan_.env, rank_env), cores, beat.write.get());
+  beat.write.reset();
+  rank.beat.fd = beat.read.release();
+  set_nonblocking(rank.beat.fd);
   rank.pid = child.pid;
   rank.running = true;
   rank.out = {child.out.release(), 1, {}};
@@ -256,7 +323,8 @@ void Agent::start_rank(Rank& rank, const std::string& program, const std::vector
 void Agent::on_plan(proto::NodePlan plan) {
   plan_ = std::move(plan);
   have_plan_ = true;
-  for (const auto& spec : plan_.ranks) ranks_.push_back(Rank{spec, -1, false, {}, {}, -1});
+  for (const auto& spec : plan_.ranks) ranks_.push_back(Rank{spec, -1, false, {}, {}, -1, {}});
+  next_progress_ = Clock::now() + std::chrono::seconds(1);
   if (plan_.argv.empty()) return fail("no program to run");
   if (::chdir(plan_.cwd.c_str()) != 0)
     return fail(fmt::format("working directory '{}' is not usable on this host: {}", plan_.cwd, std::strerror(errno)));
@@ -318,8 +386,14 @@ int Agent::run() {
 
     std::vector<pollfd> fds;
     std::vector<std::pair<Rank*, OutputPipe*>> pipes;
+    std::vector<Heartbeat*> beats;
     fds.push_back({signal_fd_, POLLIN, 0});
     if (stdin_open) fds.push_back({STDIN_FILENO, POLLIN, 0});
+    for (auto& r : ranks_)
+      if (r.beat.fd >= 0) {
+        fds.push_back({r.beat.fd, POLLIN, 0});
+        beats.push_back(&r.beat);
+      }
     for (auto& r : ranks_)
       for (OutputPipe* p : {&r.out, &r.err})
         if (p->fd >= 0) {
@@ -366,9 +440,12 @@ int Agent::run() {
         }
       }
     }
+    for (size_t k = 0; k < beats.size(); ++k, ++i)
+      if (fds[i].revents) read_heartbeat(*beats[k]);
     for (size_t k = 0; k < pipes.size(); ++k, ++i)
       if (fds[i].revents) read_pipe(*pipes[k].first, *pipes[k].second);
     reap();
+    if (have_plan_ && Clock::now() >= next_progress_) send_progress();
   }
   finish();
   return 0;

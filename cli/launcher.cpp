@@ -2,6 +2,8 @@
 // event loop that relays output and, on the first failure or signal, stops every host at once.
 // With --max_restarts, a failed attempt (a rank failed, or an agent was lost) that has been torn
 // down completely is followed by a new attempt of the same plan: new agents, a new DS_JOB_TOKEN.
+// The watchdog: agents relay their ranks' heartbeats once a second; a rank (or an agent) silent for
+// --comm_timeout seconds stops the job, naming it and what the other ranks were waiting in.
 #include "launcher.h"
 
 #include <signal.h>
@@ -9,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -78,7 +81,20 @@ struct NodeState {
   bool done = false;  // the agent said Done: nothing of the job is left on the host
   bool closed = false;
   std::string peer;
+  Clock::time_point last_heard;  // the agent's last message, once its plan was sent
 };
+
+// A rank's last heartbeat as its agent relayed it.
+struct RankWatch {
+  int node = 0;
+  Clock::time_point silent_since;  // when its last heartbeat reached the agent (launcher clock)
+  std::string activity;            // what it was waiting in ("" = computing)
+  int activity_ms = 0;
+};
+
+// A rank whose heartbeats were this long overdue when another rank failed is named as the cause.
+constexpr auto kStallEvidence = std::chrono::seconds(3);
+constexpr int kStallStatus = 124;  // as timeout(1)
 
 // One attempt at running the plan. `events` outlives it (the signal thread posts there), and
 // holds nothing of this attempt once run() returns.
@@ -98,6 +114,12 @@ class Job {
   // start the job again.
   void fail(int status, const std::string& cause, bool restartable, std::string_view action = "");
   void stop_all(int signal, int grace_ms);
+  void on_progress(int node, const protocol::Progress& p);
+  // Stops the job if a rank or an agent has been silent for the comm timeout.
+  void check_watchdog();
+  // The rank silent for at least `threshold`, longest first; -1 if none.
+  int silent_rank(Clock::duration threshold, int except) const;
+  std::string stall_message(int rank, int gave_up_rank, const std::string& gave_up_how) const;
   bool all_closed() const;
   const std::string& host(int node) const { return plan_.nodes[node].host; }
 
@@ -117,6 +139,8 @@ class Job {
   int signals_seen_ = 0;
   int started_ = 0;
   std::optional<Clock::time_point> force_close_at_;
+  std::map<int, RankWatch> watch_;  // ranks that send heartbeats, while running
+  Clock::time_point next_watch_ = Clock::now();
   Clock::time_point start_time_ = Clock::now();
 };
 
@@ -149,10 +173,72 @@ bool Job::all_closed() const {
   return true;
 }
 
+void Job::on_progress(int node, const protocol::Progress& p) {
+  const auto now = Clock::now();
+  for (const auto& r : p.ranks) {
+    RankWatch& w = watch_[r.rank];
+    w.node = node;
+    w.silent_since = now - std::chrono::milliseconds(r.silent_ms);
+    w.activity = r.activity;
+    w.activity_ms = r.activity_ms;
+  }
+}
+
+int Job::silent_rank(Clock::duration threshold, int except) const {
+  const auto now = Clock::now();
+  int found = -1;
+  Clock::time_point oldest = now - threshold;
+  for (const auto& [rank, w] : watch_)
+    if (rank != except && !nodes_[w.node].closed && w.silent_since <= oldest) {
+      oldest = w.silent_since;
+      found = rank;
+    }
+  return found;
+}
+
+std::string Job::stall_message(int rank, int gave_up_rank, const std::string& gave_up_how) const {
+  const RankWatch& stalled = watch_.at(rank);
+  const double silent_s = std::chrono::duration<double>(Clock::now() - stalled.silent_since).count();
+  std::string text = fmt::format("rank {} on {} made no progress for {:.0f} s", rank, host(stalled.node), silent_s);
+  if (!stalled.activity.empty()) text += fmt::format(" (it was in {})", stalled.activity);
+  std::map<std::string, std::vector<int>> waiting;  // activity -> ranks
+  for (const auto& [r, w] : watch_)
+    if (r != rank && !w.activity.empty()) waiting[w.activity].push_back(r);
+  for (const auto& [what, ranks] : waiting) {
+    std::string who;
+    for (size_t i = 0; i < ranks.size() && i < 8; ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
+    if (ranks.size() > 8) who += fmt::format(" and {} more", ranks.size() - 8);
+    text += fmt::format("; rank{} {} {} waiting in {}", ranks.size() > 1 ? "s" : "", who,
+                        ranks.size() > 1 ? "were" : "was", what);
+  }
+  if (waiting.empty()) text += "; no other rank was waiting in a collective";
+  if (gave_up_rank >= 0) text += fmt::format(" (rank {} gave up: {})", gave_up_rank, gave_up_how);
+  return text;
+}
+
+void Job::check_watchdog() {
+  next_watch_ = Clock::now() + std::chrono::milliseconds(250);
+  if (stopping_) return;
+  const auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(plan_.comm_timeout_s));
+  const auto now = Clock::now();
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!nodes_[i].closed && now - nodes_[i].last_heard > limit + std::chrono::seconds(1)) {
+      fail(kStallStatus, fmt::format("{}: no word from its agent for {:.0f} s (host or network down?)", host(i),
+                                     std::chrono::duration<double>(now - nodes_[i].last_heard).count()),
+           true, "; stopping all ranks");
+      return stop_all(SIGTERM, static_cast<int>(options_.kill_grace_s * 1000));
+    }
+  const int rank = silent_rank(limit, -1);
+  if (rank < 0) return;
+  fail(kStallStatus, stall_message(rank, -1, ""), true, "; stopping all ranks");
+  stop_all(SIGTERM, static_cast<int>(options_.kill_grace_s * 1000));
+}
+
 void Job::handle(const Event& e) {
   const int grace_ms = static_cast<int>(options_.kill_grace_s * 1000);
   if (auto* m = std::get_if<AgentMessage>(&e)) {
     const std::string& where = host(m->node);
+    nodes_[m->node].last_heard = Clock::now();
     if (auto* out = std::get_if<proto::Output>(&m->message)) {
       console_.rank_line(where, out->rank, out->stream, out->line);
     } else if (std::get_if<proto::Started>(&m->message)) {
@@ -161,12 +247,22 @@ void Job::handle(const Event& e) {
                                   std::chrono::duration<double, std::milli>(Clock::now() - start_time_).count()));
     } else if (auto* x = std::get_if<proto::Exited>(&m->message)) {
       console_.rank_exit(where, x->rank, x->code, x->signal);
+      watch_.erase(x->rank);
       if ((x->code != 0 || x->signal != 0) && !stopping_) {
-        fail(shell_status(x->code, x->signal), fmt::format("rank {} on {} {}", x->rank, where,
-                                                           describe_exit(x->code, x->signal)),
-             true, "; stopping all ranks");
+        // A rank that gave up waiting (its collective timed out) is not the cause when another has
+        // been silent: name the silent one.
+        const int silent = silent_rank(kStallEvidence, x->rank);
+        if (silent >= 0)
+          fail(kStallStatus, stall_message(silent, x->rank, describe_exit(x->code, x->signal)), true,
+               "; stopping all ranks");
+        else
+          fail(shell_status(x->code, x->signal), fmt::format("rank {} on {} {}", x->rank, where,
+                                                             describe_exit(x->code, x->signal)),
+               true, "; stopping all ranks");
         stop_all(SIGTERM, grace_ms);
       }
+    } else if (auto* p = std::get_if<proto::Progress>(&m->message)) {
+      on_progress(m->node, *p);
     } else if (auto* err = std::get_if<proto::Error>(&m->message)) {
       fail(1, err->message, false);  // the agent could not start its ranks: the same plan would fail again
       if (!stopping_) stop_all(SIGTERM, grace_ms);
@@ -263,6 +359,7 @@ void Job::send_plans() {
     p.cores = options_.bind_core_ids;
     p.pass_local_rank = options_.pass_local_rank;
     links_[i]->send(p);
+    nodes_[i].last_heard = Clock::now();
   }
 }
 
@@ -270,11 +367,15 @@ Outcome Job::run() {
   if (connect_all()) {
     send_plans();
     while (!all_closed()) {
-      auto e = events_.wait_until(force_close_at_.value_or(Clock::now() + std::chrono::hours(24 * 365)));
+      if (!stopping_ && Clock::now() >= next_watch_) check_watchdog();
+      auto until = force_close_at_.value_or(Clock::now() + std::chrono::hours(24 * 365));
+      if (!stopping_ && next_watch_ < until) until = next_watch_;
+      auto e = events_.wait_until(until);
       if (e) {
         handle(*e);
         continue;
       }
+      if (!force_close_at_ || Clock::now() < *force_close_at_) continue;  // a watchdog tick
       console_.warn("some hosts did not confirm their ranks ended; dropping their connections");
       unconfirmed_ = true;
       for (size_t i = 0; i < links_.size(); ++i)

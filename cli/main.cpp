@@ -73,6 +73,7 @@ int launch(const LaunchOptions& o) {
   in.accelerator = res.accelerator;
   in.job_id = job_id();
   in.max_restarts = o.max_restarts;
+  in.comm_timeout_s = o.comm_timeout_s;
   in.forwarded = collect_environment(o);
   in.argv = o.program;
   JobPlan plan = make_plan(res.selection, in);

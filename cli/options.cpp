@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <iostream>
 
 #include "core_list.h"
@@ -28,6 +29,22 @@ Exit status: the first failing rank's exit code (128+N if it was killed by signa
 (flags, hostfile, selection).
 Docs: README.md (hostfile and --include grammar, rank environment, --dry_run JSON).
 )";
+
+// The default --comm_timeout: DS_COMM_TIMEOUT (seconds) or DeepSpeed's DEEPSPEED_TIMEOUT (minutes)
+// from dsrun's environment, as dsworker reads them; else 300 s.
+double timeout_from_environment() {
+  for (auto [name, scale] : {std::pair{"DS_COMM_TIMEOUT", 1.0}, std::pair{"DEEPSPEED_TIMEOUT", 60.0}}) {
+    const char* text = std::getenv(name);
+    if (!text || !*text) continue;
+    char* end = nullptr;
+    const double v = std::strtod(text, &end);
+    if (*end != '\0' || !(v > 0) || v * scale > 1e7)
+      throw InputError(fmt::format("{}='{}' (from the environment) is not a positive number of {}", name, text,
+                                   scale == 1.0 ? "seconds" : "minutes"));
+    return v * scale;
+  }
+  return 300;
+}
 
 }  // namespace
 
@@ -80,6 +97,11 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
   app.add_option("--kill_grace,--kill-grace", o.kill_grace_s,
                  "Seconds between SIGTERM and SIGKILL when tearing the job down (default 5)")
       ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--comm_timeout,--comm-timeout", o.comm_timeout_s,
+                 "Seconds a rank may make no progress (heartbeats stop) before the job is stopped, naming it; "
+                 "also every collective's and store wait's limit in the ranks (DS_COMM_TIMEOUT; default: "
+                 "$DS_COMM_TIMEOUT, $DEEPSPEED_TIMEOUT minutes, or 300)")
+      ->check(CLI::Range(0.1, 1e7));
   std::string max_restarts;  // checked below, for a message that names the rule
   app.add_option("--max_restarts,--max-restarts", max_restarts,
                  "After a rank fails (or a host's agent is lost), stop every rank and start the job again, "
@@ -102,6 +124,7 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
     throw InputError(e.what());
   }
   o.hostfile_given = app.count("--hostfile") > 0;
+  if (app.count("--comm_timeout") == 0) o.comm_timeout_s = timeout_from_environment();
   o.program = app.remaining();
   if (o.program.empty()) throw InputError("no PROGRAM given (usage: dsrun [options] PROGRAM [ARGS...]; see --help)");
   if (o.program[0].size() > 1 && o.program[0][0] == '-')

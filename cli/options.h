@@ -29,6 +29,7 @@ struct LaunchOptions {
   bool quiet = false, no_prefix = false;
   bool pass_local_rank = false;
   double kill_grace_s = 5.0;
+  double comm_timeout_s = 300;        // --comm_timeout; else DS_COMM_TIMEOUT (s) or DEEPSPEED_TIMEOUT (min) of dsrun's environment
   int max_restarts = 0;               // start the whole job again after a failure, up to N times
   std::vector<std::string> program;   // PROGRAM and its arguments, untouched
 };

@@ -10,7 +10,7 @@ const std::vector<std::string>& rank_variable_names() {
   static const std::vector<std::string> names = {
       "RANK",        "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_SIZE",  "LOCAL_WORLD_SIZE",     "CROSS_RANK",
       "NODE_RANK",   "GROUP_RANK",  "CROSS_SIZE",  "MASTER_ADDR", "MASTER_PORT",          "CUDA_VISIBLE_DEVICES",
-      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN", "DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS",
+      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN", "DS_COMM_TIMEOUT", "DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
   return names;
 }
@@ -21,6 +21,7 @@ JobPlan make_plan(const Selection& selection, const PlanInputs& in) {
   plan.master_port = in.master_port;
   plan.transport = in.transport;
   plan.max_restarts = in.max_restarts;
+  plan.comm_timeout_s = in.comm_timeout_s;
   plan.forwarded = in.forwarded;
   plan.argv = in.argv;
   for (const auto& node : selection)
@@ -48,6 +49,7 @@ JobPlan make_plan(const Selection& selection, const PlanInputs& in) {
           {"CUDA_VISIBLE_DEVICES", visible},
           {"DS_ACCELERATOR", in.accelerator},
           {"DS_JOB_ID", in.job_id},
+          {"DS_COMM_TIMEOUT", fmt::format("{:g}", in.comm_timeout_s)},
           {"DSRUN_RESTART_COUNT", "0"},
           {"DSRUN_MAX_RESTARTS", std::to_string(plan.max_restarts)},
           // torchrun's names, for scripts written for it (e.g. "resume when the restart count is > 0")

@@ -29,6 +29,7 @@ struct NodePlan {
 struct JobPlan {
   int world_size = 0;
   int max_restarts = 0;     // --max_restarts: how many times a failed job is started again
+  double comm_timeout_s = 300;  // --comm_timeout: DS_COMM_TIMEOUT of every rank, and the watchdog's limit
   std::string master_addr;  // empty until detected (ssh transport without --master_addr)
   int master_port = 29500;
   std::string transport;    // "local" or "ssh"
@@ -44,6 +45,7 @@ struct PlanInputs {
   std::string accelerator;  // "cuda" or "cpu" → DS_ACCELERATOR
   std::string job_id;
   int max_restarts = 0;
+  double comm_timeout_s = 300;
   std::vector<EnvVar> forwarded;
   std::vector<std::string> argv;
 };

@@ -113,7 +113,7 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 }  // namespace
 
 Spawned spawn_process(const std::string& program, const std::vector<std::string>& argv_in,
-                      const std::vector<std::string>& env_in, const std::vector<int>& cores) {
+                      const std::vector<std::string>& env_in, const std::vector<int>& cores, int inherit_fd) {
   std::vector<std::string> argv = argv_in, env = env_in;
   std::vector<char*> c_argv = c_strings(argv), c_env = c_strings(env);
   cpu_set_t cpu_set;
@@ -139,6 +139,7 @@ Spawned spawn_process(const std::string& program, const std::vector<std::string>
     ::dup2(out.write.get(), STDOUT_FILENO);
     ::dup2(err.write.get(), STDERR_FILENO);
     if (!cores.empty()) ::sched_setaffinity(0, sizeof(cpu_set), &cpu_set);
+    if (inherit_fd >= 0) ::fcntl(inherit_fd, F_SETFD, 0);  // the child's copy only: clears close-on-exec
     ::execve(program.c_str(), c_argv.data(), c_env.data());
     const int e = errno;
     (void)!::write(exec_status.write.get(), &e, sizeof(e));

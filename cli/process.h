@@ -78,8 +78,9 @@ struct Spawned {
 // from /dev/null, stdout and stderr into pipes, pinned to `cores` unless empty, and SIGKILLed if
 // the caller dies. Blocks until the exec succeeded or failed; a failed exec is reported in
 // exec_errno (the child then exits 127, for the caller to reap). Throws LaunchError when a pipe or
-// fork fails; no descriptor is left open then.
+// fork fails; no descriptor is left open then. `inherit_fd` (if >= 0) is the one descriptor of the
+// caller the program inherits, under the same number (the rank's heartbeat pipe).
 Spawned spawn_process(const std::string& program, const std::vector<std::string>& argv,
-                      const std::vector<std::string>& env, const std::vector<int>& cores);
+                      const std::vector<std::string>& env, const std::vector<int>& cores, int inherit_fd = -1);
 
 }  // namespace dsrun

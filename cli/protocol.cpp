@@ -96,7 +96,7 @@ class Reader {
   std::string_view in_;
 };
 
-enum class Type : uint8_t { Plan = 1, Stop, Hello, Started, Output, Exited, Error, Done };
+enum class Type : uint8_t { Plan = 1, Stop, Hello, Started, Output, Exited, Error, Done, Progress };
 
 struct EncodeVisitor {
   Writer& w;
@@ -151,6 +151,16 @@ struct EncodeVisitor {
     w.str(e.message);
   }
   void operator()(const Done&) { w.u8(static_cast<uint8_t>(Type::Done)); }
+  void operator()(const Progress& p) {
+    w.u8(static_cast<uint8_t>(Type::Progress));
+    w.u32(static_cast<uint32_t>(p.ranks.size()));
+    for (const auto& r : p.ranks) {
+      w.i32(r.rank);
+      w.i32(r.silent_ms);
+      w.str(r.activity);
+      w.i32(r.activity_ms);
+    }
+  }
 };
 
 Message decode_payload(std::string_view payload) {
@@ -225,6 +235,20 @@ Message decode_payload(std::string_view payload) {
     case Type::Done:
       m = Done{};
       break;
+    case Type::Progress: {
+      Progress p;
+      uint32_t n = r.u32();
+      if (n > payload.size()) throw LaunchError("protocol: progress count larger than the frame");
+      p.ranks.resize(n);
+      for (auto& rank : p.ranks) {
+        rank.rank = r.i32();
+        rank.silent_ms = r.i32();
+        rank.activity = r.str();
+        rank.activity_ms = r.i32();
+      }
+      m = std::move(p);
+      break;
+    }
     default:
       throw LaunchError(fmt::format("protocol: unknown message type {}", static_cast<int>(payload[0])));
   }

@@ -4,7 +4,7 @@
 // Fields: integers as i32 big-endian; strings as u32 length + raw bytes (any byte is allowed,
 // so environment values and output lines need no quoting); lists as u32 count + items.
 // Launcher → agent: Plan (once), Stop. Agent → launcher: Hello (first), Started, Output,
-// Exited, Error, Done (last). Nothing on this stream is ever interpreted by a shell.
+// Exited, Error, Progress (every second once the plan is in), Done (last). Nothing on this stream is ever interpreted by a shell.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -17,7 +17,7 @@
 
 namespace dsrun::protocol {
 
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: Progress
 constexpr uint32_t kMaxFrameBytes = 64u << 20;
 // The agent writes this before its first frame; the launcher skips whatever comes before it
 // (a login shell that prints to stdout must not break the stream).
@@ -77,7 +77,19 @@ struct Error {
 // Every rank of the node has been reaped and no process of the job is left on it.
 struct Done {};
 
-using Message = std::variant<NodePlan, Stop, Hello, Started, Output, Exited, Error, Done>;
+// What one rank last reported on its heartbeat pipe (DSRUN_HEARTBEAT_FD, runtime/comm/heartbeat.h).
+struct RankProgress {
+  int rank = 0;
+  int silent_ms = 0;      // since its last heartbeat reached the agent
+  std::string activity;   // what it was waiting in ("" = computing)
+  int activity_ms = 0;    // for how long, when it last beat
+};
+// The agent's heartbeat, once a second: the ranks that send heartbeats (others are not listed).
+struct Progress {
+  std::vector<RankProgress> ranks;
+};
+
+using Message = std::variant<NodePlan, Stop, Hello, Started, Output, Exited, Error, Done, Progress>;
 
 // The whole frame (length prefix included) for `message`.
 std::string encode(const Message& message);

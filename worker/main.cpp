@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "comm/heartbeat.h"
 #include "comm/process_group.h"
 #include "comm/rendezvous.h"
 #include "comm/store.h"
@@ -169,6 +170,7 @@ int train(const WorkerOptions& o) {
     std::cout << resolved.dump(2) << "\n";
     return 0;
   }
+  start_heartbeat();  // dsrun's watchdog hears from this rank from here on (comm/heartbeat.h)
   const JobEnv env = read_job_env();
   if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
   DsConfig config = load_worker_config(o, env.world_size, plugin);
@@ -186,10 +188,10 @@ int train(const WorkerOptions& o) {
     store = make_memory_store();
   } else {
     if (lead) server = serve_tcp_store(env.master_port, env.token);
-    store = connect_tcp_store(env.master_addr, env.master_port, env.token, std::chrono::seconds(60));
-    rendezvous(*store, env.rank, env.world_size, std::chrono::seconds(60));
+    store = connect_tcp_store(env.master_addr, env.master_port, env.token, env.comm_timeout);
+    rendezvous(*store, env.rank, env.world_size, env.comm_timeout);
   }
-  auto group = make_gloo_group(store, env.rank, env.world_size, "dp", std::chrono::seconds(300));
+  auto group = make_gloo_group(store, env.rank, env.world_size, "dp", env.comm_timeout);
 
   TrainingData data = load_training_data(config, *plugin);
   const uint64_t seed = o.seed.value_or(config.seed);

@@ -16,6 +16,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "comm/heartbeat.h"
 #include "comm/process_group.h"
 #include "amp/half.h"
 #include "comm/rendezvous.h"
@@ -276,6 +277,7 @@ class GlooGroup final : public ProcessGroup {
   // Rendezvous under prefix/ (naming ranks that never come), then Gloo's full mesh of TCP pairs.
   void connect(std::shared_ptr<Store> store, const std::string& prefix, const std::string& address) {
     PrefixedStore view(store, prefix + "/");
+    ScopedActivity waiting(fmt::format("connecting process group '{}'", prefix));
     try {
       rendezvous(view, rank_, size_, timeout_);
     } catch (const CommError& e) {
@@ -312,6 +314,7 @@ class GlooGroup final : public ProcessGroup {
       const auto start = std::chrono::steady_clock::now();
       uint64_t sent = 0;
       try {
+        ScopedActivity waiting(what);  // what the watchdog reports if a peer stalls
         sent = body();
       } catch (const std::exception& e) {
         failure_ = fmt::format("{} failed: {}", what, ring::clean_error(e.what()));

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/heartbeat.h"
 #include "comm/wire.h"
 #include "core/errors.h"
 
@@ -21,6 +22,7 @@ void rendezvous(Store& store, int rank, int size, Millis timeout) {
     throw CommError(fmt::format("rendezvous: rank {} is not in 0..{} (world size {})", rank, size - 1, size));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(fmt::format("rank/{}", r));
+  ScopedActivity waiting("rendezvous");
   store.set(keys[static_cast<size_t>(rank)], "joined");
   try {
     store.wait(keys, timeout);
@@ -75,6 +77,20 @@ int free_port() {
 
 }  // namespace
 
+Millis comm_timeout_from_env() {
+  auto positive = [](const char* name, const char* text, double scale) {
+    char* end = nullptr;
+    const double v = std::strtod(text, &end);
+    if (*end != '\0' || !(v > 0) || v * scale > 1e12)
+      throw CommError(fmt::format("rendezvous: {}='{}' is not a positive number of {} (from the environment)", name,
+                                  text, scale == 1000 ? "seconds" : "minutes"));
+    return Millis(static_cast<int64_t>(v * scale));
+  };
+  if (const char* s = env("DS_COMM_TIMEOUT")) return positive("DS_COMM_TIMEOUT", s, 1000);
+  if (const char* m = env("DEEPSPEED_TIMEOUT")) return positive("DEEPSPEED_TIMEOUT", m, 60000);
+  return Millis(300000);
+}
+
 JobEnv read_job_env() {
   JobEnv e;
   e.world_size = env_int("WORLD_SIZE", 1, 1, 1 << 24);
@@ -89,6 +105,7 @@ JobEnv read_job_env() {
   if (const char* addr = env("MASTER_ADDR")) e.master_addr = addr;
   e.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT", 0, 1, 65535) : free_port();
   if (const char* token = env("DS_JOB_TOKEN")) e.token = token;
+  e.comm_timeout = comm_timeout_from_env();
   return e;
 }
 

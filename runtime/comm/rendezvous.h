@@ -20,10 +20,17 @@ struct JobEnv {
   std::string master_addr = "127.0.0.1";  // MASTER_ADDR
   int master_port = 0;   // MASTER_PORT
   std::string token;     // DS_JOB_TOKEN
+  // Bound on every store wait and collective: DS_COMM_TIMEOUT (seconds), else DeepSpeed's
+  // DEEPSPEED_TIMEOUT (minutes), else 300 s.
+  Millis comm_timeout{300000};
 };
 
 // Reads JobEnv from the environment. Throws CommError naming the variable and its value when one
-// is malformed or inconsistent (RANK >= WORLD_SIZE; MASTER_ADDR/MASTER_PORT missing for WORLD_SIZE > 1).
+// is malformed or inconsistent (RANK >= WORLD_SIZE; MASTER_ADDR/MASTER_PORT missing for WORLD_SIZE > 1;
+// a timeout that is not a positive number).
 JobEnv read_job_env();
+
+// The timeout of read_job_env() alone (DS_COMM_TIMEOUT, DEEPSPEED_TIMEOUT, 300 s).
+Millis comm_timeout_from_env();
 
 }  // namespace ds

@@ -86,6 +86,14 @@ TEST_CASE("protocol: agent messages round-trip") {
   CHECK(stop.grace_ms == 0);
   CHECK(std::get<proto::Error>(round_trip(proto::Error{"node-b: boom"}, 4)).message == "node-b: boom");
   CHECK(std::holds_alternative<proto::Done>(round_trip(proto::Done{}, 1)));
+  auto progress = std::get<proto::Progress>(round_trip(proto::Progress{{{1, 5200, "allreduce of 8 F32", 4100}, {3, 0, "", 0}}}, 3));
+  REQUIRE(progress.ranks.size() == 2);
+  CHECK(progress.ranks[0].rank == 1);
+  CHECK(progress.ranks[0].silent_ms == 5200);
+  CHECK(progress.ranks[0].activity == "allreduce of 8 F32");
+  CHECK(progress.ranks[0].activity_ms == 4100);
+  CHECK(progress.ranks[1].activity.empty());
+  CHECK(std::get<proto::Progress>(round_trip(proto::Progress{}, 1)).ranks.empty());
 }
 
 TEST_CASE("protocol: several frames in one read come out in order") {
