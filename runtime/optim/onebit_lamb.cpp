@@ -39,6 +39,36 @@ double norm(const float* x, size_t n) {
   return std::sqrt(sum);
 }
 
+// The largest element (all positive here), in 8 lanes so that the loop vectorises; max is exact in
+// any order.
+float max_of(const std::vector<float>& x) {
+  float lanes[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= x.size(); i += 8)
+    for (size_t k = 0; k < 8; ++k) lanes[k] = std::max(lanes[k], x[i + k]);
+  for (; i < x.size(); ++i) lanes[0] = std::max(lanes[0], x[i]);
+  return *std::max_element(lanes, lanes + 8);
+}
+
+// One tensor's compressed-stage elements after the all-reduce: m ← m/scale, the reconstructed gradient
+// into v_fresh, u_pre = m/(√v + eps), u = u_pre (+ wd·p), ratio = (√v + eps)/(√v_fresh + eps). Distinct
+// arrays, so that the loop vectorises.
+void compressed_elements(float* __restrict m, const float* __restrict m_last, const float* __restrict v,
+                         float* __restrict fresh, const float* __restrict p, float* __restrict u_pre,
+                         float* __restrict u, float* __restrict ratio, size_t n, float scale, const OneBitArgs a) {
+  for (size_t i = 0; i < n; ++i) {
+    const float mi = m[i] / scale;
+    m[i] = mi;
+    const float g = (mi - m_last[i] * a.beta1) / a.one_minus_beta1;
+    const float f = a.variance(fresh[i], g);
+    fresh[i] = f;
+    const float denom = a.denominator(v[i]);
+    u_pre[i] = mi / denom;
+    u[i] = a.wd > 0.0f ? u_pre[i] + a.wd * p[i] : u_pre[i];
+    ratio[i] = denom / a.denominator(f);
+  }
+}
+
 class OneBitLamb final : public Optimizer {
  public:
   OneBitLamb(const OneBitLambParams& params, size_t n, ProcessGroup& group)
@@ -127,7 +157,7 @@ class OneBitLamb final : public Optimizer {
       float* fused = exp_avg_.data();
       compressor_->run(std::span<float* const>(&fused, 1));
     }
-    std::vector<float> u_pre, u;
+    std::vector<float> u_pre, u, ratio;
     for (size_t k = 0; k < views.size(); ++k) {
       const TensorView& t = views[k];
       const float scale = static_cast<float>(scale_[k]);
@@ -137,17 +167,9 @@ class OneBitLamb final : public Optimizer {
       float* fresh = exp_avg_sq_fresh_.data() + t.offset;
       u_pre.resize(t.size);
       u.resize(t.size);
-      float factor = 0.0f;  // max over the tensor of denom / denom_fresh (both positive)
-      for (size_t i = 0; i < t.size; ++i) {
-        m[i] /= scale;
-        const float g = (m[i] - m_last[i] * a.beta1) / a.one_minus_beta1;
-        fresh[i] = a.variance(fresh[i], g);
-        const float denom = a.denominator(v[i]);
-        u_pre[i] = m[i] / denom;
-        u[i] = a.wd > 0.0f ? u_pre[i] + a.wd * t.params[i] : u_pre[i];
-        factor = std::max(factor, denom / a.denominator(fresh[i]));
-      }
-      double f = factor;
+      ratio.resize(t.size);
+      compressed_elements(m, m_last, v, fresh, t.params, u_pre.data(), u.data(), ratio.data(), t.size, scale, a);
+      double f = max_of(ratio);
       if (a.wd > 0.0f) {
         const double ratio = std::min(1.0, norm(u_pre.data(), t.size) / norm(u.data(), t.size));
         f = f * ratio + (1.0 - ratio);
