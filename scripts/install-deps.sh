@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev libssh-dev  # launcher
   libyaml-cpp-dev libgloo-dev zlib1g-dev                 # runtime (ds_config YAML, Gloo, checkpoint CRC-32)
   libcrcutil-dev                                         # dsworker: CRC-32C of TensorBoard event records
+  libpcre2-dev                                           # BPE tokenizers: GPT-2's word pattern
   libopenblas-openmp-dev                                 # kernels: GEMM on the same OpenMP pool as our loops
   doctest-dev                                            # the build configures the unit tests too
   python3 gnuplot-nox                                    # the loss-curve PNG (scripts/plot_loss.py)

@@ -26,6 +26,7 @@ TrainingData load_training_data(const DsConfig& config, const Plugin& plugin) {
   out.eval = parse_eval_config(config.data);
   Corpus corpus = load_corpus(config.data);
   out.description = corpus.describe();
+  out.tokenizer = corpus.tokenizer;
   if (out.vocab > 0) {
     if (corpus.vocab > out.vocab)
       throw ConfigError(fmt::format("data.path: the corpus's vocabulary ({}{}) is larger than the model's ({}, "

@@ -19,6 +19,7 @@ struct TrainingData {
   int64_t tokens_per_sample = 0;        // seq_len for token data, 0 otherwise
   int64_t vocab = 0;                    // the model's vocabulary (its logits' last dimension)
   std::string description;              // Corpus::describe(), empty without a data block
+  std::shared_ptr<const BpeTokenizer> tokenizer;  // data.tokenizer: sample prompts and output go through it
 };
 
 // Reads `config.data` when it has keys. Errors (ConfigError, naming the key and value): a data block

@@ -204,6 +204,11 @@ int train(const WorkerOptions& o) {
     if (data.vocab == 0)
       throw ConfigError(fmt::format("sample: the model {} is not a language model; remove the sample block",
                                     plugin->name()));
+    if (const auto prompt = config.sample.find("prompt");
+        data.tokenizer && prompt != config.sample.end() && prompt->is_string()) {  // text: the tokenizer's ids
+      const auto ids = data.tokenizer->encode(prompt->get<std::string>(), "sample.prompt");
+      sample->prompt.assign(ids.begin(), ids.end());
+    }
   }
   const CheckpointConfig& checkpoint = config.checkpoint;
   if (!checkpoint.dir.empty())  // every rank: each host removes what its own killed saves left
@@ -292,8 +297,12 @@ int train(const WorkerOptions& o) {
     if (!lead) return;
     std::printf("sample after step %lld (temperature %g, top_k %lld):\n", static_cast<long long>(step),
                 sample->temperature, static_cast<long long>(sample->top_k));
-    for (const auto& text : texts)
-      std::printf("%s%s\n----\n", tokens_text(sample->prompt, data.vocab).c_str(), tokens_text(text, data.vocab).c_str());
+    auto as_text = [&](const std::vector<int32_t>& tokens) {
+      if (!data.tokenizer) return tokens_text(tokens, data.vocab);
+      const std::vector<uint32_t> ids(tokens.begin(), tokens.end());
+      return data.tokenizer->decode(ids);
+    };
+    for (const auto& text : texts) std::printf("%s%s\n----\n", as_text(sample->prompt).c_str(), as_text(text).c_str());
   };
   const int64_t every = config.steps_per_print.value_or(10);
   double total_seconds = 0.0, first_loss = 0.0, last_loss = 0.0, interval_seconds = 0.0;

@@ -118,9 +118,10 @@ std::vector<std::string> data_files(const nlohmann::json& data) {
 }  // namespace
 
 std::string Corpus::describe() const {
-  const std::string vocabulary = vocab == kByteVocab ? "byte-level"
-                                 : vocab == 0        ? "vocabulary size not recorded"
-                                                     : fmt::format("vocabulary {}", vocab);
+  const std::string vocabulary = tokenizer          ? fmt::format("BPE {}, vocabulary {}", tokenizer->path(), vocab)
+                                 : vocab == kByteVocab ? "byte-level"
+                                 : vocab == 0          ? "vocabulary size not recorded"
+                                                       : fmt::format("vocabulary {}", vocab);
   return fmt::format("{} file{}, {} tokens ({}), {} train / {} validation", files, files == 1 ? "" : "s",
                      format_count(train.size() + val.size()), vocabulary, format_count(train.size()),
                      format_count(val.size()));
@@ -149,7 +150,8 @@ std::vector<std::string> expand_path(const std::string& path, const std::string&
   return files;
 }
 
-Tokens read_tokens(const std::vector<std::string>& files, DataFormat format, const std::string& key) {
+Tokens read_tokens(const std::vector<std::string>& files, DataFormat format, const std::string& key,
+                   const BpeTokenizer* tokenizer) {
   Tokens out;
   std::string a_text_file, a_token_file;  // the first of each kind, for the mixing error
   auto refuse_mixing = [&] {
@@ -180,8 +182,17 @@ Tokens read_tokens(const std::vector<std::string>& files, DataFormat format, con
     } else {
       if (a_text_file.empty()) a_text_file = file;
       if (!a_token_file.empty()) refuse_mixing();
-      out.vocab = kByteVocab;
-      append_text(file, out.tokens, key);
+      if (tokenizer) {
+        out.vocab = tokenizer->vocab_size();
+        std::vector<uint16_t> bytes;
+        append_text(file, bytes, key);
+        const std::string text(bytes.begin(), bytes.end());
+        for (uint32_t id : tokenizer->encode(text, fmt::format("{}: {}", key, file)))
+          out.tokens.push_back(static_cast<uint16_t>(id));
+      } else {
+        out.vocab = kByteVocab;
+        append_text(file, out.tokens, key);
+      }
     }
   }
   return out;
@@ -190,14 +201,25 @@ Tokens read_tokens(const std::vector<std::string>& files, DataFormat format, con
 Corpus load_corpus(const nlohmann::json& data) {
   if (!data.is_object()) throw ConfigError(fmt::format("data: {} is not an object", show(data)));
   for (const auto& [key, value] : data.items())
-    if (key != "path" && key != "format" && key != "val_fraction" && key != "eval_interval" && key != "eval_samples")
+    if (key != "path" && key != "format" && key != "tokenizer" && key != "val_fraction" && key != "eval_interval" &&
+        key != "eval_samples")
       throw ConfigError(fmt::format(
-          "data.{}: unknown key (data takes path, format, val_fraction, eval_interval and eval_samples)", key));
+          "data.{}: unknown key (data takes path, format, tokenizer, val_fraction, eval_interval and eval_samples)",
+          key));
   const DataFormat format = parse_format(data);
   const double val_fraction = parse_val_fraction(data);
   const std::vector<std::string> files = data_files(data);
 
-  Tokens all = read_tokens(files, format, "data.path");
+  std::shared_ptr<const BpeTokenizer> tokenizer;
+  if (auto it = data.find("tokenizer"); it != data.end()) {
+    if (!it->is_string()) throw ConfigError(fmt::format("data.tokenizer: {} is not a path", show(*it)));
+    try {
+      tokenizer = std::make_shared<const BpeTokenizer>(BpeTokenizer::load(it->get<std::string>()));
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("data.tokenizer: {}", e.what()));
+    }
+  }
+  Tokens all = read_tokens(files, format, "data.path", tokenizer.get());
   if (all.tokens.empty())
     throw ConfigError(fmt::format("data.path: {}: every file is empty ({} file{})", show(data.at("path")), files.size(),
                                   files.size() == 1 ? "" : "s"));
@@ -208,6 +230,7 @@ Corpus load_corpus(const nlohmann::json& data) {
   corpus.train = std::move(all.tokens);
   corpus.vocab = all.vocab;
   corpus.files = all.files;
+  corpus.tokenizer = std::move(tokenizer);
   return corpus;
 }
 

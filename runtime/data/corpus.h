@@ -3,18 +3,23 @@
 //                      them; files in order, each directory's and glob's sorted by path (byte order)
 //   data.format        "auto" (default: files that start with the token-file magic are token files,
 //                      others text), "text" or "tokens"
+//   data.tokenizer     a Hugging Face tokenizer.json (byte-level BPE, bpe_tokenizer.h) the text files
+//                      are encoded with; without it text is byte-level
 //   data.val_fraction  the last fraction of all tokens that is validation, in [0, 0.5]; default 0.1
 //   data.eval_interval optimizer steps between validation passes (dsworker); 0 (default): one pass
 //                      after the last step only
 //   data.eval_samples  validation windows per pass, spread over the ranks; default 512
-// Text is byte-level (each byte a token, vocabulary 256); files are concatenated with no separator;
-// empty files are skipped. Every error is a ConfigError naming the key and the value (README.md).
+// Text is byte-level (each byte a token, vocabulary 256), or each file is encoded with the tokenizer;
+// files are concatenated with no separator; empty files are skipped. Every error is a ConfigError naming the key and the value (README.md).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "data/bpe_tokenizer.h"
 
 namespace ds {
 
@@ -22,8 +27,9 @@ enum class DataFormat { auto_detect, text, tokens };
 
 struct Corpus {
   std::vector<uint16_t> train, val;  // token ids: the first (1 - val_fraction) and the last val_fraction
-  int vocab = 0;                     // 256 for byte-level; else the token files' recorded size (0 = not recorded)
+  int vocab = 0;                     // 256 for byte-level; the tokenizer's; else the token files' recorded size (0 = not recorded)
   size_t files = 0;                  // non-empty files read
+  std::shared_ptr<const BpeTokenizer> tokenizer;  // data.tokenizer, else null
   // e.g. "35 files, 1.27 M tokens (byte-level), 1.14 M train / 127 k validation"
   std::string describe() const;
 };
@@ -50,9 +56,10 @@ struct Tokens {
   size_t files = 0;  // non-empty files read
 };
 
-// The tokens of `files`, concatenated in order, read as `format`; empty files are skipped. Mixing
-// text and token files, or token files of different vocabulary sizes, is an error; errors are
-// ConfigErrors that start with `key` and name the file.
-Tokens read_tokens(const std::vector<std::string>& files, DataFormat format, const std::string& key);
+// The tokens of `files`, concatenated in order, read as `format`, text encoded with `tokenizer` (else
+// byte-level); empty files are skipped. Mixing text and token files, or token files of different
+// vocabulary sizes, is an error; errors are ConfigErrors that start with `key` and name the file.
+Tokens read_tokens(const std::vector<std::string>& files, DataFormat format, const std::string& key,
+                   const BpeTokenizer* tokenizer = nullptr);
 
 }  // namespace ds

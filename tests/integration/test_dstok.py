@@ -37,7 +37,7 @@ def test_inputs_become_one_byte_level_token_file(dstok, tmp_path):
     r = run([dstok, str(tmp_path / "corpus"), str(tmp_path / "*.md"), "-o", str(out)], os.environ)
     assert r.returncode == 0, r.stderr
     expected = b"hello " + "w\u00f6rld\n".encode() + b"[md]"
-    assert r.stdout == f"dstok: 3 files, {len(expected)} tokens -> {out}\n"
+    assert r.stdout == f"dstok: 3 files, {len(expected)} tokens (byte-level) -> {out}\n"
     tokens, vocab = read_token_file(out)
     assert tokens == list(expected) and vocab == 256
     assert sorted(os.listdir(tmp_path)) == ["corpus", "out.bin", "x.md"]  # no temporary file left

@@ -149,7 +149,7 @@ TEST_CASE("corpus: mixed or mismatched inputs are refused") {
 TEST_CASE("corpus: unknown keys and bad values name the key") {
   TempDir dir;
   const std::string text = dir.write("a.txt", "text");
-  CHECK(corpus_error({{"pth", text}}) == "data.pth: unknown key (data takes path, format, val_fraction, eval_interval and eval_samples)");
+  CHECK(corpus_error({{"pth", text}}) == "data.pth: unknown key (data takes path, format, tokenizer, val_fraction, eval_interval and eval_samples)");
   CHECK(corpus_error({{"path", text}, {"seq_len", 64}}).starts_with("data.seq_len: unknown key"));
   CHECK(corpus_error({{"path", text}, {"format", "bin"}}) ==
         "data.format: 'bin' is not one of 'auto', 'text', 'tokens'");
