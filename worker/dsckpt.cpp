@@ -2,6 +2,7 @@
 //   dsckpt inspect DIR [--tag TAG]                        what a checkpoint holds
 //   dsckpt export DIR -o OUT.safetensors [--tag TAG]      the consolidated fp32 weights (what
 //                                                         DeepSpeed's zero_to_fp32.py produces), as safetensors
+//   dsckpt export DIR -o OUT --format hf                  a gpt checkpoint as a Hugging Face GPT-2 folder
 // TAG defaults to the one DIR/latest names. Exit status: 0, 2 for bad arguments, 1 for a missing,
 // corrupt or unreadable checkpoint (the message names the file).
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
+#include "hf_export.h"
+#include "safetensors.h"
 
 namespace ds::ckpt {
 namespace {
@@ -48,34 +51,29 @@ void inspect(const std::string& dir, const std::string& tag) {
     std::printf("  %-40s %s\n", p.at("name").get<std::string>().c_str(), p.at("shape").dump().c_str());
 }
 
-// safetensors: an 8-byte little-endian header length, a JSON header mapping each tensor name to
-// dtype, shape and [begin, end) byte offsets into the data that follows (plus "__metadata__", string
-// values only), padded with spaces to a multiple of 8 bytes.
+// The consolidated fp32 weights under our parameter names, tied ones once (under their owner's name).
 void export_safetensors(const std::string& dir, const std::string& tag, const std::string& out) {
   const LoadedCheckpoint c = read_checkpoint(dir, tag);
   const std::vector<float>& master = c.state.tensors.at(0).second;
-  nlohmann::ordered_json header;
-  header["__metadata__"] = {{"format", "pt"}, {"source", "dsrun"}, {"tag", tag},
-                            {"step", std::to_string(c.state.steps)}};
+  std::vector<SafetensorsTensor> tensors;
   size_t offset = 0;
   for (const auto& p : c.model.at("params")) {
-    const size_t bytes = static_cast<size_t>(elements(p.at("shape"))) * sizeof(float);
-    header[p.at("name").get<std::string>()] = {{"dtype", "F32"}, {"shape", p.at("shape")},
-                                                {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    const auto n = static_cast<size_t>(elements(p.at("shape")));
+    if (offset + n > master.size())
+      throw CheckpointError(fmt::format("{}/{}: the parameter shapes hold more elements than the state's {}", dir, tag,
+                                        master.size()));
+    tensors.push_back({p.at("name").get<std::string>(), p.at("shape").get<std::vector<int64_t>>(),
+                       std::vector<float>(master.begin() + static_cast<std::ptrdiff_t>(offset),
+                                          master.begin() + static_cast<std::ptrdiff_t>(offset + n))});
+    offset += n;
   }
-  if (offset != master.size() * sizeof(float))
-    throw CheckpointError(fmt::format("{}/{}: the parameter shapes hold {} elements, the state {}", dir, tag,
-                                      offset / sizeof(float), master.size()));
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const uint64_t length = text.size();
-  std::string bytes(reinterpret_cast<const char*>(&length), sizeof(length));
-  bytes += text;
-  bytes.append(reinterpret_cast<const char*>(master.data()), offset);
-  write_text_atomically(out, bytes);
-  std::printf("%s: %zu tensors, %zu parameters (fp32) from %s/%s\n", out.c_str(), c.model.at("params").size(),
-              master.size(), dir.c_str(), tag.c_str());
+  if (offset != master.size())
+    throw CheckpointError(fmt::format("{}/{}: the parameter shapes hold {} elements, the state {}", dir, tag, offset,
+                                      master.size()));
+  write_safetensors(out, tensors, {{"format", "pt"}, {"source", "dsrun"}, {"tag", tag},
+                                   {"step", std::to_string(c.state.steps)}});
+  std::printf("%s: %zu tensors, %zu parameters (fp32) from %s/%s\n", out.c_str(), tensors.size(), master.size(),
+              dir.c_str(), tag.c_str());
 }
 
 }  // namespace
@@ -90,9 +88,12 @@ int main(int argc, char** argv) {
   inspect->add_option("--tag", tag, "The tag to read (default: the one DIR/latest names)");
   auto* exp = app.add_subcommand("export", "Write the consolidated fp32 weights");
   exp->add_option("DIR", dir, "The checkpoint directory (checkpoint.dir)")->required();
-  exp->add_option("-o,--output", out, "The file to write")->required();
+  exp->add_option("-o,--output", out, "The file to write (--format hf: the folder)")->required();
   exp->add_option("--tag", tag, "The tag to read (default: the one DIR/latest names)");
-  exp->add_option("--format", format, "Output format")->check(CLI::IsMember({"safetensors"}));
+  exp->add_option("--format", format,
+                  "safetensors (our names), or hf: a Hugging Face GPT-2 folder (config.json, model.safetensors) "
+                  "of a gpt checkpoint")
+      ->check(CLI::IsMember({"safetensors", "hf"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   try {
     const std::string resolved = ds::ckpt::resolve_tag(dir, tag);
     if (*inspect) ds::ckpt::inspect(dir, resolved);
+    else if (format == "hf") ds::ckpt::export_hf_gpt2(dir, resolved, out);
     else ds::ckpt::export_safetensors(dir, resolved, out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsckpt: error: %s\n", e.what());

@@ -239,3 +239,40 @@ def test_dsckpt_exports_weights_that_pytorch_evaluates_to_the_same_loss(dsrun, c
                 batch = torch.tensor([list(w) for w in mine[b:b + 4]])
                 losses_.append(model(batch[:, :-1], batch[:, 1:]).item())
     assert sum(losses_) / len(losses_) == pytest.approx(ours, rel=1e-5)
+
+
+def test_dsckpt_exports_hugging_face_gpt2_that_transformers_evaluates_to_the_same_loss(dsrun, clean_env, tmp_path,
+                                                                                     corpus):
+    """`dsckpt export --format hf`: transformers' GPT2LMHeadModel (4.46, over Debian's torch, .venv-hf from
+    scripts/test-venv.sh) loads the folder and reproduces dsworker's validation loss within 1e-5."""
+    venv_python = os.path.join(ROOT, ".venv-hf", "bin", "python")
+    assert os.path.exists(venv_python), "run scripts/test-venv.sh (transformers)"
+    cfg = json.loads(open(config(tmp_path, corpus, tmp_path / "ck", stage=2)).read())
+    cfg["data"].update(val_fraction=0.1)
+    (tmp_path / "e.json").write_text(json.dumps(cfg))
+    r = train(dsrun, clean_env, str(tmp_path / "e.json"), 12, tmp_path / "m.jsonl")
+    assert r.returncode == 0, r.stderr
+    ours = [json.loads(line)["val_loss"] for line in open(tmp_path / "m.jsonl") if "val_loss" in line][-1]
+    dsckpt = os.path.join(os.path.dirname(DSWORKER), "dsckpt")
+    out = tmp_path / "hf"
+    r = subprocess.run([dsckpt, "export", str(tmp_path / "ck"), "-o", str(out), "--format", "hf"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    hf_config = json.loads((out / "config.json").read_text())
+    assert (hf_config["model_type"], hf_config["n_layer"], hf_config["n_head"], hf_config["n_embd"]) == ("gpt2", 2, 2, 32)
+    tensors, meta = read_safetensors(out / "model.safetensors")
+    assert tensors["transformer.h.0.attn.c_attn.weight"][0] == [32, 96]  # Conv1D: [in, out]
+    assert "lm_head.weight" not in tensors  # tied to transformer.wte.weight
+    r = subprocess.run([venv_python, os.path.join(os.path.dirname(__file__), "hf_gpt2_eval.py"), str(out),
+                        str(corpus), "32", "4", "2", "0.1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) == pytest.approx(ours, rel=1e-5)
+    # Another model's checkpoint is refused by name.
+    mlp = json.load(open(os.path.join(ROOT, "configs", "mlp.json")))
+    mlp["checkpoint"] = {"dir": str(tmp_path / "mlp_ck")}
+    (tmp_path / "mlp.json").write_text(json.dumps(mlp))
+    r = run([DSWORKER, "--model", "mlp", "--config", str(tmp_path / "mlp.json"), "--steps", "2"], clean_env)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([dsckpt, "export", str(tmp_path / "mlp_ck"), "-o", str(tmp_path / "hf_mlp"), "--format", "hf"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "a checkpoint of the mlp model; --format hf exports the gpt plugin's" in r.stderr
