@@ -341,7 +341,7 @@ void Job::send_plans() {
     console_.info(fmt::format("MASTER_ADDR={} (the address of {} as reached over SSH; override with --master_addr)",
                               addr, host(0)));
   }
-  const std::string token = random_hex(16);
+  const std::string token = plan_.token ? *plan_.token : random_hex(16);
   const std::string cwd = std::filesystem::current_path().string();
   const std::string log_dir = options_.log_dir.empty() ? "" : std::filesystem::absolute(options_.log_dir).string();
   for (size_t i = 0; i < plan_.nodes.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "env_file.h"
 #include "errors.h"
 #include "launcher.h"
+#include "no_ssh.h"
 #include "options.h"
 #include "plan.h"
 #include "report.h"
@@ -59,8 +60,10 @@ std::string job_id() {
 int launch(const LaunchOptions& o) {
   Resources res = resolve_resources(o);
   PlanInputs in;
-  in.transport = choose_transport(o, res.selection);
+  in.transport = o.no_ssh ? "local" : choose_transport(o, res.selection);
   in.master_addr = o.master_addr;
+  in.job_id = job_id();
+  if (o.no_ssh) no_ssh_inputs(o, res.selection, in, res.notes);
   if (in.master_addr.empty() && in.transport == "local") in.master_addr = "127.0.0.1";
   if (in.master_addr.empty() && o.dry_run) {  // connects to nothing: the first host's name as written
     for (const auto& node : res.selection)
@@ -71,12 +74,12 @@ int launch(const LaunchOptions& o) {
   }
   in.master_port = o.master_port;
   in.accelerator = res.accelerator;
-  in.job_id = job_id();
   in.max_restarts = o.max_restarts;
   in.comm_timeout_s = o.comm_timeout_s;
   in.forwarded = collect_environment(o);
   in.argv = o.program;
   JobPlan plan = make_plan(res.selection, in);
+  if (o.no_ssh) keep_own_node(o, plan, res.notes);
   for (const auto& node : plan.nodes)  // every host shares out the same list: each of its ranks needs a core
     if (!o.bind_core_ids.empty() && o.bind_core_ids.size() < node.ranks.size())
       throw InputError(fmt::format("--bind_core_list '{}': {} cores for the {} ranks on {}; each rank needs at least one",
@@ -91,7 +94,11 @@ int launch(const LaunchOptions& o) {
   }
   Console job_console({o.format == "json", o.quiet, !o.no_prefix, plan.nodes.size() > 1});
   for (const auto& note : res.notes) job_console.info(note);
-  job_console.info(fmt::format("{} ranks on {} host(s) via {}", plan.world_size, plan.nodes.size(), plan.transport));
+  size_t here = 0;
+  for (const auto& node : plan.nodes) here += node.ranks.size();
+  job_console.info(fmt::format("{} ranks{} on {} host(s) via {}", here,
+                               here < static_cast<size_t>(plan.world_size) ? fmt::format(" of {}", plan.world_size) : "",
+                               plan.nodes.size(), plan.transport));
   return run_job(std::move(plan), o, job_console);
 }
 

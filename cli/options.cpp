@@ -113,6 +113,10 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
                "Accepted for DeepSpeed compatibility (already dsrun's behaviour)");
   bool force_multi = false;
   app.add_flag("--force_multi,--force-multi", force_multi, "Same as --launcher ssh");
+  app.add_flag("--no_ssh,--no-ssh", o.no_ssh,
+               "Start only this node's ranks (--node_rank of the plan) here; run dsrun so on every node, "
+               "with the same hostfile, --master_addr and --master_port");
+  app.add_option("--node_rank,--node-rank", o.node_rank, "With --no_ssh: this node's index among the selected hosts");
   app.set_version_flag("--version", fmt::format("dsrun {}", DSRUN_VERSION));
 
   try {
@@ -140,12 +144,18 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
     throw InputError(later ? fmt::format("--launcher {}: not supported yet; use ssh (the default) or local", o.launcher)
                            : fmt::format("--launcher {}: must be local or ssh", o.launcher));
   }
+  if (app.count("--node_rank") > 0 && !o.no_ssh)
+    throw InputError(fmt::format("--node_rank {} needs --no_ssh (dsrun starts every node itself otherwise)", o.node_rank));
+  if (o.no_ssh && !o.launcher.empty() && o.launcher != "local")
+    throw InputError(fmt::format("--no_ssh conflicts with --launcher {}", o.launcher));
   if (app.count("--max_restarts") > 0) {
     const char* end = max_restarts.data() + max_restarts.size();
     const auto [stop, error] = std::from_chars(max_restarts.data(), end, o.max_restarts);
     if (error != std::errc() || stop != end || max_restarts.empty() || o.max_restarts < 0)
       throw InputError(fmt::format("--max_restarts '{}' is not a non-negative integer", max_restarts));
   }
+  if (o.no_ssh && o.max_restarts > 0)
+    throw InputError("--max_restarts is not supported with --no_ssh (each node's dsrun would restart on its own)");
   if (o.log_dir == "None") o.log_dir.clear();  // DeepSpeed's spelling of "off"
   if (app.count("--bind_core_list") > 0) {  // checked here, so a bad list fails before any host is contacted
     if (!o.bind_cores_to_rank) throw InputError("--bind_core_list needs --bind_cores_to_rank");

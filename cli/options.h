@@ -31,6 +31,8 @@ struct LaunchOptions {
   double kill_grace_s = 5.0;
   double comm_timeout_s = 300;        // --comm_timeout; else DS_COMM_TIMEOUT (s) or DEEPSPEED_TIMEOUT (min) of dsrun's environment
   int max_restarts = 0;               // start the whole job again after a failure, up to N times
+  bool no_ssh = false;                // --no_ssh: run only node `node_rank` of the plan, here
+  int node_rank = -1;                 // --node_rank; -1 = not given
   std::vector<std::string> program;   // PROGRAM and its arguments, untouched
 };
 

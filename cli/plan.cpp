@@ -10,7 +10,7 @@ const std::vector<std::string>& rank_variable_names() {
   static const std::vector<std::string> names = {
       "RANK",        "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_SIZE",  "LOCAL_WORLD_SIZE",     "CROSS_RANK",
       "NODE_RANK",   "GROUP_RANK",  "CROSS_SIZE",  "MASTER_ADDR", "MASTER_PORT",          "CUDA_VISIBLE_DEVICES",
-      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN", "DS_COMM_TIMEOUT", "DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS",
+      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN", "DS_COMM_TIMEOUT", "DSRUN_PLAN_ID", "DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
   return names;
 }
@@ -28,6 +28,7 @@ JobPlan make_plan(const Selection& selection, const PlanInputs& in) {
     if (!node.slots.empty()) plan.nodes.push_back(NodePlan{node.host, static_cast<int>(plan.nodes.size()), node.slots, {}});
   for (const auto& node : plan.nodes) plan.world_size += static_cast<int>(node.slots.size());
 
+  const std::string id = plan_id(plan);
   int rank = 0;
   const int cross_size = static_cast<int>(plan.nodes.size());
   for (auto& node : plan.nodes) {
@@ -50,6 +51,7 @@ JobPlan make_plan(const Selection& selection, const PlanInputs& in) {
           {"DS_ACCELERATOR", in.accelerator},
           {"DS_JOB_ID", in.job_id},
           {"DS_COMM_TIMEOUT", fmt::format("{:g}", in.comm_timeout_s)},
+          {"DSRUN_PLAN_ID", id},
           {"DSRUN_RESTART_COUNT", "0"},
           {"DSRUN_MAX_RESTARTS", std::to_string(plan.max_restarts)},
           // torchrun's names, for scripts written for it (e.g. "resume when the restart count is > 0")
@@ -60,6 +62,18 @@ JobPlan make_plan(const Selection& selection, const PlanInputs& in) {
     }
   }
   return plan;
+}
+
+std::string plan_id(const JobPlan& plan) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a over "host:slot,slot@host:..."
+  auto mix = [&](std::string_view text) {
+    for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  };
+  for (const auto& node : plan.nodes) {
+    mix(node.host);
+    mix(fmt::format(":{}@", fmt::join(node.slots, ",")));
+  }
+  return fmt::format("{:016x}", hash);
 }
 
 void set_master_addr(JobPlan& plan, const std::string& address) {

@@ -3,6 +3,7 @@
 // per host by the launcher. DS_JOB_TOKEN is never part of it (the launcher adds it when sending).
 // With --max_restarts the same plan runs again after a failure; only the restart count changes.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct JobPlan {
   std::vector<NodePlan> nodes;
   std::vector<EnvVar> forwarded;  // prefix-forwarded variables, .deepspeed_env, --export (in that order)
   std::vector<std::string> argv;
+  std::optional<std::string> token;  // DS_JOB_TOKEN for every attempt (--no_ssh); unset = a new random one each
 };
 
 struct PlanInputs {
@@ -55,6 +57,8 @@ const std::vector<std::string>& rank_variable_names();
 
 // Numbers ranks through hosts in selection order and slots in order; hosts without slots are left out.
 JobPlan make_plan(const Selection& selection, const PlanInputs& inputs);
+// A short id of the plan's hosts and slots (DSRUN_PLAN_ID): every node of a --no_ssh job must agree.
+std::string plan_id(const JobPlan& plan);
 // Sets MASTER_ADDR for every rank (used once the address is known).
 void set_master_addr(JobPlan& plan, const std::string& address);
 // Sets DSRUN_RESTART_COUNT (and TORCHELASTIC_RESTART_COUNT) for every rank: 0 on the first attempt.

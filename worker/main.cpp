@@ -189,7 +189,7 @@ int train(const WorkerOptions& o) {
   } else {
     if (lead) server = serve_tcp_store(env.master_port, env.token);
     store = connect_tcp_store(env.master_addr, env.master_port, env.token, env.comm_timeout);
-    rendezvous(*store, env.rank, env.world_size, env.comm_timeout);
+    rendezvous(*store, env.rank, env.world_size, env.comm_timeout, env.plan_id);
   }
   auto group = make_gloo_group(store, env.rank, env.world_size, "dp", env.comm_timeout);
 

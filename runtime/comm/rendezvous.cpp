@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <optional>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -17,24 +19,62 @@
 
 namespace ds {
 
-void rendezvous(Store& store, int rank, int size, Millis timeout) {
+namespace {
+
+std::string job_shape(int size, const std::string& plan) {
+  return plan.empty() ? fmt::format("WORLD_SIZE={}", size) : fmt::format("WORLD_SIZE={} (dsrun plan {})", size, plan);
+}
+
+// The value of `key` if it is set now.
+std::optional<std::string> peek(Store& store, const std::string& key) {
+  try {
+    return store.get(key, Millis(0));
+  } catch (const CommError&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void rendezvous(Store& store, int rank, int size, Millis timeout, const std::string& plan) {
   if (size < 1 || rank < 0 || rank >= size)
     throw CommError(fmt::format("rendezvous: rank {} is not in 0..{} (world size {})", rank, size - 1, size));
+  ScopedActivity waiting("rendezvous");
+  // Rank 0 publishes the job's shape; every other rank checks its own against it, and a mismatch
+  // (nodes started with different hostfiles) is published so that every rank stops at once.
+  const std::string mine = job_shape(size, plan);
+  if (rank == 0) {
+    store.set("job/shape", mine);
+  } else {
+    std::string theirs;
+    try {
+      theirs = store.get("job/shape", timeout);
+    } catch (const CommError&) {
+      throw CommError(fmt::format("rendezvous: rank 0 did not join within {}", wire::format_duration(timeout)));
+    }
+    if (theirs != mine) {
+      const std::string why = fmt::format("rendezvous: rank {} was started with {} but rank 0 with {}: every node must "
+                                          "use the same hostfile and selection", rank, mine, theirs);
+      store.set("job/abort", why);
+      throw CommError(why);
+    }
+  }
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(fmt::format("rank/{}", r));
-  ScopedActivity waiting("rendezvous");
   store.set(keys[static_cast<size_t>(rank)], "joined");
-  try {
-    store.wait(keys, timeout);
-  } catch (const CommError&) {
-    std::vector<int> missing;  // probe each key rather than parse the store's message
-    for (int r = 0; r < size; ++r) {
-      try {
-        store.get(keys[static_cast<size_t>(r)], Millis(0));
-      } catch (const CommError&) {
-        missing.push_back(r);
-      }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    try {
+      store.wait(keys, std::clamp(left, Millis(0), Millis(1000)));
+      return;
+    } catch (const CommError&) {
+      if (auto why = peek(store, "job/abort")) throw CommError(*why);
+      if (left > Millis(1000)) continue;
     }
+    std::vector<int> missing;  // probe each key rather than parse the store's message
+    for (int r = 0; r < size; ++r)
+      if (!peek(store, keys[static_cast<size_t>(r)])) missing.push_back(r);
     if (missing.empty()) return;  // they all arrived just now
     throw CommError(fmt::format("rendezvous: rank{} {} did not join within {}", missing.size() > 1 ? "s" : "",
                                 fmt::join(missing, ", "), wire::format_duration(timeout)));
@@ -106,6 +146,7 @@ JobEnv read_job_env() {
   e.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT", 0, 1, 65535) : free_port();
   if (const char* token = env("DS_JOB_TOKEN")) e.token = token;
   e.comm_timeout = comm_timeout_from_env();
+  if (const char* plan = env("DSRUN_PLAN_ID")) e.plan_id = plan;
   return e;
 }
 

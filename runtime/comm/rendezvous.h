@@ -9,7 +9,9 @@ namespace ds {
 
 // Registers `rank/<rank>` and blocks until all `size` ranks have. Throws CommError listing exactly
 // the ranks that did not join within `timeout` ("rendezvous: ranks 3, 5 did not join within 60 s").
-void rendezvous(Store& store, int rank, int size, Millis timeout);
+// Rank 0 publishes `size` and `plan` (dsrun's DSRUN_PLAN_ID, may be empty); a rank started with
+// other values throws naming both, and so does every rank waiting then (within about a second).
+void rendezvous(Store& store, int rank, int size, Millis timeout, const std::string& plan = "");
 
 // The rank environment. Without dsrun (no RANK/WORLD_SIZE): rank 0 of 1, master 127.0.0.1 on a
 // free port, empty token.
@@ -23,6 +25,7 @@ struct JobEnv {
   // Bound on every store wait and collective: DS_COMM_TIMEOUT (seconds), else DeepSpeed's
   // DEEPSPEED_TIMEOUT (minutes), else 300 s.
   Millis comm_timeout{300000};
+  std::string plan_id;   // DSRUN_PLAN_ID: dsrun's plan, the same on every node of a job
 };
 
 // Reads JobEnv from the environment. Throws CommError naming the variable and its value when one
