@@ -32,6 +32,7 @@
 #include "engine/generate.h"
 #include "metrics.h"
 #include "report.h"
+#include "hf_import.h"
 #include "system_report.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -127,10 +128,17 @@ int64_t widest_activation(const Plugin& plugin) {
   return widest;
 }
 
+// The model block as the plugin sees it: without dsworker's own init_from key (hf_import.h).
+nlohmann::json plugin_model_block(const nlohmann::json& model) {
+  nlohmann::json out = model;
+  if (out.is_object()) out.erase("init_from");
+  return out;
+}
+
 // The model plugin with the config's model block; a bad block is an error in the config file.
 std::unique_ptr<Plugin> load_plugin(const WorkerOptions& o, const nlohmann::json& model) {
   try {
-    return Plugin::load(o.model, model.dump());
+    return Plugin::load(o.model, plugin_model_block(model).dump());
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", o.config, e.what()));
   }
@@ -209,6 +217,16 @@ int train(const WorkerOptions& o) {
       const auto ids = data.tokenizer->encode(prompt->get<std::string>(), "sample.prompt");
       sample->prompt.assign(ids.begin(), ids.end());
     }
+  }
+  if (const auto init_from = config.model.find("init_from"); init_from != config.model.end()) {
+    if (!init_from->is_string())
+      throw ConfigError(fmt::format("{}: model.init_from: {} is not a path (a Hugging Face GPT-2 folder)", o.config,
+                                    init_from->dump()));
+    if (plugin->name() != "gpt")
+      throw ConfigError(fmt::format("{}: model.init_from: a Hugging Face GPT-2 folder needs --model gpt (this is {})",
+                                    o.config, plugin->name()));
+    const std::string loaded = init_from_hf_gpt2(engine, init_from->get<std::string>(), config.model);
+    if (lead) std::fprintf(stderr, "dsworker: model: %s\n", loaded.c_str());
   }
   const CheckpointConfig& checkpoint = config.checkpoint;
   if (!checkpoint.dir.empty())  // every rank: each host removes what its own killed saves left

@@ -276,3 +276,52 @@ def test_dsckpt_exports_hugging_face_gpt2_that_transformers_evaluates_to_the_sam
     r = subprocess.run([dsckpt, "export", str(tmp_path / "mlp_ck"), "-o", str(tmp_path / "hf_mlp"), "--format", "hf"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "a checkpoint of the mlp model; --format hf exports the gpt plugin's" in r.stderr
+
+
+def test_model_init_from_hugging_face_gpt2(dsrun, clean_env, tmp_path, corpus):
+    """model.init_from: our own export comes back bit-identical (trained at ZeRO 2, imported at ZeRO 3 on 2
+    ranks and at stage 0 on 1 rank), and a transformers-made GPT-2 (a longer context: its first seq_len
+    positions) evaluates to transformers' loss within 1e-5; sizes that differ are named."""
+    venv_python = os.path.join(ROOT, ".venv-hf", "bin", "python")
+    assert os.path.exists(venv_python), "run scripts/test-venv.sh (transformers)"
+    dsckpt = os.path.join(os.path.dirname(DSWORKER), "dsckpt")
+    here = os.path.dirname(__file__)
+
+    def frozen(name, stage, init_from, ck, **model):  # lr 0: one step leaves the weights as loaded
+        cfg = json.loads(open(config(tmp_path, corpus, tmp_path / ck, stage=stage, name=name, **model)).read())
+        cfg["optimizer"]["params"]["lr"] = 0.0
+        del cfg["scheduler"]
+        cfg["model"]["init_from"] = str(init_from)
+        cfg["data"].update(val_fraction=0.1)
+        (tmp_path / name).write_text(json.dumps(cfg))
+        return str(tmp_path / name)
+
+    r = train(dsrun, clean_env, config(tmp_path, corpus, tmp_path / "a", stage=2), 6, tmp_path / "a.jsonl")
+    assert r.returncode == 0, r.stderr
+    for args in (["-o", str(tmp_path / "hf"), "--format", "hf"], ["-o", str(tmp_path / "a.safetensors")]):
+        assert subprocess.run([dsckpt, "export", str(tmp_path / "a"), *args], capture_output=True).returncode == 0
+    for name, stage, ranks in (("b", 3, 2), ("c", 0, 1)):
+        r = train(dsrun, clean_env, frozen(f"{name}.json", stage, tmp_path / "hf", name), 1, tmp_path / f"{name}.jsonl",
+                  ranks=ranks)
+        assert r.returncode == 0, r.stderr
+        assert f"initialised from {tmp_path / 'hf'}" in r.stderr
+        out = tmp_path / f"{name}.safetensors"
+        assert subprocess.run([dsckpt, "export", str(tmp_path / name), "-o", str(out)], capture_output=True).returncode == 0
+        assert read_safetensors(out)[0] == read_safetensors(tmp_path / "a.safetensors")[0]  # bit-identical weights
+
+    made = tmp_path / "made"
+    r = subprocess.run([venv_python, os.path.join(here, "hf_gpt2_make.py"), str(made), "2", "2", "32", "64", "256"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = train(dsrun, clean_env, frozen("d.json", 2, made, "d"), 1, tmp_path / "d.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "its first 32 of 64 positions" in r.stderr
+    ours = [json.loads(line)["val_loss"] for line in open(tmp_path / "d.jsonl") if "val_loss" in line][-1]
+    r = subprocess.run([venv_python, os.path.join(here, "hf_gpt2_eval.py"), str(made), str(corpus), "32", "4", "2",
+                        "0.1"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) == pytest.approx(ours, rel=1e-5)
+
+    r = train(dsrun, clean_env, frozen("e.json", 2, made, "e", n_embd=64), 1, tmp_path / "e.jsonl")
+    assert r.returncode == 2
+    assert "model.safetensors: transformer.wte.weight is [256,32], but the gpt plugin's embed.wte needs [256,64]" in r.stderr
