@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -326,6 +327,7 @@ int train(const WorkerOptions& o) {
   double total_seconds = 0.0, first_loss = 0.0, last_loss = 0.0, interval_seconds = 0.0;
   int64_t interval_samples = 0;
   const int64_t first_step = engine.steps_taken();
+  bool told_unaveraged = false;  // a 1-bit optimizer's first step on unaveraged gradients was announced
   for (int64_t s = first_step; s < steps; ++s) {
     StepStats stats = engine.step();
     total_seconds += stats.seconds;
@@ -335,6 +337,10 @@ int train(const WorkerOptions& o) {
     last_loss = stats.loss;
     if (lead) {
       metrics->write(stats, stats.step * engine.global_batch());
+      if (!stats.averaged && !std::exchange(told_unaveraged, true))
+        std::printf("step %lld: %s: the engine's gradient all-reduce is off (the optimizer all-reduces 1-bit "
+                    "compressed tensors itself)\n", static_cast<long long>(stats.step),
+                    std::string(optimizer_type_name(config.optimizer.type)).c_str());
       if (stats.skipped && config.fp16.enabled)
         std::printf("step %lld: overflow, skipping; loss scale %s -> %s\n", static_cast<long long>(stats.step),
                     fmt::format("{}", stats.loss_scale).c_str(), fmt::format("{}", engine.loss_scale()).c_str());

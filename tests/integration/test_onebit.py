@@ -93,6 +93,8 @@ def test_onebit_adam_trains_like_adam_and_sends_8x_fewer_bytes_after_its_warmup(
     print(f"bytes per step: Adam {a[-1]['sent_bytes']}, OneBitAdam {o[-1]['sent_bytes']} ({min(ratios):.1f}x fewer)")
     assert min(ratios) >= 8
     assert "alltoall" in runs["onebit_out"].split("sent per rank per step:")[1].splitlines()[0]
+    assert "step 151: OneBitAdam: the engine's gradient all-reduce is off" in runs["onebit_out"]
+    assert "gradient all-reduce is off" not in runs["adam_out"]
     adam_loss, onebit_loss = mean_loss(a, 20), mean_loss(o, 20)
     print(f"mean loss of the last 20 steps: Adam {adam_loss:.3f}, OneBitAdam {onebit_loss:.3f}")
     assert onebit_loss <= adam_loss + LOSS_BOUND
