@@ -43,7 +43,7 @@ class ZeroOneAdam final : public Optimizer {
     if (step < first_local_step()) {
       variance_phase(views, lr, step);
     } else {
-      if (step == first_local_step() || !local_started_) start_local_steps(views);
+      if (!local_started_) start_local_steps(views);
       local_step(views, lr, step);
     }
   }
@@ -64,9 +64,7 @@ class ZeroOneAdam final : public Optimizer {
 
   void restored() override {
     if (compressor_) compressor_->reset_errors();
-    std::fill(work_.begin(), work_.end(), 0.0f);
-    lrs_ = 0.0;
-    local_started_ = false;
+    local_started_ = false;  // phase 2 starts afresh: acc, lrs and p_sync from the loaded state
   }
 
   size_t extra_bytes() const override {
