@@ -10,4 +10,8 @@ namespace dsrun {
 // Runs the agent on fds 0 and 1; returns its exit status (0 unless the protocol broke).
 int run_agent();
 
+// `dsrun agent --listen --node N` (the pdsh transport, agent_listen.cpp): prints a port and a
+// one-time key on stdout, then runs the agent over the one TCP connection that presents the key.
+int run_listening_agent(int node);
+
 }  // namespace dsrun

@@ -37,6 +37,7 @@ void AgentLink::send(const protocol::Message& message) {
 
 void AgentLink::close() {
   close_requested_ = true;
+  interrupt();
   uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof(one));
 }

@@ -40,6 +40,8 @@ class AgentLink {
   virtual bool write(const std::string& bytes) = 0;
   // Ends the session; called on the link's thread. Returns an error text if the agent ended badly.
   virtual std::string shutdown(bool forced) = 0;
+  // Called by close() on any thread: a blocking open() should give up (default: nothing).
+  virtual void interrupt() {}
 
   void on_stdout(const char* data, size_t size);
   void on_stderr(const char* data, size_t size);
@@ -71,5 +73,10 @@ std::unique_ptr<AgentLink> make_local_link(int node, const std::string& host, Ev
 // Starts the agent on `host` over SSH (libssh), as configured by the ssh options.
 std::unique_ptr<AgentLink> make_ssh_link(int node, const std::string& host, const LaunchOptions& options,
                                          EventQueue& events);
+// Starts one agent per host through a single pdsh run (pdsh_link.cpp); link i is `hosts[i]`'s.
+std::vector<std::unique_ptr<AgentLink>> make_pdsh_links(const std::vector<std::string>& hosts,
+                                                        const LaunchOptions& options, EventQueue& events);
+// Throws LaunchError naming pdsh when it is not on PATH.
+void check_pdsh_installed();
 
 }  // namespace dsrun

@@ -298,7 +298,12 @@ void Job::handle(const Event& e) {
 }
 
 bool Job::connect_all() {
-  for (size_t i = 0; i < plan_.nodes.size(); ++i) {
+  if (plan_.transport == "pdsh") {
+    std::vector<std::string> hosts;
+    for (const auto& node : plan_.nodes) hosts.push_back(node.host);
+    links_ = make_pdsh_links(hosts, options_, events_);
+  }
+  for (size_t i = 0; plan_.transport != "pdsh" && i < plan_.nodes.size(); ++i) {
     const std::string& h = plan_.nodes[i].host;
     links_.push_back(plan_.transport == "ssh" ? make_ssh_link(static_cast<int>(i), h, options_, events_)
                                               : make_local_link(static_cast<int>(i), h, events_));

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "agent.h"
+#include "agent_link.h"
 #include "console.h"
 #include "env_file.h"
 #include "errors.h"
@@ -92,6 +93,7 @@ int launch(const LaunchOptions& o) {
       std::cout << plan_to_text(plan);
     return 0;
   }
+  if (plan.transport == "pdsh") check_pdsh_installed();
   Console job_console({o.format == "json", o.quiet, !o.no_prefix, plan.nodes.size() > 1});
   for (const auto& note : res.notes) job_console.info(note);
   size_t here = 0;
@@ -106,7 +108,11 @@ int launch(const LaunchOptions& o) {
 }  // namespace dsrun
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string_view(argv[1]) == "agent") return dsrun::run_agent();
+  if (argc >= 2 && std::string_view(argv[1]) == "agent") {
+    if (argc == 5 && std::string_view(argv[2]) == "--listen" && std::string_view(argv[3]) == "--node")
+      return dsrun::run_listening_agent(std::atoi(argv[4]));
+    return dsrun::run_agent();
+  }
   if (argc >= 2 && std::string_view(argv[1]) == "report") return dsrun::run_report(argc, argv);
   try {
     dsrun::LaunchOptions options;

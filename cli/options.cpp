@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <iostream>
@@ -65,9 +66,10 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
                  "Rank 0's address (default: the first host's address as reached over SSH, 127.0.0.1 locally)");
   app.add_option("--master_port,--master-port", o.master_port, "Rendezvous port (default 29500)")
       ->check(CLI::Range(1, 65535));
-  app.add_option("--launcher", o.launcher, "Transport: local or ssh (default: ssh if any host is not this machine)");
+  app.add_option("--launcher", o.launcher,
+                 "Transport: local, ssh (libssh) or pdsh (default: ssh if any host is not this machine)");
   app.add_option("--launcher_args,--launcher-args,--launcher_arg", o.launcher_args,
-                 "Extra transport options; ssh: -p PORT, -l USER, -i FILE, -o ConnectTimeout=S|Port=|User=|"
+                 "Extra transport options; pdsh: inserted into pdsh's command line (split as a shell would); ssh: -p PORT, -l USER, -i FILE, -o ConnectTimeout=S|Port=|User=|"
                  "IdentityFile=|UserKnownHostsFile=|StrictHostKeyChecking=yes|accept-new");
   app.add_option("--ssh_port,--ssh-port", o.ssh_port, "SSH port (default: ~/.ssh/config or 22)")
       ->check(CLI::Range(1, 65535));
@@ -138,11 +140,12 @@ bool parse_options(int argc, char** argv, LaunchOptions& o) {
       throw InputError(fmt::format("--force_multi conflicts with --launcher {}", o.launcher));
     o.launcher = "ssh";
   }
-  if (!o.launcher.empty() && o.launcher != "local" && o.launcher != "ssh") {
-    bool later = o.launcher == "pdsh" || o.launcher == "openmpi" || o.launcher == "slurm" || o.launcher == "mpich" ||
+  for (auto& c : o.launcher) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));  // as DeepSpeed
+  if (!o.launcher.empty() && o.launcher != "local" && o.launcher != "ssh" && o.launcher != "pdsh") {
+    bool later = o.launcher == "openmpi" || o.launcher == "slurm" || o.launcher == "mpich" ||
                  o.launcher == "impi" || o.launcher == "mvapich";
     throw InputError(later ? fmt::format("--launcher {}: not supported yet; use ssh (the default) or local", o.launcher)
-                           : fmt::format("--launcher {}: must be local or ssh", o.launcher));
+                           : fmt::format("--launcher {}: must be local, ssh or pdsh", o.launcher));
   }
   if (app.count("--node_rank") > 0 && !o.no_ssh)
     throw InputError(fmt::format("--node_rank {} needs --no_ssh (dsrun starts every node itself otherwise)", o.node_rank));

@@ -19,12 +19,6 @@
 namespace dsrun {
 namespace {
 
-std::string single_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // OpenSSH-style options from --launcher_args, applied after ~/.ssh/config.
 struct SshSettings {
   std::string user, identity, known_hosts;

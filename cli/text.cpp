@@ -26,6 +26,48 @@ std::string_view trim(std::string_view text) {
   return text.substr(first, text.find_last_not_of(kWhitespace) - first + 1);
 }
 
+std::string single_quote(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::vector<std::string> split_shell_words(std::string_view text, std::string_view origin) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(std::move(word));
+      word.clear();
+      in_word = false;
+    } else if (c == '\'') {
+      const size_t end = text.find('\'', i + 1);
+      if (end == std::string_view::npos) throw InputError(fmt::format("{}: unterminated ' quote", origin));
+      word.append(text.substr(i + 1, end - i - 1));
+      i = end;
+      in_word = true;
+    } else if (c == '"') {
+      for (++i;; ++i) {
+        if (i >= text.size()) throw InputError(fmt::format("{}: unterminated \" quote", origin));
+        if (text[i] == '"') break;
+        if (text[i] == '\\' && i + 1 < text.size() && std::string_view("$`\"\\").find(text[i + 1]) != std::string_view::npos) ++i;
+        word.push_back(text[i]);
+      }
+      in_word = true;
+    } else if (c == '\\' && i + 1 < text.size()) {
+      word.push_back(text[++i]);
+      in_word = true;
+    } else {
+      word.push_back(c);
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(std::move(word));
+  return words;
+}
+
 std::vector<std::string_view> split(std::string_view text, char separator) {
   std::vector<std::string_view> parts;
   for (size_t start = 0;;) {

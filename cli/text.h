@@ -27,6 +27,13 @@ std::vector<ContentLine> content_lines(std::string_view text);
 // The whole content of the file at `path`. Throws InputError naming `path` and strerror.
 std::string read_text_file(const std::string& path);
 
+// `text` split into words as a POSIX shell would, without expansions: whitespace separates,
+// '…' keeps everything literally, "…" and \ escape. Throws InputError "<origin>: unterminated quote".
+std::vector<std::string> split_shell_words(std::string_view text, std::string_view origin);
+
+// `text` in single quotes for a POSIX shell (each ' written as '\'').
+std::string single_quote(std::string_view text);
+
 // `text` as an int > 0, all of it. Throws InputError "<origin> '<text>' is not a positive integer".
 int parse_positive_int(std::string_view text, std::string_view origin);
 

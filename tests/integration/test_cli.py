@@ -63,7 +63,8 @@ def test_selection_flags(dsrun, hostfile, clean_env, args, expected):
     (["--bind_cores_to_rank", "--bind_core_list", ""], "--bind_core_list '': the list is empty"),
     (["--bind_cores_to_rank", "--bind_core_list", "0-2"],
      "--bind_core_list '0-2': 3 cores for the 4 ranks on node-a; each rank needs at least one"),
-    (["--launcher", "pdsh"], "not supported yet"),
+    (["--launcher", "openmpi"], "not supported yet"),
+    (["--launcher", "pdsh", "--no_ssh"], "--no_ssh conflicts with --launcher pdsh"),
     (["--bogus"], "--bogus"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(dsrun, hostfile, clean_env, args, message):
