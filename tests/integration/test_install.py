@@ -1,8 +1,10 @@
 """`cmake --install build --prefix P` gives a working installation: every program, both built-in model
-plugins (found by name from P/bin/dsworker), and the demo job's model trains from there."""
+plugins (found by name from P/bin/dsworker), the demo job's model trains from there, and the example
+out-of-tree plugin (examples/bigram) builds with find_package(dsrun) and trains on 2 ranks."""
 import json, os, subprocess
 
 from conftest import ROOT, run
+from throwaway_sshd import free_port
 
 
 def test_the_installed_prefix_trains_the_gpt_and_reports(clean_env, tmp_path):
@@ -32,3 +34,22 @@ def test_the_installed_prefix_trains_the_gpt_and_reports(clean_env, tmp_path):
     assert r.returncode == 0, r.stderr
     found = json.loads(r.stdout)["runtime"]["plugins"]["plugins found"]
     assert f"gpt ({prefix / 'lib' / 'dsrun' / 'plugins' / 'libds_model_gpt.so'})" in found
+
+    # examples/bigram: an out-of-tree plugin built with find_package(dsrun) against the prefix, run by name.
+    example = tmp_path / "bigram-build"
+    for args in (["-S", os.path.join(ROOT, "examples", "bigram"), "-B", str(example), f"-DCMAKE_PREFIX_PATH={prefix}"],
+                 ["--build", str(example)]):
+        r = subprocess.run(["cmake", *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    with open(os.path.join(ROOT, "examples", "bigram", "bigram.json")) as f:
+        cfg = json.load(f)
+    del cfg["sample"]
+    (tmp_path / "bigram.json").write_text(json.dumps(cfg))
+    m = tmp_path / "m.jsonl"
+    r = run([str(prefix / "bin" / "dsrun"), "--num_gpus", "2", "--master_port", str(free_port()),
+             str(prefix / "bin" / "dsworker"), "--model", "bigram",
+             "--config", str(tmp_path / "bigram.json"), "--steps", "40", "--metrics", str(m)],
+            dict(env, DSRUN_LOCAL_SLOTS="2", DSWORKER_PLUGIN_PATH=str(example / "plugins")), timeout=120)
+    assert r.returncode == 0, r.stderr
+    losses = [json.loads(line)["loss"] for line in m.read_text().splitlines() if '"loss"' in line]
+    assert len(losses) == 40 and losses[-1] < 0.75 * losses[0], losses
