@@ -212,7 +212,7 @@ std::string Job::stall_message(int rank, int gave_up_rank, const std::string& ga
                         ranks.size() > 1 ? "were" : "was", what);
   }
   if (waiting.empty()) text += "; no other rank was waiting in a collective";
-  if (gave_up_rank >= 0) text += fmt::format(" (rank {} gave up: {})", gave_up_rank, gave_up_how);
+  if (gave_up_rank >= 0) text += fmt::format(" (rank {} gave up: it {})", gave_up_rank, gave_up_how);
   return text;
 }
 
@@ -247,7 +247,6 @@ void Job::handle(const Event& e) {
                                   std::chrono::duration<double, std::milli>(Clock::now() - start_time_).count()));
     } else if (auto* x = std::get_if<proto::Exited>(&m->message)) {
       console_.rank_exit(where, x->rank, x->code, x->signal);
-      watch_.erase(x->rank);
       if ((x->code != 0 || x->signal != 0) && !stopping_) {
         // A rank that gave up waiting (its collective timed out) is not the cause when another has
         // been silent: name the silent one.
@@ -261,6 +260,7 @@ void Job::handle(const Event& e) {
                true, "; stopping all ranks");
         stop_all(SIGTERM, grace_ms);
       }
+      watch_.erase(x->rank);  // after the message: a rank that gave up waiting is named with what it waited in
     } else if (auto* p = std::get_if<proto::Progress>(&m->message)) {
       on_progress(m->node, *p);
     } else if (auto* err = std::get_if<proto::Error>(&m->message)) {

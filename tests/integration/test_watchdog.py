@@ -2,7 +2,7 @@
 job within --comm_timeout plus the kill grace, naming the rank, its host and what the others were
 waiting in, and nothing is left running; a killed rank still reports as before; a frozen agent
 (a hung host) is named too; dsworker honours DS_COMM_TIMEOUT and DEEPSPEED_TIMEOUT on its own."""
-import os, signal, subprocess, time
+import os, shutil, signal, subprocess, time
 import pytest
 
 from conftest import ROOT, run, wait_all_gone
@@ -125,3 +125,24 @@ def test_comm_timeout_reaches_the_ranks(dsrun, clean_env, tmp_path):
     assert '"DS_COMM_TIMEOUT": "120"' in r.stdout, "DeepSpeed's minutes become seconds"
     r = run([dsrun, "--dry_run", "true"], dict(clean_env, DEEPSPEED_TIMEOUT="x"))
     assert r.returncode == 2 and "DEEPSPEED_TIMEOUT='x'" in r.stderr
+
+
+@pytest.mark.parametrize("launcher", ["ssh", "pdsh"])
+def test_a_stopped_rank_on_another_host_is_named_with_its_host(dsrun, sshd, hostfile, clean_env, tmp_path, launcher):
+    if launcher == "pdsh" and not shutil.which("pdsh"):
+        pytest.skip("pdsh is not installed")
+    marker = str(tmp_path / f"{launcher}.jsonl")
+    hf = hostfile("127.0.0.1 slots=1\n127.0.0.2 slots=1\n")
+    proc, pids = start_job([dsrun, "-H", hf, "--launcher", launcher, *sshd.ssh_args(), "--master_port", "29787",
+                            "--comm_timeout", str(TIMEOUT), "--kill_grace", str(GRACE)], clean_env, marker)
+    try:
+        stopped_at = time.monotonic()
+        os.kill(pids[1], signal.SIGSTOP)
+        _, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - stopped_at
+    finally:
+        proc.kill()
+    assert proc.returncode == 124, err
+    assert "rank 1 on 127.0.0.2 made no progress for" in err and "rank 0 was waiting in" in err, err
+    assert elapsed < TIMEOUT + GRACE + 1.5, f"{elapsed:.1f} s"
+    assert wait_all_gone(list(pids.values()), within=0.5) == []
