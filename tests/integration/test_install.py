@@ -53,3 +53,21 @@ def test_the_installed_prefix_trains_the_gpt_and_reports(clean_env, tmp_path):
     assert r.returncode == 0, r.stderr
     losses = [json.loads(line)["loss"] for line in m.read_text().splitlines() if '"loss"' in line]
     assert len(losses) == 40 and losses[-1] < 0.75 * losses[0], losses
+
+
+def test_the_debian_package_holds_a_working_installation(clean_env, tmp_path):
+    """cpack's .deb: its dependencies from dpkg-shlibdeps, and its files, unpacked, train a model."""
+    r = subprocess.run(["cpack", "--config", os.path.join(ROOT, "build", "CPackConfig.cmake"), "-B", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (deb,) = [p for p in os.listdir(tmp_path) if p.endswith(".deb")]
+    info = subprocess.run(["dpkg-deb", "-f", str(tmp_path / deb), "Package", "Depends"], capture_output=True, text=True)
+    assert info.stdout.startswith("Package: dsrun\n")
+    for dependency in ("libssh-4", "libgloo0", "libopenblas0-openmp", "libyaml-cpp0.7"):
+        assert dependency in info.stdout, dependency
+    root = tmp_path / "root"
+    assert subprocess.run(["dpkg-deb", "-x", str(tmp_path / deb), str(root)]).returncode == 0
+    dsworker = root / "usr" / "bin" / "dsworker"
+    r = run([str(dsworker), "--model", "mlp", "--config", os.path.join(ROOT, "configs", "mlp.json"), "--steps", "3"],
+            clean_env, timeout=60)
+    assert r.returncode == 0 and "done: 3 steps" in r.stdout, r.stderr
