@@ -48,8 +48,8 @@ HostEntry parse_line(const ContentLine& line, const std::string& origin) {
   if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos)
     throw error("slots must be a non-negative integer");
   int slots = 0;
-  if (std::from_chars(digits.data(), digits.data() + digits.size(), slots).ec != std::errc())
-    throw error(fmt::format("slots value {} is too large", digits));
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), slots).ec != std::errc() || slots > kMaxSlots)
+    throw error(fmt::format("slots value {} is too large (at most {} per host)", digits, kMaxSlots));
 
   for (size_t i = 2; i < tokens.size(); ++i) {
     const size_t eq = tokens[i].find('=');

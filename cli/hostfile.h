@@ -7,6 +7,10 @@
 
 namespace dsrun {
 
+// The most slots one host may have: every slot becomes a rank with its own buffers and process
+// (a larger number is a typo, and would size the launcher's tables).
+constexpr int kMaxSlots = 4096;
+
 struct HostEntry {
   std::string host;
   int slots;  // number of devices; slot ids are 0..slots-1

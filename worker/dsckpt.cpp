@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint.h"
 #include "hf_export.h"
 #include "safetensors.h"
+#include "ckpt_inspect.h"
 
 namespace ds::ckpt {
 namespace {
@@ -31,24 +32,6 @@ int64_t elements(const nlohmann::json& shape) {
   int64_t n = 1;
   for (const auto& d : shape) n *= d.get<int64_t>();
   return n;
-}
-
-void inspect(const std::string& dir, const std::string& tag) {
-  const LoadedCheckpoint c = read_checkpoint(dir, tag);
-  const nlohmann::json& h = c.model;
-  std::printf("%s/%s: step %lld (%lld applied), world size %d, ZeRO stage %d, %s, %d rank file%s, checksums ok\n",
-              dir.c_str(), tag.c_str(), static_cast<long long>(c.state.steps), static_cast<long long>(c.state.updates),
-              h.at("world_size").get<int>(), h.at("zero_stage").get<int>(),
-              h.at("precision").get<std::string>().c_str(), h.at("writers").get<int>(),
-              h.at("writers").get<int>() == 1 ? "" : "s");
-  if (h.contains("run")) std::printf("run: %s\n", h["run"].dump().c_str());
-  if (c.state.scaler) std::printf("loss scale: %g\n", c.state.scaler->scale);
-  std::string names;
-  for (const auto& [name, values] : c.state.tensors) names += (names.empty() ? "" : ", ") + name;
-  std::printf("tensors (fp32, %zu elements each): %s\n", c.state.tensors[0].second.size(), names.c_str());
-  std::printf("%zu parameters:\n", h.at("params").size());
-  for (const auto& p : h.at("params"))
-    std::printf("  %-40s %s\n", p.at("name").get<std::string>().c_str(), p.at("shape").dump().c_str());
 }
 
 // The consolidated fp32 weights under our parameter names, tied ones once (under their owner's name).
@@ -101,7 +84,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::string resolved = ds::ckpt::resolve_tag(dir, tag);
-    if (*inspect) ds::ckpt::inspect(dir, resolved);
+    if (*inspect) std::fputs(ds::ckpt::inspect_checkpoint(dir, resolved).c_str(), stdout);
     else if (format == "hf") ds::ckpt::export_hf_gpt2(dir, resolved, out);
     else ds::ckpt::export_safetensors(dir, resolved, out);
   } catch (const std::exception& e) {

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && (!defined(__clang__) || __clang_major__ >= 15)  // clang 14: no "f16c" check
 #include <immintrin.h>
 #define DS_HAVE_F16C_PATH 1
 #endif

@@ -18,17 +18,25 @@
 
 namespace ds::amp {
 
+// The compiler's IEEE binary16 type. Clang before 15 has no _Float16 on x86 but has __fp16, the
+// same format for storage and conversion (scripts/fuzz.sh builds with Debian 12's clang 14).
+#if defined(__clang__) && __clang_major__ < 15
+using NativeFp16 = __fp16;
+#else
+using NativeFp16 = _Float16;
+#endif
+
 enum class Half { F16, BF16 };
 
 inline uint16_t fp16_from_float(float x) {
-  const _Float16 h = static_cast<_Float16>(x);  // the compiler's IEEE conversion (F16C or libgcc)
+  const NativeFp16 h = static_cast<NativeFp16>(x);  // the compiler's IEEE conversion (F16C or libgcc)
   uint16_t bits;
   std::memcpy(&bits, &h, sizeof bits);
   return bits;
 }
 
 inline float fp16_to_float(uint16_t bits) {
-  _Float16 h;
+  NativeFp16 h;
   std::memcpy(&h, &bits, sizeof bits);
   return static_cast<float>(h);
 }

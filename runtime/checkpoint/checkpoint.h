@@ -28,6 +28,10 @@ std::string tag_for_step(int64_t steps);
 std::string save_checkpoint(Engine& engine, ProcessGroup& group, const std::string& dir, int64_t keep_last,
                             const nlohmann::json& run);
 
+// DIR/<tag>/model_states.dsckpt and DIR/<tag>/rank_<r, 5 digits>_optim_states.dsckpt.
+std::string model_file(const std::string& dir, const std::string& tag);
+std::string rank_file(const std::string& dir, const std::string& tag, int rank);
+
 // The tag DIR/latest names, or nothing when there is no DIR/latest.
 std::optional<std::string> latest_tag(const std::string& dir);
 

@@ -134,6 +134,10 @@ CheckpointFile read_checkpoint_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_checkpoint_file(bytes, path);
+}
+
+CheckpointFile parse_checkpoint_file(const std::string& bytes, const std::string& path) {
   if (bytes.size() < kPreamble || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
     throw CheckpointError(fmt::format("{}: not a dsrun checkpoint file (no DSCKPT magic)", path));
   const auto version = get<uint32_t>(bytes, 8);
@@ -158,7 +162,8 @@ CheckpointFile read_checkpoint_file(const std::string& path) {
         throw CheckpointError(fmt::format("{}: truncated: {} bytes, tensor {} ends at byte {}", path, bytes.size(), name,
                                           data + offset + elements * sizeof(float)));
       std::vector<float> values(elements);
-      std::memcpy(values.data(), bytes.data() + data + offset, elements * sizeof(float));
+      if (elements > 0)  // an empty vector's data() may be null, which memcpy must not get
+        std::memcpy(values.data(), bytes.data() + data + offset, elements * sizeof(float));
       if (crc_of(values.data(), elements * sizeof(float)) != t.at("crc32").get<uint32_t>())
         throw CheckpointError(fmt::format("{}: tensor {}: checksum mismatch (the file is corrupt)", path, name));
       file.tensors.emplace_back(name, std::move(values));

@@ -43,6 +43,9 @@ void write_checkpoint_file(const std::string& path, const CheckpointFile& file);
 // checksum). Throws CheckpointError naming the file and what is wrong.
 CheckpointFile read_checkpoint_file(const std::string& path);
 
+// The same checks on a file's bytes already in memory; `path` names it in messages.
+CheckpointFile parse_checkpoint_file(const std::string& bytes, const std::string& path);
+
 // Writes `text` to `path` atomically, like write_checkpoint_file.
 void write_text_atomically(const std::string& path, const std::string& text);
 

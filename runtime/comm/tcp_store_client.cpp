@@ -58,8 +58,8 @@ class TcpStore final : public Store {
     std::string reply = request(w.i64(timeout.count()), with_slack(timeout), "wait");
     wire::Reader r(reply);
     if (r.u8() == wire::kOk) return;
-    std::vector<std::string> missing(static_cast<size_t>(r.i64()));
-    for (auto& k : missing) k = r.str();
+    std::vector<std::string> missing;
+    for (int64_t n = r.i64(); n > 0; --n) missing.push_back(r.str());  // bounded by the reply, not by n
     throw CommError(fmt::format("store: wait timed out after {}; missing keys: {}", wire::format_duration(timeout),
                                 fmt::join(missing, ", ")));
   }
@@ -81,10 +81,14 @@ class TcpStore final : public Store {
  private:
   // Sends one request and returns the reply payload (status first).
   std::string request(const wire::Writer& w, Millis limit, const std::string& what) {
+    const std::string frame = w.frame();
+    if (frame.size() - 4 > wire::kMaxFrame)
+      throw CommError(fmt::format("store: {} on {}:{}: a request of {} bytes exceeds the store's limit of {}", what,
+                                  host_, port_, frame.size() - 4, wire::kMaxFrame));
     const int fd = acquire();
     try {
       const auto deadline = wire::deadline_after(limit);
-      wire::send_all(fd, w.frame(), deadline);
+      wire::send_all(fd, frame, deadline);
       std::string reply = wire::recv_frame(fd, deadline);
       if (reply.empty()) throw wire::IoError("malformed message");
       release(fd);

@@ -1,7 +1,6 @@
 // TcpStore server (rank 0): one background thread poll()s the listening socket, the clients and a
-// wake-up pipe. Sockets are non-blocking; each connection has an input and an output buffer.
-// get/wait requests whose keys are missing are held (one per connection: clients are synchronous)
-// and answered when a set/add supplies the keys, or with Timeout at their deadline.
+// wake-up pipe. Sockets are non-blocking; the protocol (requests, held get/wait, limits) lives in
+// store_core.cpp, which this loop feeds with received bytes and drains of replies.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -20,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "comm/store.h"
+#include "comm/store_core.h"
 #include "comm/wire.h"
 #include "core/errors.h"
 
@@ -27,28 +27,6 @@ namespace ds {
 namespace {
 
 using wire::Clock;
-
-struct Conn {
-  int fd = -1;
-  std::string peer;   // "10.0.0.7:41234"
-  bool authed = false;
-  bool closing = false;  // close once `out` is flushed
-  bool dead = false;
-  std::string in, out;
-  // A held get/wait.
-  bool held = false;
-  uint8_t op = 0;
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-};
-
-// Constant-time comparison (the time does not depend on where the strings differ).
-bool same_token(const std::string& given, const std::string& expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i)
-    diff |= static_cast<unsigned char>((i < given.size() ? given[i] : 0) ^ expected[i]);
-  return diff == 0;
-}
 
 std::string peer_name(const sockaddr_storage& addr, socklen_t len) {
   char host[NI_MAXHOST], serv[NI_MAXSERV];
@@ -62,7 +40,7 @@ std::string peer_name(const sockaddr_storage& addr, socklen_t len) {
 
 class Server final : public TcpStoreServer {
  public:
-  Server(int port, std::string token) : token_(std::move(token)) {
+  Server(int port, std::string token) : core_(std::move(token)) {
     listen_fd_ = open_listener(port);
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       ::close(listen_fd_);
@@ -75,7 +53,7 @@ class Server final : public TcpStoreServer {
     stop_ = true;
     [[maybe_unused]] auto n = ::write(wake_[1], "x", 1);
     thread_.join();
-    for (auto& c : conns_) ::close(c.fd);
+    for (auto& c : core_.connections()) ::close(c.fd);
     ::close(listen_fd_);
     ::close(wake_[0]);
     ::close(wake_[1]);
@@ -123,35 +101,33 @@ class Server final : public TcpStoreServer {
   void loop() {
     std::vector<pollfd> fds;
     while (!stop_) {
-      fds.assign({{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}});
-      for (auto& c : conns_)
-        fds.push_back({c.fd, static_cast<short>((c.closing ? 0 : POLLIN) | (c.out.empty() ? 0 : POLLOUT)), 0});
+      auto& conns = core_.connections();
+      fds.assign({{wake_[0], POLLIN, 0}, {listen_fd_, static_cast<short>(accept_paused_ ? 0 : POLLIN), 0}});
+      for (auto& c : conns)
+        fds.push_back({c.fd, static_cast<short>((store::StoreCore::wants_input(c) ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
       if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR) {
         std::fprintf(stderr, "store: poll failed: %s\n", wire::errno_text(errno).c_str());
         return;
       }
       if (fds[0].revents) return;  // the destructor woke us
       size_t i = 2;
-      for (auto& c : conns_) {  // conns_ is unchanged since fds was built
+      for (auto& c : conns) {  // the list is unchanged since fds was built
         const short ev = fds[i++].revents;
         if (ev & (POLLIN | POLLHUP | POLLERR)) read_from(c);
-        if (ev & POLLOUT) flush(c);
       }
       if (fds[1].revents & POLLIN) accept_all();
-      answer_held(Clock::now());
-      conns_.remove_if([](const Conn& c) {
-        const bool drop = c.dead || (c.closing && c.out.empty());
-        if (drop) ::close(c.fd);
-        return drop;
-      });
+      core_.run(Clock::now());
+      for (auto& c : conns) flush(c);
+      const size_t before = conns.size();
+      core_.remove_finished([](store::Conn& c) { ::close(c.fd); });
+      if (conns.size() < before) accept_paused_ = false;  // a descriptor was freed
     }
   }
 
   int poll_timeout_ms() const {
-    auto first = Clock::time_point::max();
-    for (const auto& c : conns_)
-      if (c.held) first = std::min(first, c.deadline);
+    const auto first = core_.next_deadline();
     if (first == Clock::time_point::max()) return -1;
+    if (first == Clock::time_point::min()) return 0;
     const auto ms = std::chrono::ceil<Millis>(first - Clock::now()).count();
     return static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30));
   }
@@ -161,19 +137,27 @@ class Server final : public TcpStoreServer {
       sockaddr_storage addr{};
       socklen_t len = sizeof addr;
       const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or a connection that died before we got to it
-      conns_.emplace_back();
-      conns_.back().fd = fd;
-      conns_.back().peer = peer_name(addr, len);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors: the pending connection would wake every poll at once. Accept again
+          // when a connection has closed.
+          std::fprintf(stderr, "store: cannot accept a connection: %s (%zu open)\n", wire::errno_text(errno).c_str(),
+                       core_.connections().size());
+          accept_paused_ = true;
+        }
+        return;  // EAGAIN, or a connection that died before we got to it
+      }
+      core_.open(peer_name(addr, len), Clock::now()).fd = fd;
     }
   }
 
-  void read_from(Conn& c) {
+  void read_from(store::Conn& c) {
     char chunk[65536];
     for (;;) {
       const ssize_t n = ::recv(c.fd, chunk, sizeof chunk, 0);
       if (n > 0) {
-        c.in.append(chunk, static_cast<size_t>(n));
+        core_.received(c, std::string_view(chunk, static_cast<size_t>(n)));
+        if (!store::StoreCore::wants_input(c)) break;  // handle what came first
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else {
@@ -181,104 +165,10 @@ class Server final : public TcpStoreServer {
         break;
       }
     }
-    if (!c.dead) process(c);
   }
 
-  // Handles the complete requests in c.in, stopping at a held one.
-  void process(Conn& c) {
-    std::string payload;
-    try {
-      while (!c.held && !c.closing && wire::take_frame(c.in, payload, c.authed ? wire::kMaxFrame : wire::kMaxHelloFrame))
-        handle(c, payload);
-    } catch (const wire::IoError&) {
-      if (!c.authed) refuse(c, "not a dsrun store client");
-      else c.dead = true;  // a broken client: drop it
-    }
-  }
-
-  void refuse(Conn& c, const char* why) {
-    std::fprintf(stderr, "store: refused a connection from %s: %s\n", c.peer.c_str(), why);
-    reply(c, wire::Writer().u8(wire::kRefused));
-    c.closing = true;
-  }
-
-  void handle(Conn& c, const std::string& payload) {
-    wire::Reader r(payload);
-    const uint8_t op = r.u8();
-    if (!c.authed) {
-      if (op != wire::kHello || r.str() != wire::kMagic) return refuse(c, "not a dsrun store client");
-      const std::string token = r.str();
-      if (token.empty() && !token_.empty()) return refuse(c, "missing job token");
-      if (!same_token(token, token_)) return refuse(c, "wrong job token");
-      c.authed = true;
-      return reply(c, wire::Writer().u8(wire::kOk));
-    }
-    switch (op) {
-      case wire::kSet: {
-        std::string key = r.str();
-        map_[key] = r.str();
-        reply(c, wire::Writer().u8(wire::kOk));
-        return answer_held(Clock::now());
-      }
-      case wire::kGet:
-      case wire::kWait: {
-        c.op = op;
-        c.keys.clear();
-        const int64_t n = op == wire::kGet ? 1 : r.i64();
-        for (int64_t k = 0; k < n; ++k) c.keys.push_back(r.str());
-        c.deadline = wire::deadline_after(Millis(r.i64()));
-        c.held = true;
-        return answer_held(Clock::now());
-      }
-      case wire::kAdd: {
-        const std::string key = r.str();
-        const int64_t delta = r.i64();
-        auto it = map_.find(key);
-        try {
-          const int64_t value = (it == map_.end() ? 0 : wire::parse_counter(key, it->second)) + delta;
-          map_[key] = std::to_string(value);
-          reply(c, wire::Writer().u8(wire::kOk).i64(value));
-        } catch (const CommError& e) {
-          return reply(c, wire::Writer().u8(wire::kError).str(e.what()));
-        }
-        return answer_held(Clock::now());
-      }
-      case wire::kRemove:
-        return reply(c, wire::Writer().u8(wire::kOk).u8(map_.erase(r.str()) > 0 ? 1 : 0));
-      default:
-        throw wire::IoError("unknown request");
-    }
-  }
-
-  // Answers every held request whose keys now exist, or whose deadline has passed.
-  void answer_held(Clock::time_point now) {
-    for (auto& c : conns_) {
-      if (!c.held) continue;
-      std::vector<std::string> missing;
-      for (const auto& k : c.keys)
-        if (!map_.count(k)) missing.push_back(k);
-      if (!missing.empty() && now < c.deadline) continue;
-      c.held = false;
-      wire::Writer w;
-      if (missing.empty()) {
-        w.u8(wire::kOk);
-        if (c.op == wire::kGet) w.str(map_.at(c.keys[0]));
-      } else {
-        w.u8(wire::kTimeout).i64(static_cast<int64_t>(missing.size()));
-        for (const auto& k : missing) w.str(k);
-      }
-      reply(c, w);
-      process(c);  // requests that arrived while this one was held
-    }
-  }
-
-  void reply(Conn& c, const wire::Writer& w) {
-    c.out += w.frame();
-    flush(c);
-  }
-
-  void flush(Conn& c) {
-    while (!c.out.empty()) {
+  void flush(store::Conn& c) {
+    while (!c.out.empty() && !c.dead) {
       const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
       if (n > 0) {
         c.out.erase(0, static_cast<size_t>(n));
@@ -291,12 +181,11 @@ class Server final : public TcpStoreServer {
     }
   }
 
-  std::string token_;
+  store::StoreCore core_;
   int listen_fd_ = -1, port_ = 0;
+  bool accept_paused_ = false;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
-  std::map<std::string, std::string> map_;
-  std::list<Conn> conns_;
   std::thread thread_;
 };
 

@@ -21,8 +21,12 @@ namespace ds::wire {
 enum Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kRemove };
 enum Status : uint8_t { kOk = 0, kTimeout, kError, kRefused };
 inline constexpr const char* kMagic = "dsstore/1";
-inline constexpr uint32_t kMaxFrame = 1u << 30;    // bytes; a bigger length means a broken peer
+// Server limits (store_core.h); a peer beyond one is refused or dropped with a logged reason.
+inline constexpr uint32_t kMaxFrame = 64u << 20;  // bytes; a bigger length means a broken peer
 inline constexpr uint32_t kMaxHelloFrame = 1024;  // before the token is checked
+inline constexpr size_t kMaxConnections = 4096;     // open at once (also bounded by RLIMIT_NOFILE)
+inline constexpr size_t kMaxUnauthenticated = 1024; // open at once without a checked token
+inline constexpr std::chrono::seconds kHelloTimeout{10};  // to send the Hello after connecting
 
 using Clock = std::chrono::steady_clock;
 

@@ -350,6 +350,10 @@ struct ConfigErrors : ConfigError {
 // Reads and resolves a config file: JSON (comments allowed), or YAML when the name ends in .yaml/.yml.
 DsConfig load_config(const std::string& path, int world_size, const TrainerArgs& args = {});
 
+// The same for a file's text already in memory; `path` names it in messages, and its extension picks YAML.
+DsConfig load_config_text(const std::string& text, const std::string& path, int world_size,
+                          const TrainerArgs& args = {});
+
 // Validates and resolves an already-parsed tree; `origin` names it in messages.
 DsConfig parse_config(const nlohmann::json& root, const std::string& origin, int world_size,
                       const TrainerArgs& args = {});

@@ -104,7 +104,10 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& name)
 namespace ds {
 
 DsConfig load_config(const std::string& path, int world_size, const TrainerArgs& args) {
-  std::string text = cfg::read_file(path);
+  return load_config_text(cfg::read_file(path), path, world_size, args);
+}
+
+DsConfig load_config_text(const std::string& text, const std::string& path, int world_size, const TrainerArgs& args) {
   cfg::Context ctx{path, {}, {}, {}, {}};
   nlohmann::json tree;
   std::map<std::string, int> lines;

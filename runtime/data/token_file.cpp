@@ -55,6 +55,30 @@ void check_tokens(const std::string& path, std::span<const uint16_t> tokens, int
                                          bad - tokens.begin(), vocab));
 }
 
+// Checks the header of a file of `size` bytes (only its first `size` bytes are read when shorter
+// than a header) and returns its token count N.
+int64_t checked_token_count(const std::string& path, const Header& header, uintmax_t size) {
+  if (size >= sizeof(int32_t) && header[0] != kTokenFileMagic)
+    throw std::runtime_error(fmt::format("{}: not a token file: starts with {} where the magic {} should be", path,
+                                         header[0], kTokenFileMagic));
+  if (size < kTokenFileHeaderBytes)
+    throw std::runtime_error(
+        fmt::format("{}: {} bytes, shorter than a token file's {}-byte header", path, size, kTokenFileHeaderBytes));
+  if (header[1] != kTokenFileVersion)
+    throw std::runtime_error(
+        fmt::format("{}: token file version {}; only version {} is supported", path, header[1], kTokenFileVersion));
+  const int64_t n = header[2];
+  if (n <= 0)
+    throw std::runtime_error(fmt::format("{}: the header says {} tokens; a token file holds at least one", path, n));
+  const uintmax_t expected = kTokenFileHeaderBytes + 2 * static_cast<uintmax_t>(n);
+  if (size != expected)
+    throw std::runtime_error(fmt::format("{}: {} bytes, but a token file of {} tokens has {} + 2 x {} = {} bytes ({})",
+                                         path, size, n, kTokenFileHeaderBytes, n, expected,
+                                         size < expected ? "truncated" : "extra bytes at the end"));
+  check_vocab(path, header[3]);
+  return n;
+}
+
 }  // namespace
 
 void write_token_file(const std::string& path, std::span<const uint16_t> tokens, int vocab) {
@@ -96,30 +120,25 @@ TokenFile read_token_file(const std::string& path) {
   Header header{};
   const auto header_bytes = static_cast<std::streamsize>(std::min<uintmax_t>(size, sizeof(header)));
   if (!in.read(reinterpret_cast<char*>(header.data()), header_bytes)) fail_errno(path, "read");
-  if (size >= sizeof(int32_t) && header[0] != kTokenFileMagic)
-    throw std::runtime_error(fmt::format("{}: not a token file: starts with {} where the magic {} should be", path,
-                                         header[0], kTokenFileMagic));
-  if (size < kTokenFileHeaderBytes)
-    throw std::runtime_error(
-        fmt::format("{}: {} bytes, shorter than a token file's {}-byte header", path, size, kTokenFileHeaderBytes));
-  if (header[1] != kTokenFileVersion)
-    throw std::runtime_error(
-        fmt::format("{}: token file version {}; only version {} is supported", path, header[1], kTokenFileVersion));
-  const int64_t n = header[2];
-  if (n <= 0)
-    throw std::runtime_error(fmt::format("{}: the header says {} tokens; a token file holds at least one", path, n));
-  const uintmax_t expected = kTokenFileHeaderBytes + 2 * static_cast<uintmax_t>(n);
-  if (size != expected)
-    throw std::runtime_error(fmt::format("{}: {} bytes, but a token file of {} tokens has {} + 2 x {} = {} bytes ({})",
-                                         path, size, n, kTokenFileHeaderBytes, n, expected,
-                                         size < expected ? "truncated" : "extra bytes at the end"));
-  check_vocab(path, header[3]);
+  const int64_t n = checked_token_count(path, header, size);
 
   TokenFile file;
   file.vocab = header[3];
   file.tokens.resize(static_cast<size_t>(n));
   if (!in.read(reinterpret_cast<char*>(file.tokens.data()), static_cast<std::streamsize>(2 * n)))
     fail_errno(path, "read");
+  check_tokens(path, file.tokens, file.vocab);
+  return file;
+}
+
+TokenFile parse_token_file(std::string_view bytes, const std::string& path) {
+  Header header{};
+  std::memcpy(header.data(), bytes.data(), std::min(bytes.size(), sizeof(header)));
+  const int64_t n = checked_token_count(path, header, bytes.size());
+  TokenFile file;
+  file.vocab = header[3];
+  file.tokens.resize(static_cast<size_t>(n));
+  std::memcpy(file.tokens.data(), bytes.data() + kTokenFileHeaderBytes, static_cast<size_t>(2 * n));
   check_tokens(path, file.tokens, file.vocab);
   return file;
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ds {
@@ -30,6 +31,9 @@ void write_token_file(const std::string& path, std::span<const uint16_t> tokens,
 // Reads and checks a token file: magic, version, N > 0, size == 1024 + 2N, vocab in [0, 65536],
 // every token < vocab when vocab > 0.
 TokenFile read_token_file(const std::string& path);
+
+// The same checks on a whole file's bytes in memory; `path` names it in messages.
+TokenFile parse_token_file(std::string_view bytes, const std::string& path);
 
 // Whether the file starts with the token-file magic (false for files shorter than 4 bytes).
 bool has_token_magic(const std::string& path);

@@ -87,7 +87,9 @@ TEST_CASE("hostfile: every bad line is an error naming file:line and text") {
       {"w1 slots=-1", "slots must be a non-negative integer"},
       {"w1 slots=", "slots must be a non-negative integer"},
       {"w1 slots=2#x", "slots must be a non-negative integer"},
-      {"w1 slots=99999999999", "slots value 99999999999 is too large"},
+      {"w1 slots=99999999999", "slots value 99999999999 is too large (at most 4096 per host)"},
+      {"w1 slots=878364551", "slots value 878364551 is too large (at most 4096 per host)"},  // found by fuzzing
+      {"w1 slots=4097", "slots value 4097 is too large (at most 4096 per host)"},
       {"w1 slots = 4", "expected slots=N after the host name, found 'slots'"},
       {"w1 max_slots=2", "expected slots=N after the host name, found 'max_slots=2'"},
       {"w1 foo slots=3", "expected slots=N after the host name, found 'foo'"},
@@ -171,4 +173,8 @@ TEST_CASE("parse_positive_int: whole positive numbers only") {
   CHECK_THROWS_AS(parse_positive_int("", "X"), InputError);
   CHECK_THROWS_AS(parse_positive_int("-2", "X"), InputError);
   CHECK_THROWS_AS(parse_positive_int("99999999999", "X"), InputError);
+}
+
+TEST_CASE("hostfile: up to 4096 slots per host") {
+  CHECK(show(parse("big slots=4096\n")) == "big=4096@1");
 }
