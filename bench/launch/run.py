@@ -65,8 +65,8 @@ WORLD = HOSTS * SLOTS
 FAIL_RANK = 5
 POLL_S = 0.005
 TAG_VAR = b"DSRUN_BENCH_TAG="
-ALL_TOOLS = ("dsrun", "deepspeed", "pdsh")
-TEARDOWN_TOOLS = ("dsrun", "deepspeed")
+ALL_TOOLS = ("dsrun", "dsrun-pdsh", "deepspeed", "pdsh")
+TEARDOWN_TOOLS = ("dsrun", "dsrun-pdsh", "deepspeed")
 
 
 def ms(ns):
@@ -145,6 +145,7 @@ class Bench:
         base["HOME"] = self.home
         self.env = {
             "dsrun": dict(base),
+            "dsrun-pdsh": dict(base),
             "deepspeed": dict(base, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=" ".join(ssh_opts),
                               PATH=self.bindir + ":" + base.get("PATH", "/usr/bin:/bin")),
             "pdsh": dict(base, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=" ".join(ssh_opts + ["-p", str(s.port)])),
@@ -154,9 +155,10 @@ class Bench:
 
     def argv(self, tool, probe_args):
         s = self.sshd
-        if tool == "dsrun":
-            return [self.args.dsrun, "-H", self.hostfile, "--ssh_port", str(s.port), "--ssh_identity", s.identity,
-                    "--ssh_known_hosts", s.known_hosts, "-q", PROBE] + probe_args
+        if tool in ("dsrun", "dsrun-pdsh"):
+            via = ["--launcher", "pdsh"] if tool == "dsrun-pdsh" else []
+            return [self.args.dsrun, "-H", self.hostfile, *via, "--ssh_port", str(s.port), "--ssh_identity",
+                    s.identity, "--ssh_known_hosts", s.known_hosts, "-q", PROBE] + probe_args
         if tool == "deepspeed":
             extra = ["--no_ssh_check"] if self.args.ds_no_ssh_check else []
             return [self.deepspeed, "--hostfile", self.hostfile, "--no_python", "--no_local_rank",
@@ -490,7 +492,7 @@ def main():
     p.add_argument("--sleep", type=int, default=30,
                    help="teardown: seconds the surviving ranks sleep; bounds a run that never tears down (default 30)")
     p.add_argument("--timeout", type=int, default=120, help="time limit of one start-to-exit run, s (default 120)")
-    p.add_argument("--tools", default=",".join(ALL_TOOLS), help="comma-separated subset of dsrun,deepspeed,pdsh")
+    p.add_argument("--tools", default=",".join(ALL_TOOLS), help="comma-separated subset of dsrun,dsrun-pdsh (dsrun --launcher pdsh),deepspeed,pdsh")
     p.add_argument("--scenarios", default="exit,teardown",
                    help="exit (metrics 1 and 2), teardown (metric 3), or both (default)")
     p.add_argument("--dsrun", default=os.path.join(REPO, "build", "cli", "dsrun"), help="dsrun binary")
@@ -517,7 +519,7 @@ def main():
         deepspeed_py = os.path.join(args.venv, "bin", "python")
         if not os.access(os.path.join(args.venv, "bin", "deepspeed"), os.X_OK):
             p.error(f"no DeepSpeed in {args.venv}: run bench/launch/setup.sh (or leave it out with --tools)")
-    if ("deepspeed" in args.tools or "pdsh" in args.tools) and not shutil.which("pdsh"):
+    if {"deepspeed", "pdsh", "dsrun-pdsh"} & set(args.tools) and not shutil.which("pdsh"):
         p.error("pdsh is not installed: run bench/launch/setup.sh")
 
     def on_signal(signum, frame):
