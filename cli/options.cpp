@@ -24,11 +24,12 @@ Examples:
   dsrun -H hosts.txt -i 'node-a:0,1@node-b' ./t    slots 0,1 of node-a and all of node-b
   dsrun -H hosts.txt --num_nodes 2 --num_gpus 4 ./t
   dsrun -H hosts.txt --dry_run --format json ./t   print the plan (ranks and environment), start nothing
+  dsrun report [--format json]                     what this machine offers a job (like ds_report)
 
 Exit status: the first failing rank's exit code (128+N if it was killed by signal N; with
 --max_restarts, the last attempt's), 1 if the job could not be started, 2 for bad input
 (flags, hostfile, selection).
-Docs: README.md (hostfile and --include grammar, rank environment, --dry_run JSON).
+Docs: docs/launcher.md (hostfile and --include grammar, rank environment, --dry_run JSON).
 )";
 
 // The default --comm_timeout: DS_COMM_TIMEOUT (seconds) or DeepSpeed's DEEPSPEED_TIMEOUT (minutes)
