@@ -116,6 +116,19 @@ TEST_CASE("spawn_process: the program inherits no descriptor of the spawner beyo
   CHECK(devnull == 1 + inherited_devnull);  // its stdin
 }
 
+TEST_CASE("spawn_process: inherit_fd is passed on under its own number and stays close-on-exec here") {
+  Pipe beat = make_pipe();  // as the agent's heartbeat pipe
+  const int fd = beat.write.get();
+  Spawned s = spawn_process("/bin/sh", {"sh", "-c", "echo beat >&" + std::to_string(fd)}, {}, {}, fd);
+  CHECK(exit_code(s.pid) == 0);
+  CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);  // only the child's copy lost the flag
+  Spawned other = spawn_sh("echo x >&" + std::to_string(fd) + " 2>/dev/null || echo closed");  // not asked for
+  CHECK(read_all(other.out.get()) == "closed\n");
+  CHECK(exit_code(other.pid) == 0);
+  beat.write.reset();
+  CHECK(read_all(beat.read.get()) == "beat\n");  // the first child's line only
+}
+
 TEST_CASE("spawn_process: leaves no descriptor open when a pipe cannot be made") {
   const std::vector<int> before = open_fds();
   for (int free = 0; free < 6; ++free) {  // the first, second or third pipe fails
