@@ -1,5 +1,6 @@
 // Reading a config file: JSON (with // and /* */ comments, as DeepSpeed reads hjson; duplicate keys
 // are an error as in DeepSpeed) or YAML by extension, then the shared validation.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -73,6 +74,28 @@ class DuplicateKeys {
   std::string first_;
 };
 
+// The offset of the first byte that is not part of valid UTF-8, or npos.
+size_t invalid_utf8_at(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return i;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return i;
+    i += n;
+  }
+  return std::string::npos;
+}
+
+// "NAME:LINE:COLUMN: why" for the byte at `at`.
+ConfigError error_at(const std::string& name, const std::string& text, size_t at, const std::string& why) {
+  const size_t nl = text.rfind('\n', at == 0 ? 0 : at - 1);
+  const size_t line_start = nl == std::string::npos || (at == 0) ? 0 : nl + 1;
+  return ConfigError(fmt::format("{}:{}:{}: {}", name,
+                                 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'),
+                                 at - line_start + 1, why));
+}
+
 }  // namespace
 
 nlohmann::json parse_json_text(const std::string& text, const std::string& name) {
@@ -108,13 +131,21 @@ DsConfig load_config(const std::string& path, int world_size, const TrainerArgs&
 }
 
 DsConfig load_config_text(const std::string& text, const std::string& path, int world_size, const TrainerArgs& args) {
+  // nlohmann's parser takes a NUL byte for the end of the text: whatever follows it would be ignored.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw cfg::error_at(path, text, nul, "a NUL byte (is this a text file?)");
+  const bool yaml = cfg::has_yaml_extension(path);
+  // A YAML file is UTF-8; other bytes would reach the resolved config, which cannot be printed as JSON.
+  if (const size_t bad = cfg::invalid_utf8_at(text); yaml && bad != std::string::npos)
+    throw cfg::error_at(path, text, bad,
+                        fmt::format("byte 0x{:02x} is not UTF-8", static_cast<unsigned char>(text[bad])));
   cfg::Context ctx{path, {}, {}, {}, {}};
   nlohmann::json tree;
   std::map<std::string, int> lines;
-  if (cfg::has_yaml_extension(path)) {
-    cfg::YamlTree yaml = cfg::parse_yaml_text(text, path);
-    tree = std::move(yaml.tree);
-    lines = std::move(yaml.lines);
+  if (yaml) {
+    cfg::YamlTree parsed = cfg::parse_yaml_text(text, path);
+    tree = std::move(parsed.tree);
+    lines = std::move(parsed.lines);
   } else {
     tree = cfg::parse_json_text(text, path);
     lines = cfg::json_key_lines(text);
