@@ -267,6 +267,13 @@ def test_dsckpt_exports_hugging_face_gpt2_that_transformers_evaluates_to_the_sam
                         str(corpus), "32", "4", "2", "0.1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert float(r.stdout) == pytest.approx(ours, rel=1e-5)
+    # Logits: transformers on the export against the PyTorch twin of our plugin on our own export.
+    assert subprocess.run([dsckpt, "export", str(tmp_path / "ck"), "-o", str(tmp_path / "ours.safetensors")],
+                          capture_output=True).returncode == 0
+    r = subprocess.run([venv_python, os.path.join(os.path.dirname(__file__), "hf_gpt2_logits.py"), str(out),
+                        str(tmp_path / "ours.safetensors"), "2", "32"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) < 1e-5
     # Another model's checkpoint is refused by name.
     mlp = json.load(open(os.path.join(ROOT, "configs", "mlp.json")))
     mlp["checkpoint"] = {"dir": str(tmp_path / "mlp_ck")}
@@ -321,6 +328,13 @@ def test_model_init_from_hugging_face_gpt2(dsrun, clean_env, tmp_path, corpus):
                         "0.1"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert float(r.stdout) == pytest.approx(ours, rel=1e-5)
+    # Logits: transformers' model against the PyTorch twin of our plugin holding what dsworker imported.
+    assert subprocess.run([dsckpt, "export", str(tmp_path / "d"), "-o", str(tmp_path / "d.safetensors")],
+                          capture_output=True).returncode == 0
+    r = subprocess.run([venv_python, os.path.join(here, "hf_gpt2_logits.py"), str(made), str(tmp_path / "d.safetensors"),
+                        "2", "32"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) < 1e-5
 
     r = train(dsrun, clean_env, frozen("e.json", 2, made, "e", n_embd=64), 1, tmp_path / "e.jsonl")
     assert r.returncode == 2
