@@ -10,7 +10,7 @@ const std::vector<std::string>& rank_variable_names() {
   static const std::vector<std::string> names = {
       "RANK",        "LOCAL_RANK",  "WORLD_SIZE",  "LOCAL_SIZE",  "LOCAL_WORLD_SIZE",     "CROSS_RANK",
       "NODE_RANK",   "GROUP_RANK",  "CROSS_SIZE",  "MASTER_ADDR", "MASTER_PORT",          "CUDA_VISIBLE_DEVICES",
-      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN", "DS_COMM_TIMEOUT", "DSRUN_PLAN_ID", "DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS",
+      "DS_ACCELERATOR", "DS_JOB_ID", "DS_JOB_TOKEN", "DS_COMM_TIMEOUT", "DSRUN_PLAN_ID", "DSRUN_HEARTBEAT_FD", "DSRUN_RESTART_COUNT", "DSRUN_MAX_RESTARTS",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
   return names;
 }
