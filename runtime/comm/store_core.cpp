@@ -90,12 +90,14 @@ void StoreCore::remove_finished(const std::function<void(Conn&)>& close) {
 bool StoreCore::process(Conn& c, Clock::time_point now) {
   std::string payload;
   bool handled = false;
+  size_t pos = 0;  // handled frames are erased once, at the end: pipelined requests cost linear time
   try {
     while (!c.held && !c.closing && !c.dead && !(c.stalled = c.out.size() > wire::kMaxFrame) &&
-           wire::take_frame(c.in, payload, c.authed ? wire::kMaxFrame : wire::kMaxHelloFrame)) {
+           wire::take_frame_at(c.in, pos, payload, c.authed ? wire::kMaxFrame : wire::kMaxHelloFrame)) {
       handle(c, payload, now);
       handled = true;
     }
+    c.in.erase(0, pos);
   } catch (const wire::IoError& e) {
     if (!c.authed) refuse(c, "not a dsrun store client");
     else drop(c, e.what());

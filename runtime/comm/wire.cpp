@@ -75,13 +75,20 @@ std::string Reader::str() {
   return v;
 }
 
-bool take_frame(std::string& buf, std::string& payload, uint32_t max) {
-  if (buf.size() < 4) return false;
-  const uint32_t n = get_u32(buf.data());
+bool take_frame_at(const std::string& buf, size_t& pos, std::string& payload, uint32_t max) {
+  if (buf.size() - pos < 4) return false;
+  const uint32_t n = get_u32(buf.data() + pos);
   if (n > max) throw IoError(fmt::format("message of {} bytes exceeds the limit of {}", n, max));
-  if (buf.size() - 4 < n) return false;
-  payload = buf.substr(4, n);
-  buf.erase(0, 4 + size_t{n});
+  if (buf.size() - pos - 4 < n) return false;
+  payload.assign(buf, pos + 4, n);
+  pos += 4 + size_t{n};
+  return true;
+}
+
+bool take_frame(std::string& buf, std::string& payload, uint32_t max) {
+  size_t pos = 0;
+  if (!take_frame_at(buf, pos, payload, max)) return false;
+  buf.erase(0, pos);
   return true;
 }
 

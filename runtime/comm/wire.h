@@ -64,6 +64,9 @@ class Reader {
 // Moves one complete frame's payload from the front of `buf` into `payload`; false if incomplete.
 // Throws IoError if the announced length exceeds `max`.
 bool take_frame(std::string& buf, std::string& payload, uint32_t max);
+// The same from position `pos` of `buf`, which it advances past the frame instead of erasing it
+// (many pipelined frames cost one erase, not one each).
+bool take_frame_at(const std::string& buf, size_t& pos, std::string& payload, uint32_t max);
 
 // Blocking I/O on a connected socket with a deadline (poll + non-blocking calls); throw IoError on
 // timeout ("no reply within 5 s"), on a closed connection and on socket errors.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -189,14 +190,16 @@ void BpeTokenizer::encode_plain(std::string_view text, size_t offset, const std:
     prefixed = " " + std::string(text);
     text = prefixed;
   }
-  pcre2_match_data* match = pcre2_match_data_create_from_pattern(pattern_->code, nullptr);
+  // Owned: encode_word throws for a byte without a token (the match data leaked, found by the asan preset).
+  const std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> owned(
+      pcre2_match_data_create_from_pattern(pattern_->code, nullptr), pcre2_match_data_free);
+  pcre2_match_data* match = owned.get();
   PCRE2_SIZE start = 0;
   while (start < text.size()) {
     const int rc = pcre2_match(pattern_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
                                start == 0 ? 0 : PCRE2_NO_UTF_CHECK, match, nullptr);
     if (rc < 0) {
       const PCRE2_SIZE bad = pcre2_get_startchar(match);  // a UTF-8 error's offset
-      pcre2_match_data_free(match);
       const size_t shift = prefixed.empty() ? 0 : 1;
       if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21)
         throw ConfigError(fmt::format("{}: invalid UTF-8 at byte {}; the tokenizer {} reads UTF-8 text", what,
@@ -208,7 +211,6 @@ void BpeTokenizer::encode_plain(std::string_view text, size_t offset, const std:
     encode_word(text.substr(range[0], range[1] - range[0]), out);
     start = range[1];
   }
-  pcre2_match_data_free(match);
 }
 
 std::vector<uint32_t> BpeTokenizer::encode(std::string_view text, const std::string& what) const {

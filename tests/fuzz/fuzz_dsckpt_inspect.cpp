@@ -32,16 +32,17 @@ std::vector<std::string> split(const std::string& text) {
   return parts;
 }
 
-// A folder of our own under /dev/shm (or TMPDIR), made once per process, removed at exit.
+// A folder of our own under /dev/shm (or TMPDIR), made once per process, removed at exit. Never
+// destroyed: the exit handler that removes it runs after static destructors would have.
 const std::string& work_dir() {
-  static const std::string dir = [] {
+  static const std::string* dir = [] {
     std::string base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path().string();
-    std::string templ = base + "/dsckpt-fuzz-XXXXXX";
-    FUZZ_CHECK(::mkdtemp(templ.data()) != nullptr);
+    auto* templ = new std::string(base + "/dsckpt-fuzz-XXXXXX");
+    FUZZ_CHECK(::mkdtemp(templ->data()) != nullptr);
     std::atexit([] { std::filesystem::remove_all(work_dir()); });
     return templ;
   }();
-  return dir;
+  return *dir;
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ std::string hello(const std::string& token = kToken) {
 // The reply payloads in c.out, which is emptied.
 std::vector<std::string> replies(store::Conn& c) {
   std::vector<std::string> out;
-  for (std::string payload; wire::take_frame(c.out, payload, wire::kMaxFrame);) out.push_back(payload);
+  size_t pos = 0;
+  for (std::string payload; wire::take_frame_at(c.out, pos, payload, wire::kMaxFrame);) out.push_back(payload);
+  c.out.erase(0, pos);
   return out;
 }
 
