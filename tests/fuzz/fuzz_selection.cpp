@@ -1,7 +1,7 @@
 // Fuzz target: --include/--exclude specs, --num_nodes and --num_gpus against a hostfile.
 // Input: byte 0 picks num_nodes (-1..4), byte 1 num_gpus (-1..8), then the include spec up to the
 // first '\n', the exclude spec up to the second, and the hostfile text after it. The selection
-// either throws InputError or keeps pool order, picks existing ascending slots, and has one slot.
+// either throws InputError or keeps pool order, picks existing ascending slots, and has a slot.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -29,17 +29,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto pool = dsrun::pool_from_hostfile(dsrun::parse_hostfile(rest, "fuzz-hostfile"));
     const auto selected = dsrun::select_resources(pool, request);
     FUZZ_CHECK(!selected.empty());
-    size_t at = 0;  // position in the pool
+    size_t at = 0, slots = 0;  // position in the pool, slots selected
     for (const auto& node : selected) {
       while (at < pool.size() && pool[at].host != node.host) ++at;
       FUZZ_CHECK(at < pool.size());  // a pool host, in pool order
-      FUZZ_CHECK(!node.slots.empty());
+      FUZZ_CHECK(!node.slots.empty() || pool[at].slots.empty());  // a slots=0 host is kept, with nothing
+      slots += node.slots.size();
       for (size_t i = 0; i < node.slots.size(); ++i) {
         FUZZ_CHECK(node.slots[i] >= 0 && node.slots[i] < static_cast<int>(pool[at].slots.size()));
         FUZZ_CHECK(i == 0 || node.slots[i - 1] < node.slots[i]);
       }
       ++at;
     }
+    FUZZ_CHECK(slots > 0);
   } catch (const dsrun::InputError&) {
   }
   return 0;
