@@ -117,6 +117,8 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& name)
     // what(): "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>"
     std::string detail = std::regex_replace(e.what(), std::regex(R"(^\[json\.exception[^\]]*\] parse error( at line \d+, column \d+)?: )"), "");
     throw ConfigError(fmt::format("{}:{}:{}: {}", name, line, column, detail));
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e5003 (found by fuzzing)
+    throw ConfigError(fmt::format("{}: {}", name, std::regex_replace(e.what(), std::regex(R"(^\[json\.exception[^\]]*\] )"), "")));
   }
   if (!duplicates.first().empty()) throw ConfigError(fmt::format("{}: {}: duplicate key", name, duplicates.first()));
   return root;

@@ -1,6 +1,6 @@
 // A NUL byte in a config file, or a YAML file that is not UTF-8, is an error naming where. nlohmann's
 // parser takes a NUL for the end of the text, so everything after it was silently ignored (found by the
-// config_json fuzz target).
+// config_json fuzz target); likewise a number beyond double.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -35,4 +35,10 @@ TEST_CASE("files: a YAML file that is not UTF-8 is an error naming the byte") {
   const std::string yaml = "train_batch_size: 8\nmodel: {in_features: 32,\xd6hidden: 16}\n";
   CHECK(error_of(yaml, "ds_config.yml") == "ds_config.yml:2:25: byte 0xd6 is not UTF-8");
   CHECK(error_of("train_batch_size: 8  # caf\xc3\xa9\n", "ds_config.yaml") == "(no error)");
+}
+
+TEST_CASE("files: a JSON number beyond double is a config error") {
+  // Found by the config_json fuzz target: nlohmann's out_of_range escaped load_config (dsworker exit 1).
+  CHECK(error_of("{\"train_batch_size\": 1e5003}", "ds_config.json") ==
+        "ds_config.json: number overflow parsing '1e5003'");
 }
