@@ -12,9 +12,9 @@ namespace {
 std::string describe(const LoadedCheckpoint& c, const std::string& dir, const std::string& tag) {
   const nlohmann::json& h = c.model;
   std::string out = fmt::format("{}/{}: step {} ({} applied), world size {}, ZeRO stage {}, {}, {} rank file{}, checksums ok\n",
-                                dir, tag, c.state.steps, c.state.updates, h.at("world_size").get<int>(),
-                                h.at("zero_stage").get<int>(), h.at("precision").get<std::string>(),
-                                h.at("writers").get<int>(), h.at("writers").get<int>() == 1 ? "" : "s");
+                                dir, tag, c.state.steps, c.state.updates, as_integer<int>(h.at("world_size")),
+                                as_integer<int>(h.at("zero_stage")), h.at("precision").get<std::string>(),
+                                as_integer<int>(h.at("writers")), as_integer<int>(h.at("writers")) == 1 ? "" : "s");
   if (h.contains("run")) out += fmt::format("run: {}\n", h["run"].dump());
   if (c.state.scaler) out += fmt::format("loss scale: {:g}\n", c.state.scaler->scale);
   std::string names;

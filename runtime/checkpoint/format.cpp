@@ -157,14 +157,14 @@ CheckpointFile parse_checkpoint_file(const std::string& bytes, const std::string
     const size_t data = kPreamble + header_bytes;
     for (const auto& t : file.header.at("tensors")) {
       const std::string name = t.at("name").get<std::string>();
-      const size_t elements = t.at("elements").get<size_t>(), offset = t.at("offset").get<size_t>();
+      const size_t elements = as_integer<size_t>(t.at("elements")), offset = as_integer<size_t>(t.at("offset"));
       if (offset > bytes.size() - data || elements > (bytes.size() - data - offset) / sizeof(float))
         throw CheckpointError(fmt::format("{}: truncated: {} bytes, tensor {} ends at byte {}", path, bytes.size(), name,
                                           data + offset + elements * sizeof(float)));
       std::vector<float> values(elements);
       if (elements > 0)  // an empty vector's data() may be null, which memcpy must not get
         std::memcpy(values.data(), bytes.data() + data + offset, elements * sizeof(float));
-      if (crc_of(values.data(), elements * sizeof(float)) != t.at("crc32").get<uint32_t>())
+      if (crc_of(values.data(), elements * sizeof(float)) != as_integer<uint32_t>(t.at("crc32")))
         throw CheckpointError(fmt::format("{}: tensor {}: checksum mismatch (the file is corrupt)", path, name));
       file.tensors.emplace_back(name, std::move(values));
     }

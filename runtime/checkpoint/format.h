@@ -36,6 +36,15 @@ struct CheckpointFile {
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
 };
 
+// v as an integer of type T. A value that is not a JSON integer (a float such as 1e300, text) is a
+// json type_error: nlohmann's get<T> would convert a float outside T's range with undefined behaviour.
+template <typename T>
+T as_integer(const nlohmann::json& v) {
+  if (!v.is_number_integer())
+    throw nlohmann::json::type_error::create(302, "expected an integer, not " + v.dump(), &v);
+  return v.get<T>();
+}
+
 // Writes `file` to `path` atomically (temporary file, fsync, rename, fsync of the directory).
 void write_checkpoint_file(const std::string& path, const CheckpointFile& file);
 

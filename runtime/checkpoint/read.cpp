@@ -36,14 +36,14 @@ LoadedCheckpoint read_checkpoint(const std::string& dir, const std::string& tag)
   try {
     const nlohmann::json& h = out.model;
     if (h.at("kind") != "model_states") throw CheckpointError(fmt::format("{}: not a model_states file", model_path));
-    state.steps = h.at("steps").get<int64_t>();
-    state.updates = h.at("updates").get<int64_t>();
-    writers = h.at("writers").get<int>();
-    psi = h.at("num_params").get<size_t>();
+    state.steps = as_integer<int64_t>(h.at("steps"));
+    state.updates = as_integer<int64_t>(h.at("updates"));
+    writers = as_integer<int>(h.at("writers"));
+    psi = as_integer<size_t>(h.at("num_params"));
     if (h.contains("loss_scaler")) {
       const nlohmann::json& s = h["loss_scaler"];
-      state.scaler = amp::LossScaler::State{s.at("scale").get<double>(), s.at("iteration").get<int64_t>(),
-                                            s.at("last_overflow").get<int64_t>(), s.at("hysteresis_left").get<int64_t>()};
+      state.scaler = amp::LossScaler::State{s.at("scale").get<double>(), as_integer<int64_t>(s.at("iteration")),
+                                            as_integer<int64_t>(s.at("last_overflow")), as_integer<int64_t>(s.at("hysteresis_left"))};
     }
     if (h.contains("optimizer_scalars"))
       for (const auto& entry : h["optimizer_scalars"])
@@ -77,7 +77,7 @@ LoadedCheckpoint read_checkpoint(const std::string& dir, const std::string& tag)
                                           state.tensors.size()));
       size_t at = 0;  // position in this file's tensors
       for (const auto& run : file.header.at("runs")) {
-        const size_t global = run.at(0).get<size_t>(), size = run.at(1).get<size_t>();
+        const size_t global = as_integer<size_t>(run.at(0)), size = as_integer<size_t>(run.at(1));
         if (global > psi || size > psi - global)
           throw CheckpointError(fmt::format("{}: elements [{}, {}) are outside the model's {}", path, global,
                                             global + size, psi));
