@@ -76,12 +76,21 @@ class DuplicateKeys {
 
 // The offset of the first byte that is not part of valid UTF-8, or npos.
 size_t invalid_utf8_at(const std::string& text) {
+  // RFC 3629: no overlong forms, no surrogates (U+D800-DFFF), nothing above U+10FFFF.
+  const auto byte = [&](size_t i) { return i < text.size() ? static_cast<unsigned char>(text[i]) : 0u; };
   for (size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > text.size()) return i;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) return i;
+    const unsigned b = byte(i);
+    size_t n = 0;
+    unsigned lo = 0x80, hi = 0xbf;  // the range of the second byte
+    if (b < 0x80) n = 1;
+    else if (b >= 0xc2 && b <= 0xdf) n = 2;
+    else if (b >= 0xe0 && b <= 0xef) n = 3, lo = b == 0xe0 ? 0xa0 : 0x80, hi = b == 0xed ? 0x9f : 0xbf;
+    else if (b >= 0xf0 && b <= 0xf4) n = 4, lo = b == 0xf0 ? 0x90 : 0x80, hi = b == 0xf4 ? 0x8f : 0xbf;
+    else return i;
+    for (size_t k = 1; k < n; ++k) {
+      const unsigned c = byte(i + k);
+      if (i + k >= text.size() || c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xbf)) return i;
+    }
     i += n;
   }
   return std::string::npos;
