@@ -413,8 +413,13 @@ int main(int argc, char** argv) {
   CLI::App app{"dsworker: one training rank (start it with dsrun)", "dsworker"};
   app.add_option("--model", o.model, "Model plugin: a built-in name (mlp) or a path to a plugin .so");
   app.add_option("--config,--deepspeed_config", o.config, "ds_config file (JSON or YAML); required to train");
-  app.add_option("--steps", o.steps, "Optimizer steps to run (default: one epoch)")->check(CLI::PositiveNumber);
-  app.add_option("--epochs", o.epochs, "Passes over the data (ignored with --steps)")->check(CLI::PositiveNumber);
+  // Given twice (scripts/demo.sh passes --steps 600, then the user's arguments), the last one counts.
+  app.add_option("--steps", o.steps, "Optimizer steps to run (default: one epoch)")
+      ->check(CLI::PositiveNumber)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--epochs", o.epochs, "Passes over the data (ignored with --steps)")
+      ->check(CLI::PositiveNumber)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--seed", o.seed, "Seed for initialisation and data order (default: the config's seed)");
   app.add_option("--metrics", o.metrics, "Write one JSON object per step to this file (rank 0)");
   app.add_option("--resume", o.resume,

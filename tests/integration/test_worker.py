@@ -297,3 +297,10 @@ def test_activation_checkpointing_changes_nothing_but_memory(clean_env, tmp_path
         assert r.returncode == 0, r.stderr
         out[name] = losses(m)
     assert out["recompute"] == out["plain"]
+
+
+def test_a_flag_given_twice_takes_the_last_value(clean_env):
+    """scripts/demo.sh passes --steps 600 and then the user's arguments: `--steps 40` must win."""
+    r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "5", "--steps", "2"], clean_env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "done: 2 steps" in r.stdout
