@@ -88,6 +88,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   if (c.fp16.enabled) e.loss_scaling = loss_scaler_config(c.fp16);
   e.cast_inputs = c.fp16.enabled && c.fp16.auto_cast;
   e.skip_overflow_steps = c.bf16.enabled && c.bf16.check_grad_overflow;
+  e.low_precision_master = c.bf16.enabled && c.bf16.master_weights_and_grads;
   e.recompute = c.activation_checkpointing.present;
   e.seed = seed;
   return e;
@@ -205,7 +206,10 @@ int train(const WorkerOptions& o) {
   TrainingData data = load_training_data(config, *plugin);
   const uint64_t seed = o.seed.value_or(config.seed);
   Engine engine(engine_config(config, seed), *plugin, *group,
-                [&](size_t n, NormReducer reducer) { return make_optimizer(config.optimizer, n, reducer, group.get()); },
+                [&](size_t n, NormReducer reducer) {
+                  return make_optimizer(config.optimizer, n, reducer, group.get(),
+                                        config.bf16.optimizer_states ? amp::Storage::BF16 : amp::Storage::F32);
+                },
                 make_lr_schedule(config.scheduler, config.optimizer.lr), data.train.get());
   std::optional<SampleConfig> sample;
   if (!config.sample.empty()) {
@@ -274,12 +278,14 @@ int train(const WorkerOptions& o) {
   if (lead) {
     MemoryReport m = engine.memory();
     std::fprintf(stderr,
-                 "dsworker: model %s: %zu parameters in %d layers; world size %d, ZeRO stage %d, %s (gradients %s), "
+                 "dsworker: model %s: %zu parameters in %d layers; world size %d, ZeRO stage %d, %s (gradients %s%s%s), "
                  "global batch %lld "
                  "(micro %lld x accumulation %lld x ranks %d); %lld steps (%lld per epoch)\n",
                  plugin->name().c_str(), engine.num_parameters(), plugin->num_layers(), env.world_size,
                  static_cast<int>(config.zero_optimization.stage), std::string(dtype_name(config.model_dtype())).c_str(),
-                 std::string(dtype_name(config.grad_accum_dtype)).c_str(), static_cast<long long>(engine.global_batch()),
+                 std::string(dtype_name(config.grad_accum_dtype)).c_str(),
+                 config.bf16.master_weights_and_grads ? ", bf16 master weights" : "",
+                 config.bf16.optimizer_states ? ", bf16 optimizer states" : "", static_cast<long long>(engine.global_batch()),
                  static_cast<long long>(config.train_micro_batch_size_per_gpu),
                  static_cast<long long>(config.gradient_accumulation_steps), env.world_size,
                  static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()));

@@ -163,6 +163,9 @@ struct Bf16Config {
   bool immediate_grad_update = false;
   bool check_grad_overflow = true;    // a non-finite gradient skips the step (DeepSpeed >= 0.19.3);
                                       // false: training stops instead (DeepSpeed would apply it)
+  bool master_weights_and_grads = false;  // bf16_master_weights_and_grads: no fp32 master copy or fp32
+                                          // gradients for the optimizer (ZeRO 1-3)
+  bool optimizer_states = false;          // bf16_optimizer_states: bf16 moments (needs the above)
 };
 
 // torch_autocast: dsworker's 16-bit compute with fp32 master weights, i.e. fp16 or bf16 enabled.

@@ -81,6 +81,23 @@ void resolve_precision(Context& ctx, DsConfig& c) {
                                          dtype_name(c.torch_autocast.dtype), dtype_name(c.torch_autocast.dtype)));
 }
 
+// DeepSpeed's rules for bf16 master weights and optimizer states (runtime/config.py), and what
+// dsworker needs beside them: bf16 training and gradients kept in fp32 or bf16.
+void check_bf16_master(Context& ctx, const DsConfig& c) {
+  const Bf16Config& b = c.bf16;
+  const int stage = c.zero_optimization.stage;
+  for (auto [key, on] : {std::pair{"bf16.bf16_master_weights_and_grads", b.master_weights_and_grads},
+                         std::pair{"bf16.bf16_optimizer_states", b.optimizer_states}}) {
+    if (!on) continue;
+    if (!b.enabled) ctx.error(key, "true needs bf16.enabled true");
+    else if (stage == 0) ctx.error(key, "true is only supported with ZeRO stage 1, 2 or 3 (as in DeepSpeed), not stage 0");
+  }
+  if (b.optimizer_states && !b.master_weights_and_grads)
+    ctx.error("bf16.bf16_optimizer_states", "true needs bf16.bf16_master_weights_and_grads true (as in DeepSpeed)");
+  if (b.master_weights_and_grads && c.grad_accum_dtype == Dtype::fp16)
+    ctx.error("data_types.grad_accum_dtype", "\"fp16\" cannot hold the gradients of bf16 master weights; use bf16 or fp32");
+}
+
 nlohmann::json free_object(Section& top, const char* key) {
   const auto* v = top.get(key);
   if (v == nullptr) return nlohmann::json::object();
@@ -166,6 +183,7 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   // Gradients are reduced in the type they accumulate in (DeepSpeed: the model dtype, but its
   // BF16_Optimizer reduces its fp32 accumulators in fp32 too).
   c.communication_data_type = comm_dtype.value_or(c.grad_accum_dtype);
+  check_bf16_master(ctx, c);
   check_support(c, ctx);
   guard([&] { check_optimizer_fits(ctx, c); });
   c.warnings = ctx.warnings;

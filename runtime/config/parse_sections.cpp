@@ -46,10 +46,9 @@ Bf16Config parse_bf16(Section& top) {
   c.enabled = s.flag("enabled", c.enabled);
   c.immediate_grad_update = s.flag("immediate_grad_update", c.immediate_grad_update);
   c.check_grad_overflow = s.flag("check_grad_overflow", c.check_grad_overflow);
-  // DeepSpeed >= 0.18.3: a bf16 master copy (and bf16 optimizer moments), ZeRO >= 1 only.
-  for (const char* key : {"bf16_master_weights_and_grads", "bf16_optimizer_states"})
-    if (s.flag(key, false))
-      s.error(key, "true is not supported by dsworker (its master weights and optimizer states are fp32)");
+  // DeepSpeed >= 0.18.3; checked against the ZeRO stage and gradient type in parse.cpp.
+  c.master_weights_and_grads = s.flag("bf16_master_weights_and_grads", c.master_weights_and_grads);
+  c.optimizer_states = s.flag("bf16_optimizer_states", c.optimizer_states);
   s.finish();
   return c;
 }

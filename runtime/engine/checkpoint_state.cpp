@@ -31,16 +31,22 @@ TrainingState Engine::checkpoint_shard() {
   const std::vector<OwnedRun> runs = checkpoint_runs();
   std::vector<float> master_values;
   for (const zero::Unit& u : layout_->units()) {
-    for (const OwnedRun& run : runs)
-      if (run.part == u.part_offset && u.chunk > 0) master_values.insert(master_values.end(), master(u), master(u) + run.size);
+    for (const OwnedRun& run : runs) {
+      if (run.part != u.part_offset || u.chunk == 0) continue;
+      master_values.resize(master_values.size() + run.size);
+      amp::to_float(master_storage(), master(u), master_values.data() + master_values.size() - run.size, run.size);
+    }
   }
   s.tensors.emplace_back("master", std::move(master_values));
-  for (const auto& [name, buffer] : optimizer_->state()) {
+  for (const StateView& buffer : optimizer_->state()) {
     std::vector<float> values;
-    for (const OwnedRun& run : runs)
-      values.insert(values.end(), buffer->begin() + static_cast<std::ptrdiff_t>(run.part),
-                    buffer->begin() + static_cast<std::ptrdiff_t>(run.part + run.size));
-    s.tensors.emplace_back(name, std::move(values));
+    const size_t bytes = amp::storage_bytes(buffer.storage);
+    for (const OwnedRun& run : runs) {
+      values.resize(values.size() + run.size);
+      amp::to_float(buffer.storage, static_cast<const std::byte*>(buffer.data) + run.part * bytes,
+                    values.data() + values.size() - run.size, run.size);
+    }
+    s.tensors.emplace_back(buffer.name, std::move(values));
   }
   for (const auto& [name, values] : optimizer_->scalar_state()) s.scalars.emplace_back(name, *values);
   return s;
@@ -49,7 +55,7 @@ TrainingState Engine::checkpoint_shard() {
 void Engine::restore(const TrainingState& state) {
   auto optimizer_state = optimizer_->state();
   std::vector<std::string> want{"master"}, have;
-  for (const auto& entry : optimizer_state) want.push_back(entry.first);
+  for (const StateView& entry : optimizer_state) want.push_back(entry.name);
   for (const auto& entry : state.tensors) have.push_back(entry.first);
   if (want != have)
     throw ConfigError(fmt::format("checkpoint: it holds {}, but this run's optimizer needs {} (a different optimizer "
@@ -72,21 +78,28 @@ void Engine::restore(const TrainingState& state) {
 
   const size_t r = static_cast<size_t>(layout_->rank());
   const std::vector<float>& full = state.tensors[0].second;  // master, flat order
-  std::vector<float> rounded;
+  std::vector<float> rounded, chunk;
   size_t global = 0;
   for (const zero::Unit& u : layout_->units()) {
     const size_t first = std::min(r * u.chunk, u.size), end = std::min(first + u.chunk, u.size);
-    auto fill_chunk = [&](float* chunk, const std::vector<float>& values) {  // padding stays zero
-      std::fill_n(chunk, u.chunk, 0.0f);
+    auto fill_chunk = [&](const std::vector<float>& values) {  // this rank's chunk of `values`; padding zero
+      chunk.assign(u.chunk, 0.0f);
       std::copy(values.begin() + static_cast<std::ptrdiff_t>(global + first),
-                values.begin() + static_cast<std::ptrdiff_t>(global + end), chunk);
+                values.begin() + static_cast<std::ptrdiff_t>(global + end), chunk.begin());
+      return chunk.data();
     };
     if (u.chunk > 0) {
-      for (size_t k = 0; k < optimizer_state.size(); ++k)
-        fill_chunk(optimizer_state[k].second->data() + u.part_offset, state.tensors[k + 1].second);
+      for (size_t k = 0; k < optimizer_state.size(); ++k) {
+        const StateView& buffer = optimizer_state[k];
+        amp::from_float(buffer.storage, fill_chunk(state.tensors[k + 1].second),
+                        static_cast<std::byte*>(buffer.data) + u.part_offset * amp::storage_bytes(buffer.storage),
+                        u.chunk);
+      }
       if (config_.precision != amp::Storage::F32 || config_.zero_stage == 3) {
-        fill_chunk(master(u), full);  // fp32 at stage 3: master(u) is the owned parameter chunk itself
-        if (config_.precision != amp::Storage::F32) amp::from_float(config_.precision, master(u), owned_params(u), u.chunk);
+        // fp32 at stage 3, or bf16 master weights: master(u) is the owned parameter chunk itself
+        const float* values = fill_chunk(full);
+        amp::from_float(master_storage(), values, master(u), u.chunk);
+        if (master(u) != owned_params(u)) amp::from_float(config_.precision, values, owned_params(u), u.chunk);
       }
     }
     if (config_.zero_stage < 3) {  // the whole unit, from the full state: no gather needed

@@ -99,6 +99,12 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                   config_.grad_accum));
   if (config_.zero_stage < 0 || config_.zero_stage > 3)
     throw ConfigError(fmt::format("zero_optimization.stage: {} is not one of 0, 1, 2, 3", config_.zero_stage));
+  if (config_.low_precision_master &&
+      (config_.precision != amp::Storage::BF16 || config_.zero_stage == 0 || config_.grad_storage == amp::Storage::F16))
+    throw ConfigError(fmt::format("bf16 master weights and gradients need bf16 precision, ZeRO stage 1-3 and fp32 or "
+                                  "bf16 gradients, not {} at stage {} with {} gradients",
+                                  storage_name(config_.precision), config_.zero_stage,
+                                  storage_name(config_.grad_storage)));
   elem_ = amp::storage_bytes(config_.precision);
   if (config_.loss_scaling) scaler_.emplace(*config_.loss_scaling);
   build_layers();
@@ -189,23 +195,25 @@ void Engine::build_partition() {
                                                    zero::Averaging{config_.prescale_gradients, config_.predivide_factor},
                                                    config_.overlap_comm, config_.grad_storage);
   const size_t max_layer = *std::max_element(layer_sizes.begin(), layer_sizes.end());
+  const bool fp32_copies = !config_.low_precision_master;
   if (config_.precision != amp::Storage::F32) {
-    master_.assign(partition, 0.0f);
+    if (fp32_copies) master_.assign(partition, 0.0f);
     param_scratch_.assign(max_layer, 0.0f);
   }
   if (config_.grad_storage != amp::Storage::F32) {
-    grads32_.assign(partition, 0.0f);
+    if (fp32_copies) grads32_.assign(partition, 0.0f);
     grad_scratch_.assign(max_layer, 0.0f);
   }
+  const size_t p_bytes = amp::storage_bytes(master_storage()), g_bytes = amp::storage_bytes(optimizer_grad_storage());
   for (const zero::Unit& u : layout_->units()) {
     if (u.chunk == 0) continue;
-    float* p = master(u);
-    const float* g = optimizer_grads(u);
-    if (!segments_.empty() && segments_.back().params + segments_.back().size == p &&
-        segments_.back().grads + segments_.back().size == g)
+    std::byte* p = master(u);
+    const auto* g = static_cast<const std::byte*>(optimizer_grads(u));
+    if (!segments_.empty() && static_cast<std::byte*>(segments_.back().params) + segments_.back().size * p_bytes == p &&
+        static_cast<const std::byte*>(segments_.back().grads) + segments_.back().size * g_bytes == g)
       segments_.back().size += u.chunk;  // contiguous with the previous unit's chunk
     else
-      segments_.push_back(Segment{p, g, u.chunk});
+      segments_.push_back(Segment{p, g, u.chunk, master_storage(), optimizer_grad_storage()});
   }
   for (const ParamSlot& slot : slots_)
     if (slot.owner < 0) tensor_ranges_.push_back(layout_->owned_part(slot.offset, slot.size));
@@ -215,13 +223,21 @@ std::byte* Engine::owned_params(const zero::Unit& unit) {
   return params_.data() + (config_.zero_stage == 3 ? unit.part_offset : layout_->owned_begin(unit)) * elem_;
 }
 
-float* Engine::master(const zero::Unit& unit) {
-  if (config_.precision == amp::Storage::F32) return reinterpret_cast<float*>(owned_params(unit));
-  return master_.data() + unit.part_offset;
+amp::Storage Engine::master_storage() const {
+  return config_.low_precision_master ? config_.precision : amp::Storage::F32;
 }
 
-const float* Engine::optimizer_grads(const zero::Unit& unit) {
-  if (config_.grad_storage == amp::Storage::F32) return static_cast<const float*>(grads_->owned_grads(unit));
+amp::Storage Engine::optimizer_grad_storage() const {
+  return config_.low_precision_master ? config_.grad_storage : amp::Storage::F32;
+}
+
+std::byte* Engine::master(const zero::Unit& unit) {
+  if (master_.empty()) return owned_params(unit);  // fp32, or the 16-bit parameters are the master
+  return reinterpret_cast<std::byte*>(master_.data() + unit.part_offset);
+}
+
+const void* Engine::optimizer_grads(const zero::Unit& unit) {
+  if (grads32_.empty()) return grads_->owned_grads(unit);
   return grads32_.data() + unit.part_offset;
 }
 
@@ -268,6 +284,7 @@ void Engine::init_parameters() {
   if (config_.zero_stage < 3) group_.broadcast(initial, n, DataType::F32, 0);
   if (fp32) return;
   amp::from_float(config_.precision, initial, params_.data(), n);
+  if (master_.empty()) return;
   for (const zero::Unit& u : layout_->units()) {
     const size_t at = config_.zero_stage == 3 ? u.part_offset : layout_->owned_begin(u);
     std::copy_n(initial + at, u.chunk, master_.data() + u.part_offset);
@@ -562,8 +579,8 @@ double Engine::gradient_norm(bool averaged) {
 void Engine::update(double norm, double scale, double lr) {
   const double coef = config_.gradient_clipping > 0.0 ? std::min(1.0, config_.gradient_clipping / (norm + 1e-6)) : 1.0;
   const double factor = coef / scale;
-  if (config_.grad_storage == amp::Storage::F32) {
-    if (factor != 1.0) grads_->scale_owned(factor);
+  if (grads32_.empty()) {
+    if (factor != 1.0) grads_->scale_owned(factor);  // in place, in their storage
   } else {
     for (const zero::Unit& u : layout_->units()) {
       float* g = grads32_.data() + u.part_offset;
@@ -574,8 +591,9 @@ void Engine::update(double norm, double scale, double lr) {
   }
   ++updates_;
   optimizer_->step(segments_, tensor_ranges_, lr, updates_);
-  if (config_.precision != amp::Storage::F32)
-    for (const zero::Unit& u : layout_->units()) amp::from_float(config_.precision, master(u), owned_params(u), u.chunk);
+  if (!master_.empty())
+    for (const zero::Unit& u : layout_->units())
+      amp::from_float(config_.precision, master_.data() + u.part_offset, owned_params(u), u.chunk);
   if (config_.zero_stage == 3) {
     fetcher_->end_step();
     return;
@@ -596,8 +614,11 @@ std::vector<float> Engine::gather_parameters() {
   out.reserve(num_params_);
   std::vector<float> unit_data;
   const bool partitioned = layout_->world() > 1;
+  std::vector<float> chunk;
   for (const zero::Unit& u : layout_->units()) {
-    const float* base = master(u);
+    chunk.resize(u.chunk);
+    amp::to_float(master_storage(), master(u), chunk.data(), u.chunk);
+    const float* base = chunk.data();
     if (partitioned) {
       unit_data.resize(u.padded());
       if (u.chunk > 0) group_.allgather(base, unit_data.data(), u.chunk, DataType::F32);
@@ -614,7 +635,7 @@ MemoryReport Engine::memory() const {
   r.params = params_.size();
   if (fetcher_) r.params += fetcher_->pooled_bytes() + fetcher_->persistent_bytes();
   r.grads = grads_->bytes();
-  for (auto& [name, buffer] : optimizer_->state()) r.optimizer_state += buffer->size() * sizeof(float);
+  for (const StateView& v : optimizer_->state()) r.optimizer_state += v.size * amp::storage_bytes(v.storage);
   r.optimizer_state += optimizer_->extra_bytes();
   r.optimizer_state += master_.size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);

@@ -20,8 +20,10 @@
 // (full buffer at stages 0-2, the partition at stage 3) beside an fp32 master copy of this rank's
 // partition [P], which the optimizer updates and which is rounded back into the 16-bit parameters
 // after each update. Gradients are accumulated and reduced in `grad_storage` (grad_accum_dtype) and
-// converted to fp32 for the optimizer. The plugin ABI is fp32: a layer's parameters are converted
-// to an fp32 scratch copy before it runs, its gradients land in an fp32 scratch and are added into
+// converted to fp32 for the optimizer. With `low_precision_master` (bf16_master_weights_and_grads,
+// stages 1-3) there are no fp32 copies: the optimizer updates this rank's bf16 parameter chunks in
+// place from the gradients as they are stored, 8 bytes less per element of [P]. The plugin ABI is
+// fp32: a layer's parameters are converted to an fp32 scratch copy before it runs, its gradients land in an fp32 scratch and are added into
 // the 16-bit gradients after, and its outputs and input gradients are rounded to `precision` (the
 // values a 16-bit activation can hold; the buffers stay fp32 on CPU). fp16 multiplies the loss by
 // the loss scale before backward; a non-finite gradient norm (summed across ranks, so every rank
@@ -62,6 +64,8 @@ struct EngineConfig {
   double predivide_factor = 1.0;            // DeepSpeed's gradient_predivide_factor
   amp::Storage precision = amp::Storage::F32;     // parameters and activations (fp16.enabled / bf16.enabled)
   amp::Storage grad_storage = amp::Storage::F32;  // gradient accumulation and reduction (grad_accum_dtype)
+  bool low_precision_master = false;        // bf16 precision at stages 1-3: the 16-bit parameters are the
+                                            // master copy (bf16.bf16_master_weights_and_grads)
   std::optional<amp::LossScalerConfig> loss_scaling;  // fp16; none: scale 1, a non-finite gradient stops
   bool cast_inputs = false;                 // round floating inputs to `precision` (fp16.auto_cast)
   bool skip_overflow_steps = false;         // without loss scaling, a non-finite gradient skips the step
@@ -223,8 +227,12 @@ class Engine {
   void take_tied_grads(size_t layer, float* grads);
   bool owns(size_t layer, const ParamSlot& tied) const;  // the tied slot's owner is in `layer`
   std::byte* owned_params(const zero::Unit& unit);  // this rank's chunk of the unit, in `precision`
-  float* master(const zero::Unit& unit);           // the fp32 parameters the optimizer updates
-  const float* optimizer_grads(const zero::Unit& unit);
+  // The parameters the optimizer updates ([unit.chunk] of master_storage()) and the gradients it
+  // reads ([unit.chunk] of optimizer_grad_storage()).
+  std::byte* master(const zero::Unit& unit);
+  const void* optimizer_grads(const zero::Unit& unit);
+  amp::Storage master_storage() const;
+  amp::Storage optimizer_grad_storage() const;
   // ds_tensor views of a layer's tensors inside `layer_base` (the layer's fp32 data; tied ones in
   // `tied_base`), into `out`.
   void views(const float* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out) const;
@@ -247,7 +255,9 @@ class Engine {
   size_t elem_ = 4;                                // bytes per parameter element (of `precision`)
   std::vector<std::byte> params_;                  // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]
   std::vector<float> master_;                      // 16-bit precision: the fp32 master partition [P]
+                                                   // (empty with low_precision_master)
   std::vector<float> grads32_;                     // 16-bit gradients: the fp32 gradient partition [P]
+                                                   // (empty with low_precision_master)
   std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]
   std::optional<amp::LossScaler> scaler_;
   std::unique_ptr<zero::GradientReducer> grads_;

@@ -6,10 +6,12 @@
 //   p ← p − lr·u
 // DeepSpeedCPUAdam's form p·(1 − lr·wd) − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) is algebraically the same.
 // Elements are independent: each segment is cut into fixed chunks run on the OpenMP threads (the
-// count dsworker sets), so the result is the same at any thread count.
+// count dsworker sets), so the result is the same at any thread count. Parameters, gradients and
+// moments may each be fp32 or bf16 (elements.h); fp32 ones give exactly the plain float loop.
 #include <algorithm>
 #include <cmath>
 
+#include "optim/elements.h"
 #include "optim/optimizers.h"
 
 namespace ds::optim {
@@ -21,26 +23,25 @@ struct AdamArgs {
 
 constexpr size_t kChunk = 65536;  // elements per parallel task
 
-template <bool kDecoupled>
-void adam_loop(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, size_t n,
-               AdamArgs a) {
+template <bool kDecoupled, class P, class G, class S>
+void adam_loop(P* __restrict p, const G* __restrict g, S* __restrict m, S* __restrict v, size_t n, AdamArgs a) {
   const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
   for (size_t i = 0; i < n; ++i) {
-    const float param = p[i];
-    float grad = g[i];
+    const float param = load(p[i]);
+    float grad = load(g[i]);
     if constexpr (!kDecoupled) grad += a.wd * param;
-    const float mi = a.beta1 * m[i] + one_minus_beta1 * grad;
-    const float vi = a.beta2 * v[i] + one_minus_beta2 * grad * grad;
-    m[i] = mi;
-    v[i] = vi;
+    const float mi = a.beta1 * load(m[i]) + one_minus_beta1 * grad;
+    const float vi = a.beta2 * load(v[i]) + one_minus_beta2 * grad * grad;
+    store(m[i], mi);
+    store(v[i], vi);
     float update = (mi / a.bc1) / (std::sqrt(vi / a.bc2) + a.eps);
     if constexpr (kDecoupled) update += a.wd * param;
-    p[i] = param - a.lr * update;
+    store(p[i], param - a.lr * update);
   }
 }
 
-template <bool kDecoupled>
-void adam_parallel(float* p, const float* g, float* m, float* v, size_t n, AdamArgs a) {
+template <bool kDecoupled, class P, class G, class S>
+void adam_parallel(P* p, const G* g, S* m, S* v, size_t n, AdamArgs a) {
   const size_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (size_t c = 0; c < chunks; ++c) {
@@ -51,7 +52,8 @@ void adam_parallel(float* p, const float* g, float* m, float* v, size_t n, AdamA
 
 class Adam final : public Optimizer {
  public:
-  Adam(const AdamParams& params, size_t n) : params_(params), exp_avg_(n, 0.0f), exp_avg_sq_(n, 0.0f) {}
+  Adam(const AdamParams& params, size_t n, amp::Storage state)
+      : params_(params), exp_avg_(n, state), exp_avg_sq_(n, state) {}
 
   void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
     check_step_args("Adam", segments, exp_avg_.size(), step);
@@ -65,17 +67,20 @@ class Adam final : public Optimizer {
                params_.bias_correction ? bias_correction(beta2, step) : 1.0f};
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
-      if (params_.adam_w_mode)
-        adam_parallel<true>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
-      else
-        adam_parallel<false>(s.params, s.grads, exp_avg_.data() + k, exp_avg_sq_.data() + k, s.size, a);
+      with_elements(s.param_type, s.grad_type, [&]<class P, class G>(P*, G*) {
+        with_element(exp_avg_.storage(), [&]<class S>(S*) {
+          auto* p = static_cast<P*>(s.params);
+          const auto* g = static_cast<const G*>(s.grads);
+          S *m = exp_avg_.as<S>() + k, *v = exp_avg_sq_.as<S>() + k;
+          if (params_.adam_w_mode) adam_parallel<true>(p, g, m, v, s.size, a);
+          else adam_parallel<false>(p, g, m, v, s.size, a);
+        });
+      });
       k += s.size;
     }
   }
 
-  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
-    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
-  }
+  std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
 
   void set_betas(double beta1, double beta2) override {
     params_.beta1 = beta1;
@@ -84,12 +89,14 @@ class Adam final : public Optimizer {
 
  private:
   AdamParams params_;
-  std::vector<float> exp_avg_;     // m, n floats
-  std::vector<float> exp_avg_sq_;  // v, n floats
+  StateBuffer exp_avg_;     // m [n]
+  StateBuffer exp_avg_sq_;  // v [n]
 };
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n) { return std::make_unique<Adam>(params, n); }
+std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n, amp::Storage state) {
+  return std::make_unique<Adam>(params, n, state);
+}
 
 }  // namespace ds::optim

@@ -46,8 +46,8 @@ class OneBitAdam final : public Optimizer {
 
   bool wants_averaged_gradients(int64_t step) const override { return step <= last_warmup_step(params_.freeze_step); }
 
-  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
-    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
+  std::vector<StateView> state() override {
+    return {f32_state("exp_avg", exp_avg_), f32_state("exp_avg_sq", exp_avg_sq_)};
   }
 
   void set_betas(double beta1, double beta2) override {

@@ -95,8 +95,9 @@ class OneBitLamb final : public Optimizer {
 
   bool wants_averaged_gradients(int64_t step) const override { return step <= last_warmup_step(params_.freeze_step); }
 
-  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
-    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}, {"exp_avg_sq_fresh", &exp_avg_sq_fresh_}};
+  std::vector<StateView> state() override {
+    return {f32_state("exp_avg", exp_avg_), f32_state("exp_avg_sq", exp_avg_sq_),
+            f32_state("exp_avg_sq_fresh", exp_avg_sq_fresh_)};
   }
 
   std::vector<std::pair<std::string, std::vector<double>*>> scalar_state() override {

@@ -11,11 +11,19 @@ namespace ds {
 
 void Optimizer::set_betas(double, double) { throw std::logic_error("optimizer has no betas"); }
 
+std::span<float> StateView::f32() const {
+  if (storage != amp::Storage::F32) throw std::logic_error(fmt::format("optimizer state {} is not fp32", name));
+  return {static_cast<float*>(data), size};
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, NormReducer reduce_norms,
-                                          ProcessGroup* group) {
-  if (const auto* adam = std::get_if<AdamParams>(&config.params)) return optim::make_adam(*adam, n);
-  if (const auto* sgd = std::get_if<SgdParams>(&config.params)) return optim::make_sgd(*sgd, n);
-  if (const auto* lamb = std::get_if<LambParams>(&config.params)) return optim::make_lamb(*lamb, n, std::move(reduce_norms));
+                                          ProcessGroup* group, amp::Storage state) {
+  if (const auto* adam = std::get_if<AdamParams>(&config.params)) return optim::make_adam(*adam, n, state);
+  if (const auto* sgd = std::get_if<SgdParams>(&config.params)) return optim::make_sgd(*sgd, n, state);
+  if (const auto* lamb = std::get_if<LambParams>(&config.params))
+    return optim::make_lamb(*lamb, n, std::move(reduce_norms), state);
+  if (state != amp::Storage::F32)
+    throw std::invalid_argument(fmt::format("make_optimizer: {} keeps its state in fp32", optimizer_type_name(config.type)));
   if (group == nullptr)
     throw std::invalid_argument(fmt::format("make_optimizer: {} needs the process group", optimizer_type_name(config.type)));
   if (const auto* a = std::get_if<OneBitAdamParams>(&config.params)) return optim::make_onebit_adam(*a, n, *group);

@@ -1,6 +1,9 @@
-// Optimizers on flat fp32 buffers, with DeepSpeed's exact update rules (reference
+// Optimizers on flat buffers, with DeepSpeed's exact update rules (reference
 // deepspeed-runtime.md §4): Adam/AdamW as FusedAdam and DeepSpeedCPUAdam, SGD as torch.optim.SGD,
-// Lamb as FusedLamb. Math is fp32 per element, as in DeepSpeed's kernels.
+// Lamb as FusedLamb. Math is fp32 per element, as in DeepSpeed's kernels. Parameters, gradients
+// and state are fp32; Adam, SGD and Lamb also take bf16 parameters and gradients (DeepSpeed's
+// bf16_master_weights_and_grads) and keep bf16 state (bf16_optimizer_states), still computing in
+// fp32 and rounding once, to nearest even, when they store.
 //
 // An optimizer is made for n elements — the whole model at ZeRO stage 0, one rank's partition
 // later — and keeps state for exactly those. The n elements may lie in several places (a rank's
@@ -24,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "amp/storage.h"
 #include "comm/process_group.h"
 #include "config/ds_config.h"
 
@@ -36,9 +40,22 @@ struct TensorRange {
 // A contiguous piece of the elements a step updates: params[0..size) and their grads. State element
 // k belongs to the k-th element of the segments taken in order.
 struct Segment {
-  float* params;
-  const float* grads;
+  void* params;        // [size] of param_type
+  const void* grads;   // [size] of grad_type
   size_t size;
+  amp::Storage param_type = amp::Storage::F32;  // F32 or BF16 (only Adam, SGD and Lamb take BF16)
+  amp::Storage grad_type = amp::Storage::F32;
+};
+
+// One named state buffer (e.g. Adam's "exp_avg"): `size` elements of `storage` at `data`, in the
+// order of the elements a step updates.
+struct StateView {
+  std::string name;
+  amp::Storage storage;
+  void* data;
+  size_t size;
+  // The elements as fp32; throws std::logic_error for bf16 state.
+  std::span<float> f32() const;
 };
 
 // Lamb on a partition: `sums` holds, per entry of `tensors`, [Σp², Σu²] over this rank's slice
@@ -66,9 +83,9 @@ class Optimizer {
     this->step(std::span<const Segment>(&whole, 1), tensors, lr, step);
   }
 
-  // Named state buffers (e.g. "exp_avg", "exp_avg_sq"), each n floats, for checkpoints and memory
+  // Named state buffers (e.g. "exp_avg", "exp_avg_sq"), each n elements, for checkpoints and memory
   // accounting. SGD without momentum has none.
-  virtual std::vector<std::pair<std::string, std::vector<float>*>> state() = 0;
+  virtual std::vector<StateView> state() = 0;
 
   // Replaces (beta1, beta2) from the next step on (OneCycle momentum cycling). All but SGD, which
   // throws std::logic_error.
@@ -89,8 +106,9 @@ class Optimizer {
 
 // The optimizer `config` describes, for n elements; `reduce_norms` only matters to Lamb, `group`
 // (the data-parallel ranks) only to the 1-bit optimizers, which need it (std::invalid_argument
-// without).
+// without). `state` is the storage of its state buffers: BF16 for Adam, SGD and Lamb only
+// (std::invalid_argument for the 1-bit optimizers, whose state is fp32).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t n, NormReducer reduce_norms = {},
-                                          ProcessGroup* group = nullptr);
+                                          ProcessGroup* group = nullptr, amp::Storage state = amp::Storage::F32);
 
 }  // namespace ds

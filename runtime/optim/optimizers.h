@@ -4,9 +4,9 @@
 
 namespace ds::optim {
 
-std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n);
-std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n);
-std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms);
+std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n, amp::Storage state);
+std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n, amp::Storage state);
+std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms, amp::Storage state);
 std::unique_ptr<Optimizer> make_onebit_adam(const OneBitAdamParams& params, size_t n, ProcessGroup& group);
 std::unique_ptr<Optimizer> make_zero_one_adam(const ZeroOneAdamParams& params, size_t n, ProcessGroup& group);
 std::unique_ptr<Optimizer> make_onebit_lamb(const OneBitLambParams& params, size_t n, ProcessGroup& group);
@@ -14,6 +14,11 @@ std::unique_ptr<Optimizer> make_onebit_lamb(const OneBitLambParams& params, size
 // 1 - beta^step for the fp32 beta the element loop uses, as DeepSpeed's FusedAdam/FusedLamb host
 // code computes it (so the fp32 rounding of 1 - beta cancels in the bias-corrected moments).
 float bias_correction(float beta, int64_t step);
+
+// The state() entry of an fp32 buffer.
+inline StateView f32_state(std::string name, std::vector<float>& buffer) {
+  return StateView{std::move(name), amp::Storage::F32, buffer.data(), buffer.size()};
+}
 
 // The segments' total size; throws std::invalid_argument unless it matches the size the optimizer
 // was made for and step >= 1.

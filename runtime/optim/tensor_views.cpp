@@ -1,4 +1,4 @@
-// Tensor views inside segments (see tensor_views.h).
+// Tensor places and views inside segments (see tensor_views.h).
 #include "optim/tensor_views.h"
 
 #include <stdexcept>
@@ -7,12 +7,15 @@
 
 namespace ds::optim {
 
-std::vector<TensorView> locate_tensors(const char* optimizer, std::span<const Segment> segments,
+std::vector<TensorPlace> place_tensors(const char* optimizer, std::span<const Segment> segments,
                                        const std::vector<TensorRange>& tensors, size_t n) {
   const std::vector<TensorRange> whole{{0, n}};
-  std::vector<TensorView> views;
+  std::vector<TensorPlace> places;
   for (const TensorRange& t : tensors.empty() ? whole : tensors) {
-    if (t.size == 0) continue;
+    if (t.size == 0) {
+      places.push_back({nullptr, 0, t.offset, 0});
+      continue;
+    }
     size_t start = 0;  // of the segment, among the n elements
     const Segment* home = nullptr;
     for (const Segment& s : segments) {
@@ -25,8 +28,20 @@ std::vector<TensorView> locate_tensors(const char* optimizer, std::span<const Se
     if (!home)
       throw std::invalid_argument(
           fmt::format("{}: tensor [{}, +{}) is not inside one segment", optimizer, t.offset, t.size));
-    const size_t within = t.offset - start;
-    views.push_back({home->params + within, home->grads + within, t.offset, t.size});
+    places.push_back({home, t.offset - start, t.offset, t.size});
+  }
+  return places;
+}
+
+std::vector<TensorView> locate_tensors(const char* optimizer, std::span<const Segment> segments,
+                                       const std::vector<TensorRange>& tensors, size_t n) {
+  std::vector<TensorView> views;
+  for (const TensorPlace& t : place_tensors(optimizer, segments, tensors, n)) {
+    if (t.size == 0) continue;
+    if (t.segment->param_type != amp::Storage::F32 || t.segment->grad_type != amp::Storage::F32)
+      throw std::invalid_argument(fmt::format("{}: parameters and gradients must be fp32", optimizer));
+    views.push_back({static_cast<float*>(t.segment->params) + t.within,
+                     static_cast<const float*>(t.segment->grads) + t.within, t.offset, t.size});
   }
   return views;
 }

@@ -53,8 +53,8 @@ class ZeroOneAdam final : public Optimizer {
     return step < first_local_step() && step % var_interval_at(step) == 0;
   }
 
-  std::vector<std::pair<std::string, std::vector<float>*>> state() override {
-    return {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
+  std::vector<StateView> state() override {
+    return {f32_state("exp_avg", exp_avg_), f32_state("exp_avg_sq", exp_avg_sq_)};
   }
 
   void set_betas(double beta1, double beta2) override {

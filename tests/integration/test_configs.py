@@ -148,6 +148,30 @@ def test_bf16_skips_a_non_finite_step_unless_check_grad_overflow_is_off(clean_en
     assert r.returncode == 1 and "step 3: the gradient norm is inf; bf16 training has no loss scaling" in r.stderr
 
 
+def test_deepspeeds_bf16_master_weights_config_trains_with_a_third_of_the_optimizer_memory(dsrun, clean_env, tmp_path):
+    """DeepSpeed's own test config for bf16 master weights and gradients with bf16 optimizer states
+    (test_bf16.py's TestBF16MasterWeightsGradients, ZeRO-2 on 2 ranks): no fp32 master copy, bf16
+    Adam moments, so 4 bytes per partition element of optimizer state instead of 12."""
+    cfg = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "steps_per_print": 1,
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+           "bf16": {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True},
+           "zero_optimization": {"stage": 2}, "model": {"in_features": 32, "hidden": 128, "classes": 10}}
+    state_bytes = {}
+    for low in (True, False):
+        if not low:
+            del cfg["bf16"]["bf16_master_weights_and_grads"], cfg["bf16"]["bf16_optimizer_states"]
+        m = tmp_path / f"m{low}.jsonl"
+        r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", write(tmp_path, f"c{low}.json", cfg),
+                 "--epochs", "2", "--metrics", str(m)], dict(clean_env, **TWO), timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert ("bf16 (gradients bf16, bf16 master weights, bf16 optimizer states)" in r.stderr) == low
+        losses = [row["loss"] for row in metrics(m)]
+        assert len(losses) == 2 * (1000 // 2 // 8) and sum(losses[-10:]) < 0.9 * sum(losses[:10])
+        kib = re.search(r"memory per rank at start: .*optimizer state ([\d.]+) KiB", r.stderr).group(1)
+        state_bytes[low] = float(kib) * 1024
+    assert abs(state_bytes[False] / state_bytes[True] - 3.0) < 0.02
+
+
 REAL_WORLD = sorted(os.listdir(os.path.join(os.path.dirname(__file__), "configs")))
 
 

@@ -75,10 +75,13 @@ class RecordingOptimizer : public ds::Optimizer {
   void step(std::span<const Segment> segments, const std::vector<TensorRange>& tensors, double lr,
             int64_t step) override {
     if (step == 1)
-      for (const Segment& s : segments) first_grads_.insert(first_grads_.end(), s.grads, s.grads + s.size);
+      for (const Segment& s : segments) {  // fp32: the trace runs without bf16 master weights
+        const auto* grads = static_cast<const float*>(s.grads);
+        first_grads_.insert(first_grads_.end(), grads, grads + s.size);
+      }
     inner_->step(segments, tensors, lr, step);
   }
-  std::vector<std::pair<std::string, std::vector<float>*>> state() override { return inner_->state(); }
+  std::vector<ds::StateView> state() override { return inner_->state(); }
   void set_betas(double beta1, double beta2) override { inner_->set_betas(beta1, beta2); }
 
  private:

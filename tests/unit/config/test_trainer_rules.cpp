@@ -223,10 +223,28 @@ TEST_CASE("torch_autocast: dsworker's 16-bit compute") {
             "torch_autocast.dtype: \"int8\" is not one of") != std::string::npos);
 }
 
-TEST_CASE("refusals and keys dsworker accepts beside DeepSpeed's") {
+TEST_CASE("bf16 master weights and optimizer states: DeepSpeed's rules") {
+  const std::string stage2 = R"("train_batch_size": 8, "zero_optimization": {"stage": 2}, )";
+  auto both = ds::test::parse(
+      "{" + stage2 + R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true}})");
+  CHECK(both.bf16.master_weights_and_grads);
+  CHECK(both.bf16.optimizer_states);
+  CHECK(both.grad_accum_dtype == ds::Dtype::bf16);
   CHECK(error_of(R"({"train_batch_size": 8, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true}})") ==
-        "ds_config.json: bf16.bf16_master_weights_and_grads: true is not supported by dsworker (its master weights "
-        "and optimizer states are fp32)");
+        "ds_config.json: bf16.bf16_master_weights_and_grads: true is only supported with ZeRO stage 1, 2 or 3 (as in "
+        "DeepSpeed), not stage 0");
+  CHECK(error_of("{" + stage2 + R"("bf16": {"enabled": true, "bf16_optimizer_states": true}})") ==
+        "ds_config.json: bf16.bf16_optimizer_states: true needs bf16.bf16_master_weights_and_grads true (as in "
+        "DeepSpeed)");
+  CHECK(error_of("{" + stage2 + R"("bf16": {"bf16_master_weights_and_grads": true}})") ==
+        "ds_config.json: bf16.bf16_master_weights_and_grads: true needs bf16.enabled true");
+  CHECK(error_of("{" + stage2 + R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true},
+                                   "data_types": {"grad_accum_dtype": "fp16"}})") ==
+        "ds_config.json: data_types.grad_accum_dtype: \"fp16\" cannot hold the gradients of bf16 master weights; use "
+        "bf16 or fp32");
+}
+
+TEST_CASE("refusals and keys dsworker accepts beside DeepSpeed's") {
   CHECK(error_of(R"({"train_batch_size": 8, "gradient_allreduce_op": "sum"})") ==
         "ds_config.json: gradient_allreduce_op: \"sum\" is not supported by dsworker (unaveraged gradients; dsworker "
         "averages them)");

@@ -20,11 +20,14 @@ class Recorder final : public Optimizer {
   Recorder(size_t n, int64_t averaged_until) : n_(n), averaged_until_(averaged_until) {}
   void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double, int64_t) override {
     std::vector<float> g;
-    for (const Segment& s : segments) g.insert(g.end(), s.grads, s.grads + s.size);
+    for (const Segment& s : segments) {
+      const auto* grads = static_cast<const float*>(s.grads);
+      g.insert(g.end(), grads, grads + s.size);
+    }
     REQUIRE(g.size() == n_);
     grads.push_back(std::move(g));
   }
-  std::vector<std::pair<std::string, std::vector<float>*>> state() override { return {}; }
+  std::vector<StateView> state() override { return {}; }
   bool wants_averaged_gradients(int64_t step) const override { return step <= averaged_until_; }
   std::vector<std::vector<float>> grads;  // per step
 

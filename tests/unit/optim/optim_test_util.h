@@ -1,10 +1,13 @@
-// Helpers for ds_optim tests: relative comparison and one-line optimizer configs.
+// Helpers for ds_optim tests: relative comparison, one-line optimizer configs, state values.
 #pragma once
 #include <cmath>
+#include <vector>
 
 #include <doctest/doctest.h>
 
+#include "amp/storage.h"
 #include "config/ds_config.h"
+#include "optim/optimizer.h"
 
 namespace ds::test {
 
@@ -22,6 +25,13 @@ inline OptimizerConfig optimizer_config(OptimizerType type, double lr,
   c.lr = lr;
   c.params = params;
   return c;
+}
+
+// A state buffer's elements in fp32, whatever its storage.
+inline std::vector<float> values(const StateView& v) {
+  std::vector<float> out(v.size);
+  amp::to_float(v.storage, v.data, out.data(), v.size);
+  return out;
 }
 
 }  // namespace ds::test

@@ -13,6 +13,7 @@
 #include "optim_test_util.h"
 
 using ds::test::check_close;
+using ds::test::values;
 
 namespace {
 
@@ -43,12 +44,12 @@ TEST_CASE("adam: first step in AdamW mode") {
   check_close(p[2], 0.499995);
   auto state = opt->state();
   REQUIRE(state.size() == 2);
-  CHECK(state[0].first == "exp_avg");
-  CHECK(state[1].first == "exp_avg_sq");
-  check_close((*state[0].second)[0], 0.05);                     // 0.10000002384·0.5
-  check_close((*state[1].second)[0], 0.00025 * 0.99998712540);  // 0.00099998713·0.25
-  check_close((*state[0].second)[1], -0.025);
-  check_close((*state[1].second)[1], 6.25e-5 * 0.99998712540);
+  CHECK(state[0].name == "exp_avg");
+  CHECK(state[1].name == "exp_avg_sq");
+  check_close(values(state[0])[0], 0.05);                     // 0.10000002384·0.5
+  check_close(values(state[1])[0], 0.00025 * 0.99998712540);  // 0.00099998713·0.25
+  check_close(values(state[0])[1], -0.025);
+  check_close(values(state[1])[1], 6.25e-5 * 0.99998712540);
 }
 
 TEST_CASE("adam: first step in L2 mode") {
@@ -64,8 +65,8 @@ TEST_CASE("adam: first step in L2 mode") {
   check_close(p[0], 0.9990000000196);
   check_close(p[1], -1.999000000037);
   check_close(p[2], 0.499000002);
-  check_close((*opt->state()[0].second)[0], 0.051);
-  check_close((*opt->state()[1].second)[0], 0.0002601 * 0.99998712540);
+  check_close(values(opt->state()[0])[0], 0.051);
+  check_close(values(opt->state()[1])[0], 0.0002601 * 0.99998712540);
 }
 
 TEST_CASE("adam: first step without bias correction") {
@@ -97,9 +98,9 @@ TEST_CASE("adam: three AdamW steps") {
     opt->step(p.data(), &grads[t - 1], 1, {}, 1e-2, t);
     check_close(p[0], want[t - 1]);
   }
-  check_close((*opt->state()[0].second)[0], 0.0205);
+  check_close(values(opt->state()[0])[0], 0.0205);
   // v = (0.999²·0.25 + 0.999·0.25 + 0.0625)·(1 − β2) with the fp32 β2: 0.00056174303
-  check_close((*opt->state()[1].second)[0], 0.00056174303);
+  check_close(values(opt->state()[1])[0], 0.00056174303);
 }
 
 TEST_CASE("adam: set_betas takes effect on the next step") {

@@ -5,6 +5,7 @@
 // checkpoint load zeroes the errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "optim_test_util.h"
 
 using namespace ds;
+using ds::test::values;
 
 namespace {
 
@@ -59,8 +61,8 @@ TEST_CASE("onebit adam: step 1 is a no-op, then Adam without bias correction unt
       CHECK(p == ref_p);
     }
     CHECK(!opt->wants_averaged_gradients(5));
-    CHECK(*opt->state()[0].second == m);
-    CHECK(*opt->state()[1].second == v);
+    CHECK(values(opt->state()[0]) == m);
+    CHECK(values(opt->state()[1]) == v);
   });
 }
 
@@ -91,7 +93,7 @@ TEST_CASE("onebit adam: after freeze_step v is frozen and m is the compressed av
         // In the warm-up the engine hands every rank the same averaged gradient.
         for (size_t i = 0; i < kN; ++i) gr[i] = grad(warmup ? 0 : g.rank(), i, t);
         if (!warmup) {
-          m_want = *opt->state()[0].second;
+          m_want = values(opt->state()[0]);
           for (size_t i = 0; i < kN; ++i) m_want[i] = 0.9f * m_want[i] + static_cast<float>(1.0 - 0.9) * gr[i];
           if (world > 1) {
             std::vector<float*> buffers;
@@ -100,10 +102,10 @@ TEST_CASE("onebit adam: after freeze_step v is frozen and m is the compressed av
           }
         }
         opt->step(p.data(), gr.data(), kN, kTensors, kLr, t);
-        if (t == freeze) v_frozen = *opt->state()[1].second;
+        if (t == freeze) v_frozen = values(opt->state()[1]);
         if (warmup) continue;
-        CHECK(*opt->state()[1].second == v_frozen);  // bit-frozen
-        CHECK(*opt->state()[0].second == m_want);
+        CHECK(values(opt->state()[1]) == v_frozen);  // bit-frozen
+        CHECK(values(opt->state()[0]) == m_want);
         // every rank holds the same m and parameters
         std::vector<float> all(world * kN);
         g.allgather(p.data(), all.data(), kN, DataType::F32);
@@ -130,20 +132,20 @@ TEST_CASE("onebit adam: a checkpoint load zeroes the compression errors") {
     // A fresh optimizer (zero errors) loaded with the same state must now step exactly as `run`
     // after restored(), and differently from `run` without it.
     auto fresh = make_optimizer(onebit(2), kN, {}, &g);
-    for (size_t k = 0; k < 2; ++k) *fresh->state()[k].second = *run->state()[k].second;
+    for (size_t k = 0; k < 2; ++k) std::ranges::copy(run->state()[k].f32(), fresh->state()[k].f32().begin());
     std::vector<float> p_fresh = p, p_run = p;
     for (size_t i = 0; i < kN; ++i) gr[i] = grad(g.rank(), i, 6);
-    std::vector<float> m_before = *run->state()[0].second;
+    std::vector<float> m_before = values(run->state()[0]);
     run->step(p_run.data(), gr.data(), kN, kTensors, kLr, 6);  // errors from steps 3-5 still in it
-    std::vector<float> m_with_errors = *run->state()[0].second;
-    *run->state()[0].second = m_before;
+    std::vector<float> m_with_errors = values(run->state()[0]);
+    std::ranges::copy(m_before, run->state()[0].f32().begin());
     run->restored();
     std::vector<float> p_restored = p;
     run->step(p_restored.data(), gr.data(), kN, kTensors, kLr, 6);
     fresh->step(p_fresh.data(), gr.data(), kN, kTensors, kLr, 6);
     CHECK(p_restored == p_fresh);
-    CHECK(*run->state()[0].second == *fresh->state()[0].second);
-    CHECK(m_with_errors != *fresh->state()[0].second);  // the errors mattered
+    CHECK(values(run->state()[0]) == values(fresh->state()[0]));
+    CHECK(m_with_errors != values(fresh->state()[0]));  // the errors mattered
   });
 }
 

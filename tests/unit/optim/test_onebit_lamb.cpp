@@ -13,6 +13,7 @@
 #include "optim_test_util.h"
 
 using namespace ds;
+using ds::test::values;
 
 namespace {
 
@@ -69,9 +70,9 @@ TEST_CASE("onebit lamb: warm-up trust ratios, their EMA, and v_fresh taken at fr
         frozen[k] = 0.9 * frozen[k] + 0.1 * c;
         for (size_t j = 0; j < u.size(); ++j) p_ref[kTensors[k].offset + j] -= kLr * c * u[j];
       }
-      const auto& fresh = *opt->state()[2].second;
+      const auto& fresh = values(opt->state()[2]);
       if (t == 2) CHECK(std::all_of(fresh.begin(), fresh.end(), [](float x) { return x == 0.0f; }));
-      if (t == 3) CHECK(fresh == *opt->state()[1].second);  // v_fresh = v at step F
+      if (t == 3) CHECK(fresh == values(opt->state()[1]));  // v_fresh = v at step F
     }
     for (size_t k = 0; k < 2; ++k) test::check_close(scalar(*opt, "lamb_coeff_freeze")[k], frozen[k], 1e-5);
     for (size_t i = 0; i < kN; ++i) test::check_close(p[i], p_ref[i], 1e-5);
@@ -91,7 +92,7 @@ TEST_CASE("onebit lamb: scaling_coeff once, the factor's clips, the ranks in ste
       for (int64_t t = 1; t <= 9; ++t) {
         const bool averaged = opt->wants_averaged_gradients(t);
         for (size_t i = 0; i < kN; ++i) gr[i] = grad(averaged ? 0 : g.rank(), i, t);
-        const std::vector<float> m_before = *opt->state()[0].second;
+        const std::vector<float> m_before = values(opt->state()[0]);
         opt->step(p.data(), gr.data(), kN, kTensors, kLr, t);
         g.allgather(p.data(), both.data(), kN, DataType::F32);
         CHECK(std::equal(both.begin(), both.begin() + kN, both.begin() + kN));

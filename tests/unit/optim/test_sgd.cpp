@@ -69,6 +69,6 @@ TEST_CASE("sgd: state and betas") {
   ds::SgdParams momentum{0.9, 0, 0, false};
   auto with_momentum = ds::make_optimizer(ds::test::optimizer_config(ds::OptimizerType::SGD, 0.1, momentum), 4);
   REQUIRE(with_momentum->state().size() == 1);
-  CHECK(with_momentum->state()[0].first == "momentum_buffer");
-  CHECK(with_momentum->state()[0].second->size() == 4);
+  CHECK(with_momentum->state()[0].name == "momentum_buffer");
+  CHECK(with_momentum->state()[0].size == 4);
 }

@@ -13,6 +13,7 @@
 #include "optim_test_util.h"
 
 using namespace ds;
+using ds::test::values;
 
 namespace {
 
@@ -62,8 +63,9 @@ TEST_CASE("zero one adam: one rank, constant lr: local steps and syncs keep the 
       for (size_t i = 0; i < kN; ++i) gr[i] = grad(0, i, t);
       opt->step(p.data(), gr.data(), kN, kTensors, kLr, t);
     }
-    const std::vector<float> v = *opt->state()[1].second;
-    std::vector<double> m(opt->state()[0].second->begin(), opt->state()[0].second->end());
+    const std::vector<float> v = values(opt->state()[1]);
+    const std::vector<float> m0 = values(opt->state()[0]);
+    std::vector<double> m(m0.begin(), m0.end());
     std::vector<double> p_ref(p.begin(), p.end()), m_sum(kN, 0.0);
     int since_sync = 0;
     double worst_p = 0.0, worst_m = 0.0;
@@ -87,10 +89,10 @@ TEST_CASE("zero one adam: one rank, constant lr: local steps and syncs keep the 
       }
       for (size_t i = 0; i < kN; ++i) {
         worst_p = std::max(worst_p, std::abs(p[i] - p_ref[i]) / std::abs(p_ref[i]));
-        worst_m = std::max(worst_m, std::abs((*opt->state()[0].second)[i] - m[i]) / (std::abs(m[i]) + 1e-3));
+        worst_m = std::max(worst_m, std::abs(values(opt->state()[0])[i] - m[i]) / (std::abs(m[i]) + 1e-3));
       }
     }
-    CHECK(*opt->state()[1].second == v);  // frozen
+    CHECK(values(opt->state()[1]) == v);  // frozen
     CHECK(syncs == std::vector<int64_t>{4, 5, 6, 8, 12, 16});
     MESSAGE("worst relative error: parameters ", worst_p, ", momentum ", worst_m);
     CHECK(worst_p < 1e-5);
