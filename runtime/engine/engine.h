@@ -23,9 +23,10 @@
 // converted to fp32 for the optimizer. With `low_precision_master` (bf16_master_weights_and_grads,
 // stages 1-3) there are no fp32 copies: the optimizer updates this rank's bf16 parameter chunks in
 // place from the gradients as they are stored, 8 bytes less per element of [P]. The plugin ABI is
-// fp32: a layer's parameters are converted to an fp32 scratch copy before it runs, its gradients land in an fp32 scratch and are added into
-// the 16-bit gradients after, and its outputs and input gradients are rounded to `precision` (the
-// values a 16-bit activation can hold; the buffers stay fp32 on CPU). fp16 multiplies the loss by
+// fp32: a layer's parameters are converted to an fp32 scratch copy before it runs, its gradients
+// land in an fp32 scratch and are added into the 16-bit gradients after, and its outputs and input
+// gradients are rounded to `precision` (the values a 16-bit activation can hold; the buffers stay
+// fp32 on CPU). fp16 multiplies the loss by
 // the loss scale before backward; a non-finite gradient norm (summed across ranks, so every rank
 // agrees) skips the step: no optimizer or LR update, the step still counts.
 #pragma once
