@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git      # toolchain
   libcli11-dev libfmt-dev nlohmann-json3-dev libssh-dev  # launcher
   libyaml-cpp-dev libgloo-dev zlib1g-dev                 # runtime (ds_config YAML, Gloo, checkpoint CRC-32)
+  liburing-dev                                           # ZeRO-Infinity: NVMe swap files through io_uring
   libcrcutil-dev                                         # dsworker: CRC-32C of TensorBoard event records
   libpcre2-dev                                           # BPE tokenizers: GPT-2's word pattern
   libopenblas-openmp-dev                                 # kernels: GEMM on the same OpenMP pool as our loops

@@ -1,0 +1,92 @@
+// The sub-group pipeline of StateSwapper (see state_swapper.h).
+#include "offload/state_swapper.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ds::offload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+}  // namespace
+
+void StateSwapper::Free::operator()(std::byte* p) const { std::free(p); }
+
+StateSwapper::StateSwapper(std::vector<size_t> stream_bytes, size_t elements, size_t sub_group, size_t buffer_count,
+                           const std::string& dir, const AioConfig& aio, bool allow_buffered, const std::string& what)
+    : stream_bytes_(std::move(stream_bytes)), elements_(elements), sub_group_(std::max<size_t>(1, std::min(sub_group, elements))),
+      region_(0), what_(what) {
+  if (buffer_count < 1) throw std::invalid_argument(fmt::format("{}: buffer_count must be >= 1", what));
+  for (size_t bytes : stream_bytes_) {
+    stream_offset_.push_back(region_);
+    region_ += align_up(sub_group_ * bytes);
+  }
+  file_ = std::make_unique<SwapFile>(dir, static_cast<uint64_t>(region_) * sub_groups(), allow_buffered, what);
+  buffers_.resize(std::min(buffer_count, std::max<size_t>(sub_groups(), 1)));
+  for (Buffer& b : buffers_) {
+    b.data.reset(static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, std::max(region_, kDirectAlign))));
+    if (!b.data) throw std::bad_alloc();
+  }
+  aio_ = std::make_unique<AioQueue>(aio);
+}
+
+void StateSwapper::wait(AioQueue::Ticket& ticket) {
+  if (ticket == 0) return;
+  const auto start = Clock::now();
+  const AioQueue::Ticket t = ticket;
+  ticket = 0;
+  aio_->wait(t);
+  stats_.wait_seconds += since(start);
+}
+
+// Buffer g % B holds sub-group g. Iteration g: wait for its read, visit it, start its write-back,
+// then refill the buffer of g-1 (its write-back had the visit of g to finish) with g-1+B.
+void StateSwapper::pass(bool read, bool write, const Visit& fn) {
+  const size_t groups = sub_groups(), count_b = buffers_.size();
+  if (groups == 0) return;
+  const auto start = Clock::now();
+  auto start_read = [&](size_t g) {
+    Buffer& b = buffers_[g % count_b];
+    wait(b.write);
+    if (!read) return;
+    b.read = aio_->read(file_->fd(), b.data.get(), region_, g * region_, what_);
+    stats_.bytes_read += region_;
+  };
+  std::vector<std::byte*> streams(stream_bytes_.size());
+  try {
+    for (size_t g = 0; g < std::min(count_b, groups); ++g) start_read(g);
+    for (size_t g = 0; g < groups; ++g) {
+      Buffer& b = buffers_[g % count_b];
+      wait(b.read);
+      for (size_t s = 0; s < streams.size(); ++s) streams[s] = b.data.get() + stream_offset_[s];
+      const size_t begin = g * sub_group_;
+      fn(begin, std::min(sub_group_, elements_ - begin), streams);
+      if (write) {
+        b.write = aio_->write(file_->fd(), b.data.get(), region_, g * region_, what_);
+        stats_.bytes_written += region_;
+      }
+      if (count_b == 1 && g + 1 < groups) start_read(g + 1);
+      if (count_b > 1 && g >= 1 && g - 1 + count_b < groups) start_read(g - 1 + count_b);
+    }
+    for (Buffer& b : buffers_) wait(b.write);
+  } catch (...) {
+    for (Buffer& b : buffers_) {  // leave no request behind, then report the first failure
+      try {
+        wait(b.read);
+        wait(b.write);
+      } catch (const std::runtime_error&) {
+      }
+    }
+    throw;
+  }
+  (write ? stats_.write_seconds : stats_.read_seconds) += since(start);
+}
+
+}  // namespace ds::offload

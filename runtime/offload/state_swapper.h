@@ -1,0 +1,66 @@
+// ZeRO-Infinity's optimizer state on NVMe: a few arrays of the same n elements (the fp32 master
+// copy and the optimizer's moments: "streams") in one swap file, cut into sub-groups of
+// `sub_group` elements that are processed in order through `buffer_count` aligned buffers. While
+// sub-group g is worked on, the write-back of g-1 and the reads of g+1 … g+B-2 are in flight
+// (B >= 3; with 2 buffers a read overlaps the previous write only, with 1 nothing overlaps).
+//
+// File layout: sub-group g fills region g, [g·R, (g+1)·R) with R = Σ_s align(sub_group · bytes_s);
+// inside a region the streams follow one another, each aligned, as in a buffer.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "offload/aio_queue.h"
+#include "offload/swap_file.h"
+
+namespace ds::offload {
+
+struct SwapStats {
+  uint64_t bytes_read = 0, bytes_written = 0;
+  double read_seconds = 0.0, write_seconds = 0.0;  // wall time of passes that read / wrote
+  double wait_seconds = 0.0;                       // time the caller waited for I/O
+};
+
+class StateSwapper {
+ public:
+  // `stream_bytes`: bytes per element of each stream. `dir`/`what` as SwapFile's.
+  StateSwapper(std::vector<size_t> stream_bytes, size_t elements, size_t sub_group, size_t buffer_count,
+               const std::string& dir, const AioConfig& aio, bool allow_buffered, const std::string& what);
+
+  // fn(begin, count, streams) for every sub-group in order, where streams[s] holds stream s's
+  // elements [begin, begin + count): read from the file first when `read`, written back after when
+  // `write`. An I/O error throws std::runtime_error.
+  using Visit = std::function<void(size_t begin, size_t count, std::span<std::byte* const> streams)>;
+  void pass(bool read, bool write, const Visit& fn);
+
+  size_t sub_groups() const { return (elements_ + sub_group_ - 1) / sub_group_; }
+  uint64_t file_bytes() const { return file_->bytes(); }
+  size_t buffer_bytes() const { return region_ * buffers_.size(); }  // memory held
+  bool direct() const { return file_->direct(); }
+  const SwapStats& stats() const { return stats_; }
+
+ private:
+  std::vector<size_t> stream_bytes_, stream_offset_;  // per stream: element size, offset in a region
+  size_t elements_, sub_group_, region_;
+  std::string what_;
+  std::unique_ptr<SwapFile> file_;
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  struct Buffer {
+    std::unique_ptr<std::byte, Free> data;  // [region_], kDirectAlign-aligned
+    AioQueue::Ticket read = 0, write = 0;   // outstanding, or 0
+  };
+  std::vector<Buffer> buffers_;
+  std::unique_ptr<AioQueue> aio_;  // after buffers_: destroyed first, finishing I/O into them
+  SwapStats stats_;
+
+  void wait(AioQueue::Ticket& ticket);
+};
+
+}  // namespace ds::offload

@@ -1,0 +1,160 @@
+// ZeRO-Infinity's swap files, for real on this machine's file system: the io_uring queue moves bytes
+// both ways in pieces of block_size and reports failures; the swap file is unnamed, preallocated and
+// fails clearly; the swapper's sub-group pipeline gives every element back as it was written, for
+// any buffer count and a short last sub-group.
+#include <doctest/doctest.h>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "offload/aio_queue.h"
+#include "offload/state_swapper.h"
+#include "offload/swap_file.h"
+
+using namespace ds::offload;
+
+namespace {
+
+std::string temp_dir() {
+  const char* t = std::getenv("TMPDIR");
+  return t && *t ? t : "/tmp";
+}
+
+std::unique_ptr<std::byte, decltype(&std::free)> aligned(size_t bytes) {
+  return {static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, bytes)), &std::free};
+}
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("aio queue: bytes written in pieces read back the same, in every submission mode") {
+  const size_t bytes = 5 * (1 << 20) + 3 * kDirectAlign;  // not a multiple of the block size
+  SwapFile file(temp_dir(), bytes, false, "test");
+  CHECK(file.direct());
+  auto out = aligned(bytes), in = aligned(bytes);
+  for (size_t i = 0; i < bytes; ++i) out.get()[i] = static_cast<std::byte>((i * 131 + i / 4096) & 0xff);
+  for (bool single_submit : {false, true}) {
+    for (bool overlap : {true, false}) {
+      CAPTURE(single_submit);
+      CAPTURE(overlap);
+      AioQueue aio({1 << 16, 4, single_submit, overlap});
+      aio.wait(aio.write(file.fd(), out.get(), bytes, 0, "test"));
+      std::memset(in.get(), 0, bytes);
+      const auto first = aio.read(file.fd(), in.get(), bytes / 2, 0, "test");
+      const auto second = aio.read(file.fd(), in.get() + bytes / 2, bytes - bytes / 2, bytes / 2, "test");
+      aio.wait(second);
+      aio.wait(first);
+      CHECK(std::memcmp(in.get(), out.get(), bytes) == 0);
+    }
+  }
+}
+
+TEST_CASE("aio queue: a read past the end of the file fails naming the file and offset") {
+  SwapFile file(temp_dir(), kDirectAlign, false, "test");
+  auto buffer = aligned(2 * kDirectAlign);
+  AioQueue aio({1 << 20, 8, false, true});
+  CHECK_THROWS_WITH_AS(aio.wait(aio.read(file.fd(), buffer.get(), 2 * kDirectAlign, 0, "swap of rank 3")),
+                       "swap of rank 3: read of 4096 bytes at offset 4096 failed: end of file", std::runtime_error);
+  CHECK_THROWS_WITH_AS(AioQueue({1000, 8, false, true}), "aio.block_size: 1000 must be a multiple of 512 up to 1 GiB",
+                       std::invalid_argument);
+  CHECK_THROWS_AS(AioQueue({4096, 0, false, true}), std::invalid_argument);
+}
+
+TEST_CASE("swap file: unnamed, closed with its owner, and clear failures") {
+  const std::string dir = temp_dir() + "/ds-swap-test-" + std::to_string(::getpid());
+  std::filesystem::create_directory(dir);
+  const size_t before = open_descriptors();
+  {
+    SwapFile file(dir, 3 * kDirectAlign, false, "offload_optimizer.nvme_path");
+    CHECK(file.bytes() == 3 * kDirectAlign);
+    CHECK(std::filesystem::is_empty(dir));  // nothing to clean up, whatever happens to the process
+    CHECK(open_descriptors() == before + 1);
+  }
+  CHECK(open_descriptors() == before);
+  CHECK_THROWS_WITH_AS(SwapFile(dir + "/missing", 4096, false, "offload_optimizer.nvme_path"),
+                       doctest::Contains(("offload_optimizer.nvme_path: \"" + dir + "/missing\": No such file or directory").c_str()),
+                       std::runtime_error);
+  const std::string file_path = dir + "/plain";
+  { std::FILE* f = std::fopen(file_path.c_str(), "w"); std::fclose(f); }
+  CHECK_THROWS_WITH_AS(SwapFile(file_path, 4096, false, "nvme_path"),
+                       doctest::Contains("is not a directory"), std::runtime_error);
+  // More than the process may write: the preallocation fails at start, naming the directory.
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  auto handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 1 << 20;
+  ::setrlimit(RLIMIT_FSIZE, &small);
+  CHECK_THROWS_WITH_AS(SwapFile(dir, 8 << 20, false, "nvme_path"),
+                       doctest::Contains(("nvme_path: cannot allocate 0.01 GiB in \"" + dir + "\"").c_str()), std::runtime_error);
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, handler);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("state swapper: every sub-group comes back as written, for 1 to 5 buffers") {
+  const size_t n = 10'500, sub_group = 1'000;  // 11 sub-groups, the last one short
+  for (size_t buffers : {1, 2, 3, 5}) {
+    CAPTURE(buffers);
+    StateSwapper swapper({4, 2, 4}, n, sub_group, buffers, temp_dir(), AioConfig{}, false, "test");
+    CHECK(swapper.sub_groups() == 11);
+    size_t visited = 0;
+    swapper.pass(false, true, [&](size_t begin, size_t count, std::span<std::byte* const> s) {
+      CHECK(begin == visited);
+      visited += count;
+      auto* a = reinterpret_cast<float*>(s[0]);
+      auto* b = reinterpret_cast<uint16_t*>(s[1]);
+      auto* c = reinterpret_cast<int32_t*>(s[2]);
+      for (size_t i = 0; i < count; ++i) {
+        a[i] = static_cast<float>(begin + i) * 0.5f;
+        b[i] = static_cast<uint16_t>(begin + i);
+        c[i] = -static_cast<int32_t>(begin + i);
+      }
+    });
+    CHECK(visited == n);
+    swapper.pass(true, true, [&](size_t, size_t count, std::span<std::byte* const> s) {
+      auto* c = reinterpret_cast<int32_t*>(s[2]);
+      for (size_t i = 0; i < count; ++i) c[i] *= 2;
+    });
+    size_t wrong = 0;
+    swapper.pass(true, false, [&](size_t begin, size_t count, std::span<std::byte* const> s) {
+      auto* a = reinterpret_cast<float*>(s[0]);
+      auto* b = reinterpret_cast<uint16_t*>(s[1]);
+      auto* c = reinterpret_cast<int32_t*>(s[2]);
+      for (size_t i = 0; i < count; ++i)
+        wrong += a[i] != static_cast<float>(begin + i) * 0.5f || b[i] != static_cast<uint16_t>(begin + i) ||
+                 c[i] != -2 * static_cast<int32_t>(begin + i);
+    });
+    CHECK(wrong == 0);
+    const SwapStats& st = swapper.stats();
+    CHECK(st.bytes_written == 2 * swapper.file_bytes());
+    CHECK(st.bytes_read == 2 * swapper.file_bytes());
+    CHECK(swapper.buffer_bytes() < swapper.file_bytes());  // only the buffers live in memory
+  }
+}
+
+TEST_CASE("state swapper: an error in the visit leaves no I/O behind and propagates") {
+  StateSwapper swapper({4}, 4'000, 1'000, 3, temp_dir(), AioConfig{}, false, "test");
+  swapper.pass(false, true, [](size_t, size_t, std::span<std::byte* const>) {});
+  CHECK_THROWS_WITH_AS(swapper.pass(true, true,
+                                    [](size_t begin, size_t, std::span<std::byte* const>) {
+                                      if (begin == 2'000) throw std::runtime_error("visit failed");
+                                    }),
+                       "visit failed", std::runtime_error);
+  size_t visited = 0;  // and the swapper still works
+  swapper.pass(true, false, [&](size_t, size_t count, std::span<std::byte* const>) { visited += count; });
+  CHECK(visited == 4'000);
+}
