@@ -57,6 +57,26 @@ class Adam final : public Optimizer {
 
   void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
     check_step_args("Adam", segments, exp_avg_.size(), step);
+    update(segments, state(), lr, step);
+  }
+
+  bool elementwise() const override { return true; }
+  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+                       int64_t step) override {
+    check_state_args("Adam", segments, state, this->state(), step);
+    update(segments, state, lr, step);
+  }
+
+  std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
+
+  void set_betas(double beta1, double beta2) override {
+    params_.beta1 = beta1;
+    params_.beta2 = beta2;
+  }
+
+ private:
+  // The segments' update with their moments in state[0] (m) and state[1] (v).
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
     const float beta1 = static_cast<float>(params_.beta1), beta2 = static_cast<float>(params_.beta2);
     AdamArgs a{beta1,
                beta2,
@@ -68,10 +88,10 @@ class Adam final : public Optimizer {
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
       with_elements(s.param_type, s.grad_type, [&]<class P, class G>(P*, G*) {
-        with_element(exp_avg_.storage(), [&]<class S>(S*) {
+        with_element(state[0].storage, [&]<class S>(S*) {
           auto* p = static_cast<P*>(s.params);
           const auto* g = static_cast<const G*>(s.grads);
-          S *m = exp_avg_.as<S>() + k, *v = exp_avg_sq_.as<S>() + k;
+          S *m = static_cast<S*>(state[0].data) + k, *v = static_cast<S*>(state[1].data) + k;
           if (params_.adam_w_mode) adam_parallel<true>(p, g, m, v, s.size, a);
           else adam_parallel<false>(p, g, m, v, s.size, a);
         });
@@ -80,14 +100,6 @@ class Adam final : public Optimizer {
     }
   }
 
-  std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
-
-  void set_betas(double beta1, double beta2) override {
-    params_.beta1 = beta1;
-    params_.beta2 = beta2;
-  }
-
- private:
   AdamParams params_;
   StateBuffer exp_avg_;     // m [n]
   StateBuffer exp_avg_sq_;  // v [n]

@@ -11,6 +11,10 @@ namespace ds {
 
 void Optimizer::set_betas(double, double) { throw std::logic_error("optimizer has no betas"); }
 
+void Optimizer::step_with_state(std::span<const Segment>, std::span<const StateView>, double, int64_t) {
+  throw std::logic_error("optimizer: only element-wise optimizers step with the caller's state");
+}
+
 std::span<float> StateView::f32() const {
   if (storage != amp::Storage::F32) throw std::logic_error(fmt::format("optimizer state {} is not fp32", name));
   return {static_cast<float*>(data), size};
@@ -37,6 +41,19 @@ namespace ds::optim {
 
 float bias_correction(float beta, int64_t step) {
   return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
+}
+
+void check_state_args(const char* name, std::span<const Segment> segments, std::span<const StateView> state,
+                      std::span<const StateView> own, int64_t step) {
+  size_t n = 0;
+  for (const Segment& s : segments) n += s.size;
+  check_step_args(name, segments, n, step);
+  if (state.size() != own.size())
+    throw std::invalid_argument(fmt::format("{}: {} state buffers given, it keeps {}", name, state.size(), own.size()));
+  for (size_t k = 0; k < state.size(); ++k)
+    if (state[k].size != n || state[k].storage != own[k].storage)
+      throw std::invalid_argument(fmt::format("{}: state buffer {} ({}) does not hold the {} elements in its storage",
+                                              name, k, state[k].name, n));
 }
 
 size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step) {

@@ -87,6 +87,14 @@ class Optimizer {
   // accounting. SGD without momentum has none.
   virtual std::vector<StateView> state() = 0;
 
+  // Element-wise optimizers (Adam/AdamW, SGD) can also update any run of elements with state the
+  // caller holds: `state` has one buffer per state() entry, of its storage, holding the segments'
+  // elements in order. ZeRO-Infinity steps sub-group by sub-group this way, with state read from
+  // NVMe, on an optimizer made for 0 elements. Others throw std::logic_error.
+  virtual bool elementwise() const { return false; }
+  virtual void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+                               int64_t step);
+
   // Replaces (beta1, beta2) from the next step on (OneCycle momentum cycling). All but SGD, which
   // throws std::logic_error.
   virtual void set_betas(double beta1, double beta2);

@@ -20,6 +20,11 @@ inline StateView f32_state(std::string name, std::vector<float>& buffer) {
   return StateView{std::move(name), amp::Storage::F32, buffer.data(), buffer.size()};
 }
 
+// Throws std::invalid_argument unless `state` matches the optimizer's own buffers `own` in count and
+// storage and holds as many elements as the segments (step_with_state), or step < 1.
+void check_state_args(const char* name, std::span<const Segment> segments, std::span<const StateView> state,
+                      std::span<const StateView> own, int64_t step);
+
 // The segments' total size; throws std::invalid_argument unless it matches the size the optimizer
 // was made for and step >= 1.
 size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step);

@@ -19,11 +19,30 @@ class Sgd final : public Optimizer {
 
   void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
     check_step_args("SGD", segments, n_, step);
+    update(segments, state(), lr, step);
+  }
+
+  bool elementwise() const override { return true; }
+  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+                       int64_t step) override {
+    check_state_args("SGD", segments, state, this->state(), step);
+    update(segments, state, lr, step);
+  }
+
+  std::vector<StateView> state() override {
+    if (params_.momentum == 0.0) return {};
+    return {momentum_buffer_.view("momentum_buffer")};
+  }
+
+ private:
+  // The segments' update, with the momentum buffer in state[0] (none without momentum).
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+    const amp::Storage storage = state.empty() ? amp::Storage::F32 : state[0].storage;
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
       with_elements(s.param_type, s.grad_type, [&]<class P, class G>(P*, G*) {
-        with_element(momentum_buffer_.storage(), [&]<class S>(S*) {
-          S* buf = momentum_buffer_.size() == 0 ? nullptr : momentum_buffer_.as<S>() + k;
+        with_element(storage, [&]<class S>(S*) {
+          S* buf = state.empty() ? nullptr : static_cast<S*>(state[0].data) + k;
           update(static_cast<P*>(s.params), static_cast<const G*>(s.grads), buf, s.size, lr, step);
         });
       });
@@ -31,12 +50,6 @@ class Sgd final : public Optimizer {
     }
   }
 
-  std::vector<StateView> state() override {
-    if (momentum_buffer_.size() == 0) return {};
-    return {momentum_buffer_.view("momentum_buffer")};
-  }
-
- private:
   template <class P, class G, class S>
   void update(P* __restrict p, const G* __restrict g, S* __restrict buf, size_t n, double lr_value,
               int64_t step) const {

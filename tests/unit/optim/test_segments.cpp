@@ -65,3 +65,39 @@ TEST_CASE("optimizers: segments must add up to the size and hold each tensor who
   CHECK_THROWS_WITH_AS(make(OptimizerType::Lamb, 6)->step(two, {{2, 2}}, 0.01, 1),
                        doctest::Contains("not inside one segment"), std::invalid_argument);
 }
+
+// ZeRO-Infinity's sub-group steps: an optimizer made for 0 elements, stepping runs of the elements
+// with state the caller holds, gives the step of the optimizer that holds it all, bit for bit.
+TEST_CASE("optimizers: element-wise steps with the caller's state equal the step over everything") {
+  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::SGD}) {
+    CAPTURE(static_cast<int>(type));
+    std::vector<float> whole(10), grads(10);
+    for (int i = 0; i < 10; ++i) {
+      whole[i] = 0.1f * static_cast<float>(i + 1);
+      grads[i] = 0.03f * static_cast<float>(i % 4) - 0.05f;
+    }
+    std::vector<float> parts = whole;
+    auto reference = make(type, 10), streaming = make(type, 0);
+    REQUIRE(streaming->elementwise());
+    const size_t buffers = streaming->state().size();
+    std::vector<std::vector<float>> held(buffers, std::vector<float>(10, 0.0f));  // the caller's state
+    for (int step = 1; step <= 3; ++step) {
+      reference->step(whole.data(), grads.data(), 10, {}, 0.01, step);
+      for (auto [begin, count] : {std::pair<size_t, size_t>{0, 4}, {4, 4}, {8, 2}}) {  // three sub-groups
+        std::vector<StateView> state;
+        for (size_t k = 0; k < buffers; ++k)
+          state.push_back({streaming->state()[k].name, amp::Storage::F32, held[k].data() + begin, count});
+        const Segment part{parts.data() + begin, grads.data() + begin, count};
+        streaming->step_with_state(std::span(&part, 1), state, 0.01, step);
+      }
+    }
+    CHECK(parts == whole);
+    for (size_t k = 0; k < buffers; ++k) CHECK(held[k] == values(reference->state()[k]));
+    std::vector<StateView> wrong = {{"exp_avg", amp::Storage::F32, held[0].data(), 3}};
+    const Segment four{parts.data(), grads.data(), 4};
+    CHECK_THROWS_AS(streaming->step_with_state(std::span(&four, 1), wrong, 0.01, 4), std::invalid_argument);
+  }
+  const Segment none{nullptr, nullptr, 0};
+  CHECK_FALSE(make(OptimizerType::Lamb, 0)->elementwise());
+  CHECK_THROWS_AS(make(OptimizerType::Lamb, 0)->step_with_state(std::span(&none, 1), {}, 0.01, 1), std::logic_error);
+}
