@@ -23,31 +23,27 @@ std::vector<OwnedRun> Engine::checkpoint_runs() const {
   return runs;
 }
 
+// The partition's master copy and state in fp32 (read from the swap file with NVMe offload: a
+// checkpoint passes through memory whole), restricted to the runs this rank writes.
 TrainingState Engine::checkpoint_shard() {
   TrainingState s;
   s.steps = steps_;
   s.updates = updates_;
   if (scaler_) s.scaler = scaler_->state();
   const std::vector<OwnedRun> runs = checkpoint_runs();
-  std::vector<float> master_values;
-  for (const zero::Unit& u : layout_->units()) {
-    for (const OwnedRun& run : runs) {
-      if (run.part != u.part_offset || u.chunk == 0) continue;
-      master_values.resize(master_values.size() + run.size);
-      amp::to_float(master_storage(), master(u), master_values.data() + master_values.size() - run.size, run.size);
-    }
-  }
-  s.tensors.emplace_back("master", std::move(master_values));
-  for (const StateView& buffer : optimizer_->state()) {
+  std::vector<float> master_p;
+  std::vector<std::vector<float>> state_p;
+  read_partition(master_p, &state_p);
+  auto in_runs = [&](const std::vector<float>& partition) {
     std::vector<float> values;
-    const size_t bytes = amp::storage_bytes(buffer.storage);
-    for (const OwnedRun& run : runs) {
-      values.resize(values.size() + run.size);
-      amp::to_float(buffer.storage, static_cast<const std::byte*>(buffer.data) + run.part * bytes,
-                    values.data() + values.size() - run.size, run.size);
-    }
-    s.tensors.emplace_back(buffer.name, std::move(values));
-  }
+    for (const OwnedRun& run : runs)
+      values.insert(values.end(), partition.begin() + static_cast<std::ptrdiff_t>(run.part),
+                    partition.begin() + static_cast<std::ptrdiff_t>(run.part + run.size));
+    return values;
+  };
+  s.tensors.emplace_back("master", in_runs(master_p));
+  const std::vector<StateView> own = optimizer_->state();
+  for (size_t k = 0; k < own.size(); ++k) s.tensors.emplace_back(own[k].name, in_runs(state_p[k]));
   for (const auto& [name, values] : optimizer_->scalar_state()) s.scalars.emplace_back(name, *values);
   return s;
 }
@@ -78,30 +74,19 @@ void Engine::restore(const TrainingState& state) {
 
   const size_t r = static_cast<size_t>(layout_->rank());
   const std::vector<float>& full = state.tensors[0].second;  // master, flat order
-  std::vector<float> rounded, chunk;
+  const size_t partition = layout_->partition_size();
+  std::vector<float> master_p(partition, 0.0f), rounded;  // padding stays zero
+  std::vector<std::vector<float>> state_p(optimizer_state.size(), std::vector<float>(partition, 0.0f));
   size_t global = 0;
   for (const zero::Unit& u : layout_->units()) {
     const size_t first = std::min(r * u.chunk, u.size), end = std::min(first + u.chunk, u.size);
-    auto fill_chunk = [&](const std::vector<float>& values) {  // this rank's chunk of `values`; padding zero
-      chunk.assign(u.chunk, 0.0f);
+    auto take_chunk = [&](const std::vector<float>& values, std::vector<float>& into) {  // this rank's chunk
       std::copy(values.begin() + static_cast<std::ptrdiff_t>(global + first),
-                values.begin() + static_cast<std::ptrdiff_t>(global + end), chunk.begin());
-      return chunk.data();
+                values.begin() + static_cast<std::ptrdiff_t>(global + end),
+                into.begin() + static_cast<std::ptrdiff_t>(u.part_offset));
     };
-    if (u.chunk > 0) {
-      for (size_t k = 0; k < optimizer_state.size(); ++k) {
-        const StateView& buffer = optimizer_state[k];
-        amp::from_float(buffer.storage, fill_chunk(state.tensors[k + 1].second),
-                        static_cast<std::byte*>(buffer.data) + u.part_offset * amp::storage_bytes(buffer.storage),
-                        u.chunk);
-      }
-      if (config_.precision != amp::Storage::F32 || config_.zero_stage == 3) {
-        // fp32 at stage 3, or bf16 master weights: master(u) is the owned parameter chunk itself
-        const float* values = fill_chunk(full);
-        amp::from_float(master_storage(), values, master(u), u.chunk);
-        if (master(u) != owned_params(u)) amp::from_float(config_.precision, values, owned_params(u), u.chunk);
-      }
-    }
+    take_chunk(full, master_p);
+    for (size_t k = 0; k < optimizer_state.size(); ++k) take_chunk(state.tensors[k + 1].second, state_p[k]);
     if (config_.zero_stage < 3) {  // the whole unit, from the full state: no gather needed
       rounded.assign(u.padded(), 0.0f);
       std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(global), u.size, rounded.begin());
@@ -109,6 +94,7 @@ void Engine::restore(const TrainingState& state) {
     }
     global += u.size;
   }
+  store_partition(master_p, state_p);
   steps_ = state.steps;
   updates_ = state.updates;
   if (scaler_) scaler_->restore(*state.scaler);

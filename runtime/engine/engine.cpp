@@ -105,15 +105,21 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                   "bf16 gradients, not {} at stage {} with {} gradients",
                                   storage_name(config_.precision), config_.zero_stage,
                                   storage_name(config_.grad_storage)));
+  if (config_.nvme_offload && config_.zero_stage == 0)
+    throw ConfigError("NVMe offload of the optimizer state needs ZeRO stage 1-3");
   elem_ = amp::storage_bytes(config_.precision);
+  master_on_nvme_ = config_.nvme_offload && config_.precision != amp::Storage::F32 && !config_.low_precision_master;
   if (config_.loss_scaling) scaler_.emplace(*config_.loss_scaling);
   build_layers();
   build_partition();
-  init_parameters();
   NormReducer reducer;
   if (config_.zero_stage >= 1 && group_.size() > 1)
     reducer = [this](std::vector<double>& sums) { group_.allreduce(sums.data(), sums.size(), DataType::F64, ReduceOp::Sum); };
-  optimizer_ = make_optimizer(layout_->partition_size(), reducer);
+  if (config_.nvme_offload)
+    open_swap([&](size_t n) { return make_optimizer(n, reducer); });
+  else
+    optimizer_ = make_optimizer(layout_->partition_size(), reducer);
+  init_parameters();
   if (config_.zero_stage == 3)
     fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), config_.precision, config_.stage3,
                                                     config_.grad_accum);
@@ -197,7 +203,7 @@ void Engine::build_partition() {
   const size_t max_layer = *std::max_element(layer_sizes.begin(), layer_sizes.end());
   const bool fp32_copies = !config_.low_precision_master;
   if (config_.precision != amp::Storage::F32) {
-    if (fp32_copies) master_.assign(partition, 0.0f);
+    if (fp32_copies && !master_on_nvme_) master_.assign(partition, 0.0f);
     param_scratch_.assign(max_layer, 0.0f);
   }
   if (config_.grad_storage != amp::Storage::F32) {
@@ -207,9 +213,12 @@ void Engine::build_partition() {
   const size_t p_bytes = amp::storage_bytes(master_storage()), g_bytes = amp::storage_bytes(optimizer_grad_storage());
   for (const zero::Unit& u : layout_->units()) {
     if (u.chunk == 0) continue;
-    std::byte* p = master(u);
+    std::byte* p = master_on_nvme_ ? nullptr : master(u);  // on NVMe: set per sub-group (segments_in)
     const auto* g = static_cast<const std::byte*>(optimizer_grads(u));
-    if (!segments_.empty() && static_cast<std::byte*>(segments_.back().params) + segments_.back().size * p_bytes == p &&
+    const bool params_follow =
+        p == nullptr ? segments_.empty() || segments_.back().params == nullptr
+                     : !segments_.empty() && static_cast<std::byte*>(segments_.back().params) + segments_.back().size * p_bytes == p;
+    if (!segments_.empty() && params_follow &&
         static_cast<const std::byte*>(segments_.back().grads) + segments_.back().size * g_bytes == g)
       segments_.back().size += u.chunk;  // contiguous with the previous unit's chunk
     else
@@ -282,13 +291,20 @@ void Engine::init_parameters() {
   }
   // Every replica starts identical even if ranks' maths libraries differ (stage 3 keeps one copy).
   if (config_.zero_stage < 3) group_.broadcast(initial, n, DataType::F32, 0);
-  if (fp32) return;
-  amp::from_float(config_.precision, initial, params_.data(), n);
-  if (master_.empty()) return;
-  for (const zero::Unit& u : layout_->units()) {
-    const size_t at = config_.zero_stage == 3 ? u.part_offset : layout_->owned_begin(u);
-    std::copy_n(initial + at, u.chunk, master_.data() + u.part_offset);
+  if (!fp32) amp::from_float(config_.precision, initial, params_.data(), n);
+  auto initial_chunk = [&](const zero::Unit& u) { return initial + (config_.zero_stage == 3 ? u.part_offset : layout_->owned_begin(u)); };
+  if (swapper_) {  // the initial master copy and zero moments, sub-group by sub-group
+    swapper_->pass(false, true, [&](size_t begin, size_t count, std::span<std::byte* const> streams) {
+      for (size_t s = master_on_nvme_ ? 1 : 0; s < streams.size(); ++s)
+        std::memset(streams[s], 0, count * amp::storage_bytes(optimizer_->state()[s - (master_on_nvme_ ? 1 : 0)].storage));
+      if (master_on_nvme_)
+        for_each_owned(begin, count, [&](const zero::Unit& u, size_t lo, size_t hi) {
+          std::copy_n(initial_chunk(u) + (lo - u.part_offset), hi - lo, reinterpret_cast<float*>(streams[0]) + (lo - begin));
+        });
+    });
   }
+  if (master_.empty()) return;
+  for (const zero::Unit& u : layout_->units()) std::copy_n(initial_chunk(u), u.chunk, master_.data() + u.part_offset);
 }
 
 void Engine::views(const float* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out) const {
@@ -590,7 +606,8 @@ void Engine::update(double norm, double scale, double lr) {
     }
   }
   ++updates_;
-  optimizer_->step(segments_, tensor_ranges_, lr, updates_);
+  if (swapper_) update_swapped(lr);
+  else optimizer_->step(segments_, tensor_ranges_, lr, updates_);
   if (!master_.empty())
     for (const zero::Unit& u : layout_->units())
       amp::from_float(config_.precision, master_.data() + u.part_offset, owned_params(u), u.chunk);
@@ -612,13 +629,11 @@ void Engine::update(double norm, double scale, double lr) {
 std::vector<float> Engine::gather_parameters() {
   std::vector<float> out;
   out.reserve(num_params_);
-  std::vector<float> unit_data;
+  std::vector<float> unit_data, mine;
+  read_partition(mine, nullptr);
   const bool partitioned = layout_->world() > 1;
-  std::vector<float> chunk;
   for (const zero::Unit& u : layout_->units()) {
-    chunk.resize(u.chunk);
-    amp::to_float(master_storage(), master(u), chunk.data(), u.chunk);
-    const float* base = chunk.data();
+    const float* base = mine.data() + u.part_offset;
     if (partitioned) {
       unit_data.resize(u.padded());
       if (u.chunk > 0) group_.allgather(base, unit_data.data(), u.chunk, DataType::F32);
@@ -636,6 +651,10 @@ MemoryReport Engine::memory() const {
   if (fetcher_) r.params += fetcher_->pooled_bytes() + fetcher_->persistent_bytes();
   r.grads = grads_->bytes();
   for (const StateView& v : optimizer_->state()) r.optimizer_state += v.size * amp::storage_bytes(v.storage);
+  if (swapper_) {
+    r.optimizer_state += swapper_->buffer_bytes();
+    r.nvme = swapper_->file_bytes();
+  }
   r.optimizer_state += optimizer_->extra_bytes();
   r.optimizer_state += master_.size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);

@@ -43,6 +43,7 @@
 #include "comm/process_group.h"
 #include "data/dataset.h"
 #include "engine/sampler.h"
+#include "offload/state_swapper.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "plugin/plugin.h"
@@ -71,6 +72,9 @@ struct EngineConfig {
   bool cast_inputs = false;                 // round floating inputs to `precision` (fp16.auto_cast)
   bool skip_overflow_steps = false;         // without loss scaling, a non-finite gradient skips the step
                                             // (bf16.check_grad_overflow) instead of stopping the run
+  std::optional<offload::SwapConfig> nvme_offload;  // offload_optimizer device nvme (stages 1-3): the
+                                            // optimizer state, and the fp32 master copy under 16-bit
+                                            // precision, in a swap file, stepped sub-group by sub-group
   bool recompute = false;                   // activation checkpointing: one workspace shared by all
                                             // layers, each layer's forward re-run just before its backward
   uint64_t seed = 42;                       // parameter init and data order
@@ -108,6 +112,7 @@ struct StepStats {
 // of gradients and of one unit's parameters made for the optimizer and the plugin as workspace.
 struct MemoryReport {
   size_t params = 0, grads = 0, optimizer_state = 0, activations = 0, workspace = 0;
+  size_t nvme = 0;  // bytes of optimizer state in this rank's swap file, not in memory
   size_t model_states() const { return params + grads + optimizer_state; }
 };
 
@@ -189,6 +194,8 @@ class Engine {
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const zero::PartitionLayout& layout() const { return *layout_; }
   MemoryReport memory() const;
+  // Bytes and seconds of the NVMe swap file's I/O so far; null without NVMe offload.
+  const offload::SwapStats* swap_stats() const { return swapper_ ? &swapper_->stats() : nullptr; }
 
  private:
   struct Layer {
@@ -234,6 +241,18 @@ class Engine {
   const void* optimizer_grads(const zero::Unit& unit);
   amp::Storage master_storage() const;
   amp::Storage optimizer_grad_storage() const;
+  // The partition [P] by units: fn(unit, lo, hi) for each unit's share [lo, hi) of [begin, begin + count).
+  void for_each_owned(size_t begin, size_t count,
+                      const std::function<void(const zero::Unit&, size_t lo, size_t hi)>& fn) const;
+  // NVMe offload (partition_state.cpp): the swap file, the sub-group step, segments_ cut to
+  // [begin, begin + count) (parameters in `master` when the master copy is on NVMe).
+  void open_swap(const std::function<std::unique_ptr<Optimizer>(size_t)>& make);
+  void update_swapped(double lr);
+  std::vector<Segment> segments_in(size_t begin, size_t count, std::byte* master) const;
+  // This rank's fp32 master copy and (unless null) optimizer state, each [P] in fp32, from memory or
+  // the swap file; and the same written back (16-bit parameters rounded from the master).
+  void read_partition(std::vector<float>& master_p, std::vector<std::vector<float>>* state);
+  void store_partition(const std::vector<float>& master_p, const std::vector<std::vector<float>>& state);
   // ds_tensor views of a layer's tensors inside `layer_base` (the layer's fp32 data; tied ones in
   // `tied_base`), into `out`.
   void views(const float* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out) const;
@@ -257,6 +276,8 @@ class Engine {
   std::vector<std::byte> params_;                  // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]
   std::vector<float> master_;                      // 16-bit precision: the fp32 master partition [P]
                                                    // (empty with low_precision_master)
+  bool master_on_nvme_ = false;                    // 16-bit precision with NVMe offload: master_ is in the swap file
+  std::unique_ptr<offload::StateSwapper> swapper_; // NVMe offload: [master] + the optimizer state, [P] each
   std::vector<float> grads32_;                     // 16-bit gradients: the fp32 gradient partition [P]
                                                    // (empty with low_precision_master)
   std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]

@@ -20,6 +20,15 @@
 
 namespace ds::offload {
 
+// Where and how ZeRO-Infinity swaps (zero_optimization.offload_optimizer with device nvme).
+struct SwapConfig {
+  std::string dir;                    // offload_optimizer.nvme_path
+  size_t sub_group = 1'000'000'000;   // elements per sub-group (zero_optimization.sub_group_size)
+  size_t buffer_count = 4;            // offload_optimizer.buffer_count
+  AioConfig aio;                      // the `aio` block
+  bool allow_buffered = false;        // DS_OFFLOAD_BUFFERED_IO=1: buffered I/O where O_DIRECT is missing
+};
+
 struct SwapStats {
   uint64_t bytes_read = 0, bytes_written = 0;
   double read_seconds = 0.0, write_seconds = 0.0;  // wall time of passes that read / wrote
