@@ -32,6 +32,7 @@
 #include "data_source.h"
 #include "engine/generate.h"
 #include "metrics.h"
+#include "aio_bench.h"
 #include "report.h"
 #include "hf_import.h"
 #include "system_report.h"
@@ -49,6 +50,8 @@ struct WorkerOptions {
   std::optional<uint64_t> seed;
   bool print_config = false;
   std::string report;  // --report text|json: what this build and machine offer, then exit
+  std::string aio_bench;  // --aio_bench DIR: swap-file bandwidth in DIR, then exit
+  int64_t aio_bench_mib = 256;
   TrainerArgs trainer;  // what the Hugging Face Trainer's "auto" values become (config/auto_values.cpp)
 };
 
@@ -89,6 +92,17 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   e.cast_inputs = c.fp16.enabled && c.fp16.auto_cast;
   e.skip_overflow_steps = c.bf16.enabled && c.bf16.check_grad_overflow;
   e.low_precision_master = c.bf16.enabled && c.bf16.master_weights_and_grads;
+  const auto& offload = c.zero_optimization.offload_optimizer;
+  if (offload && offload->device == OffloadDevice::nvme && e.zero_stage > 0) {
+    offload::SwapConfig swap;
+    swap.dir = offload->nvme_path.value_or("");
+    swap.sub_group = static_cast<size_t>(c.zero_optimization.sub_group_size);
+    swap.buffer_count = static_cast<size_t>(offload->buffer_count);
+    swap.aio = {c.aio.block_size, c.aio.queue_depth, c.aio.single_submit, c.aio.overlap_events};
+    const char* buffered = std::getenv("DS_OFFLOAD_BUFFERED_IO");
+    swap.allow_buffered = buffered && std::string_view(buffered) == "1";
+    e.nvme_offload = swap;
+  }
   e.recompute = c.activation_checkpointing.present;
   e.seed = seed;
   return e;
@@ -169,6 +183,7 @@ int train(const WorkerOptions& o) {
     std::cout << (o.report == "json" ? report.dump(2) + "\n" : format_report(report));
     return 0;
   }
+  if (!o.aio_bench.empty()) return aio_bench(o.aio_bench, o.aio_bench_mib);
   if (o.config.empty()) throw ConfigError("--config (--deepspeed_config) is required");
   std::unique_ptr<Plugin> plugin;
   if (o.print_config) {  // connects to nothing: only WORLD_SIZE matters (for the batch triad)
@@ -293,6 +308,10 @@ int train(const WorkerOptions& o) {
       std::fprintf(stderr, "dsworker: data: %s; %lld tokens per step\n", data.description.c_str(),
                    static_cast<long long>(tokens_per_step));
     std::fprintf(stderr, "dsworker: memory per rank at start: %s\n", memory_line(m).c_str());
+    if (m.nvme > 0 && engine.layout().partition_size() <= static_cast<size_t>(config.zero_optimization.sub_group_size))
+      std::fprintf(stderr, "dsworker: warning: zero_optimization.sub_group_size: %lld elements hold the whole partition "
+                           "(%zu): the swap buffers hold as much as the swap file; a smaller sub-group saves the memory\n",
+                   static_cast<long long>(config.zero_optimization.sub_group_size), engine.layout().partition_size());
   }
   std::map<std::string, uint64_t> sent_before;
   for (const char* op : {"allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast"})
@@ -391,6 +410,7 @@ int train(const WorkerOptions& o) {
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
     std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, ran).c_str());
+    if (const auto swap = engine.swap_stats()) std::printf("%s\n", swap_line(*swap).c_str());
     if (config.comms_logger.enabled) std::printf("%s", group->comms().summary().c_str());
   }
   group->barrier();  // nobody tears the store down while a peer still needs it
@@ -434,6 +454,10 @@ int main(int argc, char** argv) {
       ->expected(0, 1)
       ->default_str("text")
       ->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--aio_bench", o.aio_bench,
+                 "Measure NVMe offload's swap-file write and read GB/s in this directory for a few `aio` settings, "
+                 "and exit");
+  app.add_option("--aio_bench_mib", o.aio_bench_mib, "MiB moved each way per setting by --aio_bench (default 256)");
   app.add_flag("--print_config,--print-config", o.print_config,
                "Print the resolved config as JSON (warnings, notes and every error on stderr) and exit");
   // The Hugging Face Trainer's arguments that its "auto" config values become (README: "auto" values).

@@ -197,6 +197,16 @@ struct OffloadOptimizerConfig {
   double ratio = 1.0;                 // fraction of sub-groups updated on CPU; < 1 needs stage 3
 };
 
+// The `aio` block (deepspeed/runtime/swap_tensor/aio_config.py): how NVMe offload's swap files are read
+// and written (dsworker: one io_uring ring, runtime/offload/aio_queue.h).
+struct AioConfig {
+  int64_t block_size = 1'048'576;   // bytes per request piece
+  int64_t queue_depth = 8;          // pieces in flight
+  int64_t intra_op_parallelism = 1; // DeepSpeed's I/O threads; io_uring needs none (accepted)
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
 struct ZeroPpLocoConfig {
   double err_beta = 0.8;
   int64_t reset_T = 1024;
@@ -312,6 +322,7 @@ struct DsConfig {
   Dtype grad_accum_dtype = Dtype::fp32;       // data_types.grad_accum_dtype, resolved: null = fp32
                                               // if bf16 without ZeRO, else the model dtype
   ZeroConfig zero_optimization;
+  AioConfig aio;
   CommsLoggerConfig comms_logger;
   CsvMonitorConfig csv_monitor;
   TensorboardConfig tensorboard;

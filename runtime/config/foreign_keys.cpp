@@ -8,7 +8,7 @@
 // | autotuning                           | ignore  | enabled            | driven by `deepspeed --autotuning`           |
 // | timers                               | ignore  | enabled            | throughput timers; dsworker prints its own   |
 // | nebula                               | ignore  | enabled            | checkpoint engine; dsworker writes its own   |
-// | aio, compile                         | ignore  | present            | speed only (NVMe async I/O, torch.compile)   |
+// | compile                              | ignore  | present            | speed only (torch.compile)                   |
 // | dump_state                           | ignore  | true               | debug print                                  |
 // | graph_harvesting                     | ignore  | true               | speed only (CUDA graphs)                     |
 // | sparse_gradients                     | ignore  | true               | CSR all-reduce: same sums as the dense one   |
@@ -62,7 +62,6 @@ constexpr ForeignKey kForeign[] = {
     {"autotuning", Policy::ignore, When::enabled, "autotuning is driven by `deepspeed --autotuning`"},
     {"timers", Policy::ignore, When::enabled, "throughput timers; dsworker prints its own"},
     {"nebula", Policy::ignore, When::enabled, "checkpoint engine; dsworker writes its own checkpoints"},
-    {"aio", Policy::ignore, When::present, "NVMe async I/O tuning"},
     {"compile", Policy::ignore, When::present, "torch.compile settings"},
     {"dump_state", Policy::ignore, When::is_true, "debug print"},
     {"graph_harvesting", Policy::ignore, When::is_true, "CUDA-graph capture, speed only"},

@@ -161,6 +161,7 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
     data_types.finish();
   });
   guard([&] { c.zero_optimization = parse_zero(top); });
+  guard([&] { c.aio = parse_aio(top); });
   guard([&] { c.comms_logger = parse_comms_logger(top); });
   guard([&] { c.csv_monitor = parse_csv_monitor(top); });
   guard([&] { c.tensorboard = parse_tensorboard(top); });

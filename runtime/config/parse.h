@@ -33,6 +33,7 @@ std::optional<SchedulerConfig> parse_scheduler(Section& top, const std::optional
 ZeroConfig parse_zero(Section& top);
 Fp16Config parse_fp16(Section& top);
 Bf16Config parse_bf16(Section& top);
+AioConfig parse_aio(Section& top);
 CommsLoggerConfig parse_comms_logger(Section& top);
 CsvMonitorConfig parse_csv_monitor(Section& top);
 TensorboardConfig parse_tensorboard(Section& top);

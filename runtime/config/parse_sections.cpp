@@ -1,4 +1,4 @@
-// The small sections: fp16, bf16 (alias bfloat16), comms_logger, csv_monitor, tensorboard,
+// The small sections: fp16, bf16 (alias bfloat16), aio, comms_logger, csv_monitor, tensorboard,
 // activation_checkpointing and checkpoint (DeepSpeed's keys plus dsworker's dir/save_interval/keep_last).
 #include <fmt/format.h>
 
@@ -65,6 +65,27 @@ TorchAutocastConfig parse_torch_autocast(Section& top) {
   if (!s.strings("lower_precision_safe_modules").empty())
     s.warn("lower_precision_safe_modules", "ignored: dsworker's 16-bit compute covers every layer of the model");
   s.finish();
+  return c;
+}
+
+// DeepSpeed reads the aio keys it knows with dict.get and ignores the rest, so others are warnings.
+AioConfig parse_aio(Section& top) {
+  Section s(top.context(), top.get("aio"), "aio", /*drop_auto=*/true);
+  AioConfig c;
+  c.block_size = s.integer("block_size", c.block_size);
+  if (c.block_size < 512 || c.block_size % 512 != 0 || c.block_size > (int64_t{1} << 30))
+    s.error("block_size", fmt::format("{} must be a multiple of 512 bytes, at most 1 GiB", c.block_size));
+  c.queue_depth = s.integer("queue_depth", c.queue_depth);
+  if (c.queue_depth < 1 || c.queue_depth > 4096) s.error("queue_depth", fmt::format("{} must be 1 to 4096", c.queue_depth));
+  c.intra_op_parallelism = at_least(s, "intra_op_parallelism", c.intra_op_parallelism, 1);
+  c.single_submit = s.flag("single_submit", c.single_submit);
+  c.overlap_events = s.flag("overlap_events", c.overlap_events);
+  if (s.flag("use_gds", false)) s.error("use_gds", "true needs GPUDirect Storage on CUDA; dsworker's ranks are CPU");
+  if (s.has("thread_count")) {
+    s.integer("thread_count", 1);
+    s.warn("thread_count", "ignored, as DeepSpeed >= 0.16.4 ignores it (the key is now intra_op_parallelism)");
+  }
+  s.finish(/*warn_only=*/true);
   return c;
 }
 

@@ -8,8 +8,27 @@
 namespace ds::cfg {
 namespace {
 
-std::string_view device_name(OffloadDevice d) {
-  return d == OffloadDevice::cpu ? "cpu" : d == OffloadDevice::nvme ? "nvme" : "none";
+// ZeRO-Infinity's optimizer offload: the moments (and an fp32 master copy) stream through swap
+// buffers sub-group by sub-group, so the optimizer must be element-wise; DeepSpeed requires its CPU
+// Adam (or Adagrad, Lion) for the same reason.
+void check_nvme_optimizer(const DsConfig& c, Context& ctx) {
+  const OffloadOptimizerConfig& o = *c.zero_optimization.offload_optimizer;
+  const std::string key = "zero_optimization.offload_optimizer";
+  if (c.zero_optimization.stage == 0) {
+    ctx.warn(key, "ignored at ZeRO stage 0, as DeepSpeed ignores it");
+    return;
+  }
+  if (!o.nvme_path || o.nvme_path->empty())
+    ctx.error(key + ".nvme_path", "required with device \"nvme\": the directory for the swap files");
+  const OptimizerType t = c.optimizer.type;
+  if (t != OptimizerType::Adam && t != OptimizerType::AdamW && t != OptimizerType::SGD)
+    ctx.error(key + ".device", fmt::format("\"nvme\" streams the optimizer state sub-group by sub-group, which needs an "
+                                           "element-wise optimizer (Adam, AdamW or SGD), not {}",
+                                           optimizer_type_name(t)));
+  if (c.zero_optimization.stage < 3)
+    ctx.note(key, "device \"nvme\" at ZeRO stage 1-2: dsworker offloads the optimizer state to nvme_path (DeepSpeed "
+                  "treats it as \"cpu\" below stage 3)");
+  if (o.ratio < 1.0) ctx.warn(key + ".ratio", "ignored: every sub-group is updated on the CPU ranks");
 }
 
 }  // namespace
@@ -41,12 +60,9 @@ void check_support(const DsConfig& c, Context& ctx) {
       ctx.note("zero_optimization.offload_param",
                "device \"cpu\": on CPU ranks the parameters already live in host memory; nothing moves");
   }
-  for (auto [key, device] : {std::pair{"offload_optimizer.device", z.offload_optimizer ? z.offload_optimizer->device
-                                                                                         : OffloadDevice::none},
-                             std::pair{"offload_param.device",
-                                       z.offload_param ? z.offload_param->device : OffloadDevice::none}})
-    if (device == OffloadDevice::nvme)
-      refuse(key, fmt::format("\"{}\"", device_name(device)), "ZeRO-Infinity (NVMe offload)");
+  if (z.offload_optimizer && z.offload_optimizer->device == OffloadDevice::nvme) check_nvme_optimizer(c, ctx);
+  if (z.offload_param && z.offload_param->device == OffloadDevice::nvme)
+    refuse("offload_param.device", "\"nvme\"", "ZeRO-Infinity's parameter offload (offload_optimizer to \"nvme\" is)");
   if (z.zero_hpz_partition_size > 1)
     refuse("zero_hpz_partition_size", std::to_string(z.zero_hpz_partition_size), "ZeRO++ hierarchical partitioning");
   if (z.zero_quantized_weights) refuse("zero_quantized_weights", "true", "ZeRO++ quantized weights");

@@ -194,8 +194,10 @@ class Engine {
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const zero::PartitionLayout& layout() const { return *layout_; }
   MemoryReport memory() const;
-  // Bytes and seconds of the NVMe swap file's I/O so far; null without NVMe offload.
-  const offload::SwapStats* swap_stats() const { return swapper_ ? &swapper_->stats() : nullptr; }
+  // Bytes and seconds of the NVMe swap file's I/O so far; none without NVMe offload.
+  std::optional<offload::SwapStats> swap_stats() const {
+    return swapper_ ? std::optional(swapper_->stats()) : std::nullopt;
+  }
 
  private:
   struct Layer {

@@ -5,6 +5,7 @@
 #include <liburing.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -46,6 +47,18 @@ struct AioQueue::State {
   Ticket next = 1;
   bool stop = false;
   std::thread thread;
+  // Busy time per direction: pieces in flight, since when, and the seconds accumulated.
+  struct Busy {
+    size_t in_flight = 0;
+    std::chrono::steady_clock::time_point since;
+    double seconds = 0.0;
+    void started() {
+      if (in_flight++ == 0) since = std::chrono::steady_clock::now();
+    }
+    void ended() {
+      if (--in_flight == 0) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+    }
+  } reads, writes;
 
   void run();
   void reap(size_t& in_flight);
@@ -68,6 +81,7 @@ void AioQueue::State::run() {
       else
         io_uring_prep_read(sqe, piece->fd, piece->buffer, static_cast<unsigned>(piece->bytes), piece->offset);
       io_uring_sqe_set_data(sqe, piece);
+      (piece->write ? writes : reads).started();
       ++in_flight;
       ++prepared;
       if (config.single_submit) io_uring_submit(&ring);
@@ -89,6 +103,7 @@ void AioQueue::State::reap(size_t& in_flight) {
     const int res = cqe->res;
     io_uring_cqe_seen(&ring, cqe);
     --in_flight;
+    (piece->write ? writes : reads).ended();
     Request& request = requests[piece->ticket];
     if (res > 0 && static_cast<size_t>(res) < piece->bytes) {  // short: the rest goes again, first
       piece->buffer += res;
@@ -152,6 +167,16 @@ AioQueue::Ticket AioQueue::read(int fd, void* buffer, size_t bytes, uint64_t off
 
 AioQueue::Ticket AioQueue::write(int fd, const void* buffer, size_t bytes, uint64_t offset, const std::string& what) {
   return enqueue(fd, true, const_cast<void*>(buffer), bytes, offset, what);
+}
+
+double AioQueue::read_busy_seconds() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->reads.seconds;
+}
+
+double AioQueue::write_busy_seconds() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->writes.seconds;
 }
 
 void AioQueue::wait(Ticket ticket) {

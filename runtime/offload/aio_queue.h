@@ -33,6 +33,9 @@ class AioQueue {
   Ticket read(int fd, void* buffer, size_t bytes, uint64_t offset, const std::string& what);
   Ticket write(int fd, const void* buffer, size_t bytes, uint64_t offset, const std::string& what);
   void wait(Ticket ticket);
+  // Seconds during which at least one read (write) piece was in flight, so far.
+  double read_busy_seconds() const;
+  double write_busy_seconds() const;
 
  private:
   struct State;

@@ -51,7 +51,6 @@ void StateSwapper::wait(AioQueue::Ticket& ticket) {
 void StateSwapper::pass(bool read, bool write, const Visit& fn) {
   const size_t groups = sub_groups(), count_b = buffers_.size();
   if (groups == 0) return;
-  const auto start = Clock::now();
   auto start_read = [&](size_t g) {
     Buffer& b = buffers_[g % count_b];
     wait(b.write);
@@ -86,7 +85,13 @@ void StateSwapper::pass(bool read, bool write, const Visit& fn) {
     }
     throw;
   }
-  (write ? stats_.write_seconds : stats_.read_seconds) += since(start);
+}
+
+SwapStats StateSwapper::stats() const {
+  SwapStats s = stats_;
+  s.read_seconds = aio_->read_busy_seconds();
+  s.write_seconds = aio_->write_busy_seconds();
+  return s;
 }
 
 }  // namespace ds::offload

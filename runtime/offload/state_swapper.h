@@ -31,7 +31,7 @@ struct SwapConfig {
 
 struct SwapStats {
   uint64_t bytes_read = 0, bytes_written = 0;
-  double read_seconds = 0.0, write_seconds = 0.0;  // wall time of passes that read / wrote
+  double read_seconds = 0.0, write_seconds = 0.0;  // while reads / writes were in flight
   double wait_seconds = 0.0;                       // time the caller waited for I/O
 };
 
@@ -51,7 +51,7 @@ class StateSwapper {
   uint64_t file_bytes() const { return file_->bytes(); }
   size_t buffer_bytes() const { return region_ * buffers_.size(); }  // memory held
   bool direct() const { return file_->direct(); }
-  const SwapStats& stats() const { return stats_; }
+  SwapStats stats() const;
 
  private:
   std::vector<size_t> stream_bytes_, stream_offset_;  // per stream: element size, offset in a region

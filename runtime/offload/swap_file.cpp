@@ -15,7 +15,10 @@
 namespace ds::offload {
 namespace {
 
-std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30)); }
+std::string size_text(uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30));
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1ull << 20));
+}
 
 // An unnamed file in `dir`; file systems without O_TMPFILE get a named one, unlinked at once.
 int open_unnamed(const std::string& dir, int flags) {
@@ -55,9 +58,9 @@ SwapFile::SwapFile(const std::string& dir, uint64_t bytes, bool allow_buffered, 
   ::close(fd_);
   fd_ = -1;
   if (rc == ENOSPC)
-    throw std::runtime_error(fmt::format("{}: \"{}\" has {} free, but the swap file needs {}", what, dir, gib(free),
-                                         gib(bytes)));
-  throw std::runtime_error(fmt::format("{}: cannot allocate {} in \"{}\": {}", what, gib(bytes), dir,
+    throw std::runtime_error(fmt::format("{}: \"{}\" has {} free, but the swap file needs {}", what, dir, size_text(free),
+                                         size_text(bytes)));
+  throw std::runtime_error(fmt::format("{}: cannot allocate {} in \"{}\": {}", what, size_text(bytes), dir,
                                        std::strerror(rc)));
 }
 

@@ -123,8 +123,8 @@ def test_every_problem_of_a_config_in_one_run_with_its_line(clean_env, tmp_path)
             f"dsworker: error: {path}:4: fp16.enabled: \"yes\" is not a boolean (true or false)",
             f"dsworker: error: {path}:4: fp16.loss_scale_windw: unknown key (did you mean 'loss_scale_window'?)",
             f"dsworker: error: {path}:5: zero_optimization.reduce_bucket_sz: unknown key (did you mean 'reduce_bucket_size'?)",
-            f"dsworker: error: {path}:5: zero_optimization.offload_optimizer.device: \"nvme\": ZeRO-Infinity (NVMe offload) "
-            "is not implemented yet",
+            f"dsworker: error: {path}:5: zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\": "
+            "the directory for the swap files",
         ], r.stderr
         assert f"dsworker: warning: {path}:7: cuda_visible_devices: unknown key, ignored as DeepSpeed does" in r.stderr
         assert f"dsworker: 7 errors in {path}" in r.stderr

@@ -188,8 +188,8 @@ TEST_CASE("all problems at once") {
                           "ds_config.json: zero_optimization.reduce_bucket_sz: unknown key (did you mean "
                           "'reduce_bucket_size'?)",
                           "ds_config.json: sequence_parallel_size: 2 is not supported by dsworker (sequence parallelism)",
-                          "ds_config.json: zero_optimization.offload_optimizer.device: \"nvme\": ZeRO-Infinity (NVMe "
-                          "offload) is not implemented yet"});
+                          "ds_config.json: zero_optimization.offload_optimizer.nvme_path: required with device "
+                          "\"nvme\": the directory for the swap files"});
     CHECK(e.warnings == std::vector<std::string>{"ds_config.json: cuda_visible_devices: unknown key, ignored as "
                                                  "DeepSpeed does"});
   }

@@ -102,8 +102,8 @@ TEST_CASE("NVMe offload: memory holds the buffers, the swap file the state") {
       CHECK(m.nvme == region * ((p + 99) / 100));
       CHECK(m.nvme >= per_element * p);
       CHECK(m.optimizer_state == 2 * region);  // two buffers, nothing else
-      const offload::SwapStats* stats = engine.swap_stats();
-      REQUIRE(stats != nullptr);
+      const auto stats = engine.swap_stats();
+      REQUIRE(stats.has_value());
       CHECK(stats->bytes_read == m.nvme);           // one update read it all
       CHECK(stats->bytes_written == 2 * m.nvme);    // the initial state, and the update
     });

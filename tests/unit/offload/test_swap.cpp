@@ -99,7 +99,7 @@ TEST_CASE("swap file: unnamed, closed with its owner, and clear failures") {
   small.rlim_cur = 1 << 20;
   ::setrlimit(RLIMIT_FSIZE, &small);
   CHECK_THROWS_WITH_AS(SwapFile(dir, 8 << 20, false, "nvme_path"),
-                       doctest::Contains(("nvme_path: cannot allocate 0.01 GiB in \"" + dir + "\"").c_str()), std::runtime_error);
+                       doctest::Contains(("nvme_path: cannot allocate 8.0 MiB in \"" + dir + "\"").c_str()), std::runtime_error);
   ::setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, handler);
   std::filesystem::remove_all(dir);
