@@ -31,6 +31,7 @@ offload::SwapConfig nvme(size_t buffers) {
 std::function<void(EngineConfig&)> setup(amp::Storage precision, bool bf16_master, std::optional<offload::SwapConfig> swap) {
   return [=](EngineConfig& e) {
     e.precision = e.grad_storage = precision;
+    if (precision == amp::Storage::F16) e.loss_scaling = amp::LossScalerConfig{};  // dynamic, DeepSpeed's defaults
     e.low_precision_master = bf16_master;
     e.nvme_offload = swap;
   };
@@ -45,7 +46,7 @@ TEST_CASE("NVMe offload: every stage, precision, buffer count and world size giv
     const char* name;
   };
   for (Case c : {Case{amp::Storage::F32, false, "fp32"}, Case{amp::Storage::BF16, false, "bf16"},
-                 Case{amp::Storage::BF16, true, "bf16 master weights"}}) {
+                 Case{amp::Storage::F16, false, "fp16"}, Case{amp::Storage::BF16, true, "bf16 master weights"}}) {
     for (int stage : {1, 2, 3}) {
       for (int world : {1, 2}) {
         CAPTURE(c.name);
