@@ -37,6 +37,11 @@ Sides:
                  when Debian's OpenBLAS misdetects the CPU.
   ours-prescott  the same with OPENBLAS_CORETYPE=Prescott forced: what that re-exec is worth (off by default;
                  --sides ours,peer,ours-prescott).
+  ours-nvme      ours with ZeRO-Infinity (stages 1-3): zero_optimization.offload_optimizer {device nvme, nvme_path
+                 --nvme-path (default: the run's directory), buffer_count --nvme-buffers (4)}, sub_group_size
+                 --nvme-sub-group (2e6 elements) and the default aio block; dsworker's "NVMe offload per rank" line
+                 (bytes, GB/s while in flight, seconds the update waited for I/O) is recorded. Off by default
+                 (--sides ours,ours-nvme,peer); measure the disk first with `dsworker --aio_bench DIR`.
   peer           bench/zero/peer_train.py through the same dsrun, either
                    DeepSpeed's own engine (--peer deepspeed: <venv>/bin/python, deepspeed.initialize with the same
                    ds_config, DS_ACCELERATOR=cpu), or
@@ -95,7 +100,8 @@ from throwaway_sshd import free_port  # noqa: E402
 PEER = os.path.join(HERE, "peer_train.py")
 RANKS = 2
 POLL_S = 0.05
-ALL_SIDES = ("ours", "peer", "ours-prescott")
+ALL_SIDES = ("ours", "peer", "ours-prescott", "ours-nvme")
+OURS = ("ours", "ours-prescott", "ours-nvme")
 MIB = 1048576.0
 
 
@@ -197,8 +203,9 @@ def count_params(in_f, hidden, layers, classes):
 SIZE = r"([\d.]+) (B|KiB|MiB|GiB)"
 # dsworker, rank 0: "memory per rank at start: ..." (stderr, prefixed "dsworker: ") and "memory per rank at peak: ...;
 # peak RSS ..." (stdout); both prefixed "[rank 0] " by dsrun.
-MEM_RE = re.compile(rf"memory per rank at (start|peak): params {SIZE}, grads {SIZE}, optimizer state {SIZE} "
-                    rf"\(model states {SIZE}\), activations {SIZE}(?:; peak RSS {SIZE})?")
+MEM_RE = re.compile(rf"memory per rank at (start|peak): params {SIZE}, grads {SIZE}, optimizer state {SIZE}"
+                    rf"(?: \+ [\d.]+ \w+ on NVMe)? \(model states {SIZE}\), activations {SIZE}(?:; peak RSS {SIZE})?")
+NVME_RE = re.compile(r"NVMe offload per rank: (.*)$")
 MEM_KEYS = ("params", "grads", "optimizer_state", "model_states", "activations", "peak_rss")
 SENT_RE = re.compile(r"sent per rank per step: (.*)$")
 SENT_ITEM_RE = re.compile(rf"(\w+) {SIZE}")
@@ -275,7 +282,7 @@ class Bench:
     def argv(self, side, cfg_path, metrics, steps, port, impl=None):
         a = self.args
         head = [a.dsrun, "--num_gpus", str(RANKS), "--master_port", str(port)]
-        if side in ("ours", "ours-prescott"):
+        if side in OURS:
             return head + [a.dsworker, "--model", a.model, "--config", cfg_path, "--steps", str(steps),
                            "--metrics", metrics]
         impl = impl or self.peer_impl
@@ -340,6 +347,10 @@ class Bench:
         rundir = os.path.join(self.root, "runs", f"{self.counter:04d}-s{stage}-{side}")
         os.makedirs(rundir)
         cfg = self.config(stage)
+        if side == "ours-nvme":
+            cfg["zero_optimization"]["sub_group_size"] = int(a.nvme_sub_group)
+            cfg["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": a.nvme_path or rundir,
+                                                             "buffer_count": a.nvme_buffers}
         cfg_path = os.path.join(rundir, "ds_config.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)
@@ -420,6 +431,9 @@ class Bench:
             m = PARAMS_RE.search(l)
             if m:
                 sample["num_parameters"] = int(m.group(1))
+            m = NVME_RE.search(l)
+            if m:
+                sample["nvme_line"] = m.group(1)
             if l.startswith("PEER_INFO "):
                 info = json.loads(l[len("PEER_INFO "):])
                 sample["peer_info"] = info
@@ -566,6 +580,13 @@ def summary(bench, psi):
             lines.append(f"  ratio ours/peer: step time {fmt_ratio(med['ours'], med['peer'])}, peak RSS (larger rank) "
                          + (fmt_ratio(rss['ours'], rss['peer']) if rss['ours'] == rss['ours'] and
                             rss['peer'] == rss['peer'] else "-"))
+        if "ours" in med and "ours-nvme" in med:
+            lines.append(f"  ZeRO-Infinity (optimizer state on NVMe): step time {fmt_ratio(med['ours-nvme'], med['ours'])} "
+                         f"of in memory, peak RSS (larger rank) {fmt_ratio(rss['ours-nvme'], rss['ours'])}")
+            io = next((s.get("nvme_line") for s in reversed(bench.samples)
+                       if s["side"] == "ours-nvme" and s["stage"] == stage and s.get("nvme_line")), None)
+            if io:
+                lines.append(f"    last run's rank 0: {io}")
         if "ours" in med and "ours-prescott" in med:
             lines.append(f"  OPENBLAS_CORETYPE=Prescott forced: step time "
                          f"{fmt_ratio(med['ours-prescott'], med['ours'])} of the default (the re-exec's core)")
@@ -612,7 +633,10 @@ def versions(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", default="0", help="comma-separated ZeRO stages, e.g. 0,1,2,3 (default 0)")
-    p.add_argument("--sides", default="ours,peer", help="comma-separated subset of ours,peer,ours-prescott")
+    p.add_argument("--sides", default="ours,peer", help="comma-separated subset of ours,peer,ours-prescott,ours-nvme")
+    p.add_argument("--nvme-path", help="ours-nvme: the swap files' directory (default: each run's directory)")
+    p.add_argument("--nvme-buffers", type=int, default=4, help="ours-nvme: offload_optimizer.buffer_count (default 4)")
+    p.add_argument("--nvme-sub-group", type=float, default=2e6, help="ours-nvme: sub_group_size, elements (default 2e6)")
     p.add_argument("--reps", type=int, default=3, help="whole runs per side and stage (default 3)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps at the start of each run (default 5)")
     p.add_argument("--steps", type=int, default=20, help="timed steps per run (default 20)")

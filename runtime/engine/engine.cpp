@@ -525,6 +525,7 @@ StepStats Engine::step() {
   if (!averaged && config_.zero_stage != 0)
     throw std::logic_error("engine: an optimizer that averages its own gradients needs ZeRO stage 0");
   grads_->begin_step(averaged);
+  if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
   ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape)};
   ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape)};

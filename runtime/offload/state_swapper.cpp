@@ -21,9 +21,12 @@ void StateSwapper::Free::operator()(std::byte* p) const { std::free(p); }
 
 StateSwapper::StateSwapper(std::vector<size_t> stream_bytes, size_t elements, size_t sub_group, size_t buffer_count,
                            const std::string& dir, const AioConfig& aio, bool allow_buffered, const std::string& what)
-    : stream_bytes_(std::move(stream_bytes)), elements_(elements), sub_group_(std::max<size_t>(1, std::min(sub_group, elements))),
-      region_(0), what_(what) {
+    : stream_bytes_(std::move(stream_bytes)), elements_(elements), sub_group_(1), region_(0), what_(what) {
   if (buffer_count < 1) throw std::invalid_argument(fmt::format("{}: buffer_count must be >= 1", what));
+  if (elements > 0) {  // as many sub-groups as `sub_group` asks for, of balanced sizes
+    const size_t groups = (elements + std::max<size_t>(sub_group, 1) - 1) / std::max<size_t>(sub_group, 1);
+    sub_group_ = (elements + groups - 1) / groups;
+  }
   for (size_t bytes : stream_bytes_) {
     stream_offset_.push_back(region_);
     region_ += align_up(sub_group_ * bytes);
@@ -46,21 +49,35 @@ void StateSwapper::wait(AioQueue::Ticket& ticket) {
   stats_.wait_seconds += since(start);
 }
 
+void StateSwapper::issue_read(size_t g) {
+  Buffer& b = buffers_[g % buffers_.size()];
+  wait(b.write);
+  b.read = aio_->read(file_->fd(), b.data.get(), region_, g * region_, what_);
+  stats_.bytes_read += region_;
+}
+
+void StateSwapper::prefetch() {
+  if (prefetched_ > 0) return;
+  const size_t n = std::min(buffers_.size(), sub_groups());
+  for (size_t g = 0; g < n; ++g) issue_read(g);
+  prefetched_ = n;
+}
+
 // Buffer g % B holds sub-group g. Iteration g: wait for its read, visit it, start its write-back,
-// then refill the buffer of g-1 (its write-back had the visit of g to finish) with g-1+B.
+// then refill the buffer of g-1 (its write-back had the visit of g to finish) with g-1+B. The last
+// write-backs are left in flight: the next read into their buffers waits for them.
 void StateSwapper::pass(bool read, bool write, const Visit& fn) {
   const size_t groups = sub_groups(), count_b = buffers_.size();
-  if (groups == 0) return;
-  auto start_read = [&](size_t g) {
-    Buffer& b = buffers_[g % count_b];
-    wait(b.write);
-    if (!read) return;
-    b.read = aio_->read(file_->fd(), b.data.get(), region_, g * region_, what_);
-    stats_.bytes_read += region_;
+  auto start = [&](size_t g) {
+    if (read) issue_read(g);
+    else wait(buffers_[g % count_b].write);
   };
   std::vector<std::byte*> streams(stream_bytes_.size());
   try {
-    for (size_t g = 0; g < std::min(count_b, groups); ++g) start_read(g);
+    if (!read)  // a prefetch is of no use to a pass that writes every buffer
+      for (Buffer& b : buffers_) wait(b.read);
+    for (size_t g = read ? prefetched_ : 0; g < std::min(count_b, groups); ++g) start(g);
+    prefetched_ = 0;
     for (size_t g = 0; g < groups; ++g) {
       Buffer& b = buffers_[g % count_b];
       wait(b.read);
@@ -71,11 +88,11 @@ void StateSwapper::pass(bool read, bool write, const Visit& fn) {
         b.write = aio_->write(file_->fd(), b.data.get(), region_, g * region_, what_);
         stats_.bytes_written += region_;
       }
-      if (count_b == 1 && g + 1 < groups) start_read(g + 1);
-      if (count_b > 1 && g >= 1 && g - 1 + count_b < groups) start_read(g - 1 + count_b);
+      if (count_b == 1 && g + 1 < groups) start(g + 1);
+      if (count_b > 1 && g >= 1 && g - 1 + count_b < groups) start(g - 1 + count_b);
     }
-    for (Buffer& b : buffers_) wait(b.write);
   } catch (...) {
+    prefetched_ = 0;
     for (Buffer& b : buffers_) {  // leave no request behind, then report the first failure
       try {
         wait(b.read);

@@ -1,8 +1,11 @@
 // ZeRO-Infinity's optimizer state on NVMe: a few arrays of the same n elements (the fp32 master
-// copy and the optimizer's moments: "streams") in one swap file, cut into sub-groups of
-// `sub_group` elements that are processed in order through `buffer_count` aligned buffers. While
-// sub-group g is worked on, the write-back of g-1 and the reads of g+1 … g+B-2 are in flight
-// (B >= 3; with 2 buffers a read overlaps the previous write only, with 1 nothing overlaps).
+// copy and the optimizer's moments: "streams") in one swap file, cut into sub-groups of at most
+// `sub_group` elements (balanced: as many as that needs, of equal size) that are processed in order
+// through `buffer_count` aligned buffers. While sub-group g is worked on, the write-back of g-1 and
+// the reads of g+1 … g+B-2 are in flight (B >= 3; with 2 buffers a read overlaps the previous write
+// only, with 1 nothing overlaps). prefetch() starts the first reads early (the engine calls it as a
+// step begins, so they overlap forward and backward), and a pass returns with its last write-backs
+// still in flight.
 //
 // File layout: sub-group g fills region g, [g·R, (g+1)·R) with R = Σ_s align(sub_group · bytes_s);
 // inside a region the streams follow one another, each aligned, as in a buffer.
@@ -46,6 +49,8 @@ class StateSwapper {
   // `write`. An I/O error throws std::runtime_error.
   using Visit = std::function<void(size_t begin, size_t count, std::span<std::byte* const> streams)>;
   void pass(bool read, bool write, const Visit& fn);
+  // Starts reading the first sub-groups for the next reading pass (a no-op if already started).
+  void prefetch();
 
   size_t sub_groups() const { return (elements_ + sub_group_ - 1) / sub_group_; }
   uint64_t file_bytes() const { return file_->bytes(); }
@@ -68,8 +73,10 @@ class StateSwapper {
   std::vector<Buffer> buffers_;
   std::unique_ptr<AioQueue> aio_;  // after buffers_: destroyed first, finishing I/O into them
   SwapStats stats_;
+  size_t prefetched_ = 0;  // sub-groups 0.. whose reads prefetch() started
 
   void wait(AioQueue::Ticket& ticket);
+  void issue_read(size_t g);  // into g's buffer, once its write-back is done
 };
 
 }  // namespace ds::offload

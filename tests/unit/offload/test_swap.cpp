@@ -158,3 +158,33 @@ TEST_CASE("state swapper: an error in the visit leaves no I/O behind and propaga
   swapper.pass(true, false, [&](size_t, size_t count, std::span<std::byte* const>) { visited += count; });
   CHECK(visited == 4'000);
 }
+
+TEST_CASE("state swapper: a prefetch serves the next reading pass and yields to a writing one") {
+  StateSwapper swapper({4}, 5'000, 1'000, 3, temp_dir(), AioConfig{}, false, "test");
+  auto fill = [&](float base) {
+    swapper.pass(false, true, [&](size_t begin, size_t count, std::span<std::byte* const> s) {
+      for (size_t i = 0; i < count; ++i) reinterpret_cast<float*>(s[0])[i] = base + static_cast<float>(begin + i);
+    });
+  };
+  auto wrong = [&](float base) {
+    size_t n = 0;
+    swapper.pass(true, false, [&](size_t begin, size_t count, std::span<std::byte* const> s) {
+      for (size_t i = 0; i < count; ++i) n += reinterpret_cast<float*>(s[0])[i] != base + static_cast<float>(begin + i);
+    });
+    return n;
+  };
+  fill(0.0f);
+  swapper.prefetch();
+  swapper.prefetch();  // once is enough
+  CHECK(wrong(0.0f) == 0);
+  CHECK(swapper.stats().bytes_read == swapper.file_bytes());  // the prefetched sub-groups were not read twice
+  swapper.prefetch();
+  fill(7.0f);  // a writing pass after a prefetch: the prefetched data is stale and not used
+  CHECK(wrong(7.0f) == 0);
+}
+
+TEST_CASE("state swapper: sub-groups are balanced") {
+  StateSwapper swapper({4}, 2'100'000, 2'000'000, 4, temp_dir(), AioConfig{}, false, "test");
+  CHECK(swapper.sub_groups() == 2);
+  CHECK(swapper.buffer_bytes() == 2 * align_up(1'050'000 * 4));  // not two buffers of 2,000,000
+}
