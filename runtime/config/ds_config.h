@@ -258,16 +258,12 @@ struct CommsLoggerConfig {
   std::vector<std::string> prof_ops;  // collective names to profile when prof_all is false
 };
 
-struct CsvMonitorConfig {
+// csv_monitor and tensorboard, which share DeepSpeed's monitor keys: csv_monitor writes
+// output_path/job_name/<metric>.csv, tensorboard an event file in output_path/job_name/ as DeepSpeed's
+// SummaryWriter does (worker/tensorboard.h).
+struct MonitorConfig {
   bool enabled = false;
-  std::string output_path;            // files go to output_path/job_name/<metric>.csv
-  std::string job_name = "DeepSpeedJobName";
-};
-
-// TensorBoard event files, as DeepSpeed's SummaryWriter writes them (worker/tensorboard.h).
-struct TensorboardConfig {
-  bool enabled = false;
-  std::string output_path;            // the event file goes to output_path/job_name/
+  std::string output_path;
   std::string job_name = "DeepSpeedJobName";
 };
 
@@ -324,8 +320,8 @@ struct DsConfig {
   ZeroConfig zero_optimization;
   AioConfig aio;
   CommsLoggerConfig comms_logger;
-  CsvMonitorConfig csv_monitor;
-  TensorboardConfig tensorboard;
+  MonitorConfig csv_monitor;
+  MonitorConfig tensorboard;
   ActivationCheckpointingConfig activation_checkpointing;
   CheckpointConfig checkpoint;
   nlohmann::json model = nlohmann::json::object();  // for the model plugin, untouched

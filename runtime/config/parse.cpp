@@ -163,8 +163,8 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   guard([&] { c.zero_optimization = parse_zero(top); });
   guard([&] { c.aio = parse_aio(top); });
   guard([&] { c.comms_logger = parse_comms_logger(top); });
-  guard([&] { c.csv_monitor = parse_csv_monitor(top); });
-  guard([&] { c.tensorboard = parse_tensorboard(top); });
+  guard([&] { c.csv_monitor = parse_monitor(top, "csv_monitor"); });
+  guard([&] { c.tensorboard = parse_monitor(top, "tensorboard"); });
   guard([&] { c.activation_checkpointing = parse_activation_checkpointing(top); });
   guard([&] { c.checkpoint = parse_checkpoint(top); });
   guard([&] { c.model = free_object(top, "model"); });

@@ -35,8 +35,7 @@ Fp16Config parse_fp16(Section& top);
 Bf16Config parse_bf16(Section& top);
 AioConfig parse_aio(Section& top);
 CommsLoggerConfig parse_comms_logger(Section& top);
-CsvMonitorConfig parse_csv_monitor(Section& top);
-TensorboardConfig parse_tensorboard(Section& top);
+MonitorConfig parse_monitor(Section& top, const char* key);  // csv_monitor, tensorboard
 ActivationCheckpointingConfig parse_activation_checkpointing(Section& top);
 CheckpointConfig parse_checkpoint(Section& top);
 TorchAutocastConfig parse_torch_autocast(Section& top);

@@ -101,19 +101,9 @@ CommsLoggerConfig parse_comms_logger(Section& top) {
   return c;
 }
 
-CsvMonitorConfig parse_csv_monitor(Section& top) {
-  Section s(top.context(), top.get("csv_monitor"), "csv_monitor", /*drop_auto=*/true);
-  CsvMonitorConfig c;
-  c.enabled = s.flag("enabled", c.enabled);
-  c.output_path = s.string("output_path", c.output_path);
-  c.job_name = s.string("job_name", c.job_name);
-  s.finish();
-  return c;
-}
-
-TensorboardConfig parse_tensorboard(Section& top) {
-  Section s(top.context(), top.get("tensorboard"), "tensorboard", /*drop_auto=*/true);
-  TensorboardConfig c;
+MonitorConfig parse_monitor(Section& top, const char* key) {
+  Section s(top.context(), top.get(key), key, /*drop_auto=*/true);
+  MonitorConfig c;
   c.enabled = s.flag("enabled", c.enabled);
   c.output_path = s.string("output_path", c.output_path);
   c.job_name = s.string("job_name", c.job_name);
