@@ -36,12 +36,7 @@ class OneBitAdam final : public Optimizer {
         for (size_t i = 0; i < t.size; ++i) v[i] = a.variance(v[i], t.grads[i]);
     }
     if (!warmup && group_.size() > 1) compress_tensors(compressor_, group_, exp_avg_, views);
-    const float rate = static_cast<float>(lr);
-    for (const TensorView& t : views) {
-      const float* m = exp_avg_.data() + t.offset;
-      const float* v = exp_avg_sq_.data() + t.offset;
-      for (size_t i = 0; i < t.size; ++i) t.params[i] -= rate * a.direction(m[i], v[i], t.params[i]);
-    }
+    apply_direction(views, exp_avg_, exp_avg_sq_, a, static_cast<float>(lr));
   }
 
   bool wants_averaged_gradients(int64_t step) const override { return step <= last_warmup_step(params_.freeze_step); }

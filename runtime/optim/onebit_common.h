@@ -52,4 +52,16 @@ inline void compress_tensors(std::optional<CompressedAllreduce>& compressor, Pro
   compressor->run(buffers);
 }
 
+// p ← p − lr·u for every tensor, u the direction of the moments m and v ([n] each, indexed like the
+// state); −lr·u is also added into `acc` ([n]) when given (0/1 Adam's local steps).
+inline void apply_direction(const std::vector<TensorView>& views, const std::vector<float>& m,
+                            const std::vector<float>& v, const OneBitArgs& a, float lr, float* acc = nullptr) {
+  for (const TensorView& t : views)
+    for (size_t i = 0; i < t.size; ++i) {
+      const float step = -lr * a.direction(m[t.offset + i], v[t.offset + i], t.params[i]);
+      t.params[i] += step;
+      if (acc) acc[t.offset + i] += step;
+    }
+}
+
 }  // namespace ds::optim

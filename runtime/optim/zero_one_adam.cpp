@@ -110,7 +110,7 @@ class ZeroOneAdam final : public Optimizer {
       for (const TensorView& t : views)
         for (size_t i = 0; i < t.size; ++i) exp_avg_[t.offset + i] = a.momentum(exp_avg_[t.offset + i], work_[t.offset + i]);
     }
-    apply(views, a, static_cast<float>(lr), /*accumulate=*/false);
+    apply_direction(views, exp_avg_, exp_avg_sq_, a, static_cast<float>(lr));
   }
 
   void start_local_steps(const std::vector<TensorView>& views) {
@@ -127,7 +127,7 @@ class ZeroOneAdam final : public Optimizer {
     for (const TensorView& t : views)
       for (size_t i = 0; i < t.size; ++i) exp_avg_[t.offset + i] = a.momentum(exp_avg_[t.offset + i], t.grads[i]);
     lrs_ += lr;
-    apply(views, a, static_cast<float>(lr), /*accumulate=*/true);
+    apply_direction(views, exp_avg_, exp_avg_sq_, a, static_cast<float>(lr), work_.data());
     if (step % local_interval_at(step) != 0) return;
     for (const TensorView& t : views) {
       float* acc = work_.data() + t.offset;
@@ -149,17 +149,6 @@ class ZeroOneAdam final : public Optimizer {
     }
     lrs_ = 0.0;
   }
-
-  // p ← p − lr·u (and acc ← acc − lr·u in phase 2).
-  void apply(const std::vector<TensorView>& views, const OneBitArgs& a, float lr, bool accumulate) {
-    for (const TensorView& t : views)
-      for (size_t i = 0; i < t.size; ++i) {
-        const float step = -lr * a.direction(exp_avg_[t.offset + i], exp_avg_sq_[t.offset + i], t.params[i]);
-        t.params[i] += step;
-        if (accumulate) work_[t.offset + i] += step;
-      }
-  }
-
 
   ZeroOneAdamParams params_;
   ProcessGroup& group_;
