@@ -42,6 +42,8 @@ Sides:
                  --nvme-sub-group (2e6 elements) and the default aio block; dsworker's "NVMe offload per rank" line
                  (bytes, GB/s while in flight, seconds the update waited for I/O) is recorded. Off by default
                  (--sides ours,ours-nvme,peer); measure the disk first with `dsworker --aio_bench DIR`.
+  peer-nvme      the peer with the same offload block (DeepSpeed's engine only; it treats nvme as cpu below
+                 stage 3, and needs its async_io op: Debian libaio-dev, built on first use).
   peer           bench/zero/peer_train.py through the same dsrun, either
                    DeepSpeed's own engine (--peer deepspeed: <venv>/bin/python, deepspeed.initialize with the same
                    ds_config, DS_ACCELERATOR=cpu), or
@@ -100,7 +102,12 @@ from throwaway_sshd import free_port  # noqa: E402
 PEER = os.path.join(HERE, "peer_train.py")
 RANKS = 2
 POLL_S = 0.05
-ALL_SIDES = ("ours", "peer", "ours-prescott", "ours-nvme")
+ALL_SIDES = ("ours", "peer", "ours-prescott", "ours-nvme", "peer-nvme")
+NVME = ("ours-nvme", "peer-nvme")
+
+
+def is_peer(side):
+    return side.startswith("peer")
 OURS = ("ours", "ours-prescott", "ours-nvme")
 MIB = 1048576.0
 
@@ -239,7 +246,7 @@ class Bench:
         env = self.base_env()
         if side == "ours-prescott":
             env["OPENBLAS_CORETYPE"] = "Prescott"
-        if side == "peer":
+        if side in ("peer", "peer-nvme"):
             env["OMP_NUM_THREADS"] = "1"
             env["OPENBLAS_NUM_THREADS"] = "1"
             if self.args.peer_coretype not in ("auto", "off"):
@@ -347,7 +354,7 @@ class Bench:
         rundir = os.path.join(self.root, "runs", f"{self.counter:04d}-s{stage}-{side}")
         os.makedirs(rundir)
         cfg = self.config(stage)
-        if side == "ours-nvme":
+        if side in NVME:
             cfg["zero_optimization"]["sub_group_size"] = int(a.nvme_sub_group)
             cfg["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": a.nvme_path or rundir,
                                                              "buffer_count": a.nvme_buffers}
@@ -359,7 +366,7 @@ class Bench:
         argv = self.argv(side, cfg_path, metrics, steps, free_port())
         sample = {"side": side, "stage": stage, "rep": rep, "ok": False, "status": "failed", "errors": [],
                   "argv": argv, "loadavg": open("/proc/loadavg").read().split()[:3]}
-        if side == "peer":
+        if side in ("peer", "peer-nvme"):
             sample["peer_impl"] = self.peer_impl
         env = self.env_for(side)
         sample["env"] = {k: env[k] for k in ("DSRUN_LOCAL_SLOTS", "DS_ACCELERATOR", "OMP_NUM_THREADS",
@@ -376,12 +383,12 @@ class Bench:
         lines = [RANK_PREFIX_RE.sub("", l) for l in text.splitlines()]
         rank0 = [RANK_PREFIX_RE.sub("", l) for l in text.splitlines()
                  if not RANK_PREFIX_RE.match(l) or RANK_PREFIX_RE.match(l).group(1) == "0"]
-        if side != "peer" and rc == 2 and "is not implemented yet" in text:
+        if not is_peer(side) and rc == 2 and "is not implemented yet" in text:
             sample["status"] = "not implemented"
             reason = next((l for l in lines if "is not implemented yet" in l), "").strip()
             sample["reason"] = re.sub(r"^dsworker: error: \S*ds_config\.json: ", "", reason)
             self.refused[(side, stage)] = sample["reason"]
-        elif side == "peer" and rc not in (0, None) and "peer unavailable:" in text:
+        elif is_peer(side) and rc not in (0, None) and "peer unavailable:" in text:
             sample["status"] = "not available"
             sample["reason"] = next(l for l in lines if "peer unavailable:" in l).split("peer unavailable:", 1)[1]
             sample["reason"] = sample["reason"].strip()
@@ -411,7 +418,7 @@ class Bench:
         if len(rows) != steps:
             sample["errors"].append(f"metrics has {len(rows)} steps, expected {steps}")
             return
-        if sample["side"] == "peer":
+        if is_peer(sample["side"]):
             secs = [r["seconds"] for r in rows]
         else:  # dsworker: samples_per_sec = global batch / the step's seconds on rank 0
             secs = [global_batch / r["samples_per_sec"] for r in rows]
@@ -442,7 +449,7 @@ class Bench:
                        "optimizer_state": info["optimizer_state_bytes"] / MIB}
                 rep["model_states"] = sum(rep.values())
                 sample["reported_mib"] = rep
-        if sample["side"] != "peer" and "reported_mib" not in sample:
+        if not is_peer(sample["side"]) and "reported_mib" not in sample:
             sample["warnings"] = ["no \"memory per rank at peak\" line from rank 0"]
         if len(sample["ranks"]) != RANKS or any(r["peak_rss_mib"] <= 0 for r in sample["ranks"].values()):
             # A run of a few milliseconds can end between two polls: no memory figure, but the times stand.
@@ -538,9 +545,9 @@ def summary(bench, psi):
         for side in a.sides:
             mine = [s for s in bench.samples if s["side"] == side and s["stage"] == stage]
             ok = [s for s in mine if s["ok"]]
-            name = side if side != "peer" else f"peer ({bench.peer_impl})"
+            name = side if not is_peer(side) else f"{side} ({bench.peer_impl})"
             if (side, stage) in bench.refused:
-                what = "not implemented" if side != "peer" else "not available"
+                what = "not implemented" if not is_peer(side) else "not available"
                 lines.append(f"  {name:14} {what}: {bench.refused[(side, stage)]}")
                 continue
             if not ok:
@@ -557,7 +564,7 @@ def summary(bench, psi):
             rss[side] = max(r)
             rep = ok[-1].get("reported_mib", {})
             rep_s = fmt_reported(rep) if rep else "-"
-            if side != "peer" and rep:
+            if not is_peer(side) and rep:
                 rep_s = "at peak: " + rep_s
             r_s = [f"{x:.0f}" if x == x else "-" for x in r]
             lines.append(f"  {name:14} {med[side]:>9.0f} ms {min(run_meds):>7.0f}-{max(run_meds):<5.0f} ms "
@@ -587,6 +594,9 @@ def summary(bench, psi):
                        if s["side"] == "ours-nvme" and s["stage"] == stage and s.get("nvme_line")), None)
             if io:
                 lines.append(f"    last run's rank 0: {io}")
+        if "ours-nvme" in med and "peer-nvme" in med:
+            lines.append(f"  ratio ours-nvme/peer-nvme: step time {fmt_ratio(med['ours-nvme'], med['peer-nvme'])}, "
+                         f"peak RSS (larger rank) {fmt_ratio(rss['ours-nvme'], rss['peer-nvme'])}")
         if "ours" in med and "ours-prescott" in med:
             lines.append(f"  OPENBLAS_CORETYPE=Prescott forced: step time "
                          f"{fmt_ratio(med['ours-prescott'], med['ours'])} of the default (the re-exec's core)")
@@ -633,7 +643,8 @@ def versions(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", default="0", help="comma-separated ZeRO stages, e.g. 0,1,2,3 (default 0)")
-    p.add_argument("--sides", default="ours,peer", help="comma-separated subset of ours,peer,ours-prescott,ours-nvme")
+    p.add_argument("--sides", default="ours,peer",
+                   help="comma-separated subset of ours,peer,ours-prescott,ours-nvme,peer-nvme")
     p.add_argument("--nvme-path", help="ours-nvme: the swap files' directory (default: each run's directory)")
     p.add_argument("--nvme-buffers", type=int, default=4, help="ours-nvme: offload_optimizer.buffer_count (default 4)")
     p.add_argument("--nvme-sub-group", type=float, default=2e6, help="ours-nvme: sub_group_size, elements (default 2e6)")
@@ -681,7 +692,7 @@ def main():
     for path in (args.dsrun, args.dsworker):
         if not os.access(path, os.X_OK):
             p.error(f"{path} is not an executable: build it first (scripts/build.sh)")
-    if "peer" in args.sides:
+    if any(is_peer(x) for x in args.sides):
         if args.peer != "ddp" and not os.access(os.path.join(args.venv, "bin", "python"), os.X_OK):
             if args.peer == "deepspeed":
                 p.error(f"no DeepSpeed in {args.venv}: run bench/launch/setup.sh")
@@ -716,7 +727,7 @@ def main():
             f"{psi:,} parameters (fp32); {RANKS} ranks, global batch {gb} (micro {args.micro_batch} x accumulation "
             f"{args.gas} x {RANKS}); Adam; {args.warmup_steps} warm-up + {args.steps} timed steps per run")
         os.makedirs(os.path.join(root, "runs"))
-        if "peer" in args.sides and not bench.choose_peer():
+        if any(is_peer(x) for x in args.sides) and not bench.choose_peer():
             raise SystemExit(1)
         info["peer_impl"] = bench.peer_impl
         info["peer_probe"] = bench.peer_probe
@@ -737,7 +748,7 @@ def main():
         print(f"ours: {info['dsrun']} + dsworker --model {args.model}, 1 OpenBLAS thread per rank")
         for stage in args.stages:
             print(f"stage {stage} zero_optimization (both sides): {json.dumps(bench.zero_config(stage))}")
-        if "peer" in args.sides:
+        if any(is_peer(x) for x in args.sides):
             if bench.peer_probe and not bench.peer_probe["ok"]:
                 print(f"DeepSpeed {info.get('deepspeed', '?')}'s engine does not run on torch {info['torch']}: "
                       f"{bench.peer_probe['reason']}")
