@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """ZeRO benchmark: step time and per-rank memory of dsworker against a PyTorch peer, 2 CPU ranks, in one run.
 
-Setup once (DeepSpeed in <repo>/.venv-bench, Debian's python3-torch; the same as bench/launch):
-    bench/launch/setup.sh
+Setup once (DeepSpeed on PyPI's current torch in <repo>/.venv-bench-torch, Debian's python3-torch for the DDP peer):
+    bench/zero/setup.sh
 Run (dsrun, dsworker and the mlp plugin must be built):
     bench/zero/run.py [--stages 0,1,2,3] [--reps 3] [--json results.json]
 
@@ -670,7 +670,8 @@ def main():
     p.add_argument("--dsrun", default=os.path.join(REPO, "build", "cli", "dsrun"))
     p.add_argument("--dsworker", default=os.path.join(REPO, "build", "worker", "dsworker"))
     p.add_argument("--model", default="mlp", help="dsworker --model (default mlp)")
-    p.add_argument("--venv", default=os.path.join(REPO, ".venv-bench"), help="venv with DeepSpeed (setup.sh)")
+    p.add_argument("--venv", default=os.path.join(REPO, ".venv-bench-torch"),
+                   help="venv with DeepSpeed (bench/zero/setup.sh; default <repo>/.venv-bench-torch)")
     p.add_argument("--python", default="/usr/bin/python3", help="python with Debian's torch for the DDP peer")
     p.add_argument("--json", metavar="PATH", help="write every sample and the environment to PATH")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (configs, logs, metrics)")
@@ -754,8 +755,7 @@ def main():
                       f"{bench.peer_probe['reason']}")
             if peer_info:
                 fe = peer_info.get("foreach")
-                fe_s = (f"foreach={fe}" + (" (the for-loop implementation, torch 1.13's default on CPU)"
-                                           if fe is None else ""))
+                fe_s = f"foreach={fe}" + (" (torch's default)" if fe is None else "")
                 print(f"peer: {bench.peer_impl}, torch {peer_info.get('torch')}, backend {peer_info.get('backend')}, "
                       f"{peer_info.get('wrapper', '')} {peer_info.get('optimizer')} ({fe_s}); threads: torch "
                       f"{peer_info.get('torch_threads')}, interop {peer_info.get('torch_interop_threads')}, OpenBLAS "
