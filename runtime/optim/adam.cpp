@@ -24,7 +24,7 @@ struct AdamArgs {
 constexpr size_t kChunk = 65536;  // elements per parallel task
 
 template <bool kDecoupled, class P, class G, class S>
-void adam_loop(P* __restrict p, const G* __restrict g, S* __restrict m, S* __restrict v, size_t n, AdamArgs a) {
+DS_OPTIM_BULK void adam_loop(P* __restrict p, const G* __restrict g, S* __restrict m, S* __restrict v, size_t n, AdamArgs a) {
   const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
   for (size_t i = 0; i < n; ++i) {
     const float param = load(p[i]);
