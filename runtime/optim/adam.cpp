@@ -1,10 +1,12 @@
-// Adam / AdamW as DeepSpeed's FusedAdam kernel (csrc/adam/multi_tensor_adam.cu), per element in fp32:
+// Adam / AdamW in the form of DeepSpeed's CPU optimizers (csrc/includes/cpu_adam.h, which its CPU
+// FusedAdam also runs), per element in fp32:
 //   L2 mode (adam_w_mode false):  g ← g + wd·p
 //   m ← β1·m + (1−β1)·g            v ← β2·v + (1−β2)·g²
-//   u ← (m / bc1) / (sqrt(v / bc2) + eps)      bc = 1 − β^t, or 1 without bias correction
-//   AdamW mode:                   u ← u + wd·p   (the old p)
-//   p ← p − lr·u
-// DeepSpeedCPUAdam's form p·(1 − lr·wd) − (lr/bc1)·m/(sqrt(v)/sqrt(bc2) + eps) is algebraically the same.
+//   AdamW mode:                   p ← p + (−lr·wd)·p
+//   p ← p + (−lr/bc1) · m / (sqrt(v)·(1/sqrt(bc2)) + eps)      bc = 1 − β^t, or 1 without bias correction
+// One division per element (the GPU FusedAdam form, (m/bc1)/(sqrt(v/bc2)+eps), has two and is the same
+// algebraically). Unlike DeepSpeed's AVX paths no multiply-add is fused, so every build and CPU gives the
+// same bits.
 // Elements are independent: each segment is cut into fixed chunks run on the OpenMP threads (the
 // count dsworker sets), so the result is the same at any thread count. Parameters, gradients and
 // moments may each be fp32 or bf16 (elements.h); fp32 ones give exactly the plain float loop.
@@ -18,25 +20,29 @@ namespace ds::optim {
 namespace {
 
 struct AdamArgs {
-  float beta1, beta2, eps, lr, wd, bc1, bc2;
+  float beta1, beta2, eps, wd;
+  float step_size;   // −lr / bc1
+  float bc2_rsqrt;   // 1 / sqrt(bc2)
+  float decay;       // AdamW: −lr·wd
 };
 
 constexpr size_t kChunk = 65536;  // elements per parallel task
 
 template <bool kDecoupled, class P, class G, class S>
-DS_OPTIM_BULK void adam_loop(P* __restrict p, const G* __restrict g, S* __restrict m, S* __restrict v, size_t n, AdamArgs a) {
+DS_OPTIM_BULK void adam_loop(P* __restrict p, const G* __restrict g, S* __restrict m, S* __restrict v, size_t n,
+                             AdamArgs a) {
   const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
   for (size_t i = 0; i < n; ++i) {
-    const float param = load(p[i]);
+    float param = load(p[i]);
     float grad = load(g[i]);
     if constexpr (!kDecoupled) grad += a.wd * param;
     const float mi = a.beta1 * load(m[i]) + one_minus_beta1 * grad;
     const float vi = a.beta2 * load(v[i]) + one_minus_beta2 * grad * grad;
     store(m[i], mi);
     store(v[i], vi);
-    float update = (mi / a.bc1) / (std::sqrt(vi / a.bc2) + a.eps);
-    if constexpr (kDecoupled) update += a.wd * param;
-    store(p[i], param - a.lr * update);
+    const float denom = std::sqrt(vi) * a.bc2_rsqrt + a.eps;
+    if constexpr (kDecoupled) param += a.decay * param;
+    store(p[i], param + a.step_size * (mi / denom));
   }
 }
 
@@ -78,13 +84,10 @@ class Adam final : public Optimizer {
   // The segments' update with their moments in state[0] (m) and state[1] (v).
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
     const float beta1 = static_cast<float>(params_.beta1), beta2 = static_cast<float>(params_.beta2);
-    AdamArgs a{beta1,
-               beta2,
-               static_cast<float>(params_.eps),
-               static_cast<float>(lr),
-               static_cast<float>(params_.weight_decay),
-               params_.bias_correction ? bias_correction(beta1, step) : 1.0f,
-               params_.bias_correction ? bias_correction(beta2, step) : 1.0f};
+    const float lr_f = static_cast<float>(lr), wd = static_cast<float>(params_.weight_decay);
+    const float bc1 = params_.bias_correction ? bias_correction(beta1, step) : 1.0f;
+    const float bc2 = params_.bias_correction ? bias_correction(beta2, step) : 1.0f;
+    const AdamArgs a{beta1, beta2, static_cast<float>(params_.eps), wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
       with_elements(s.param_type, s.grad_type, [&]<class P, class G>(P*, G*) {
