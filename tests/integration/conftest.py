@@ -63,7 +63,7 @@ def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going while /proc is read (ESRCH)
         return False
 
 
@@ -74,7 +74,10 @@ def wait_all_gone(pids, within):
         left = [p for p in pids if alive(p)]
         if not left or time.monotonic() > deadline:
             for p in left:
-                os.kill(p, signal.SIGKILL)  # do not leak into other tests
+                try:
+                    os.kill(p, signal.SIGKILL)  # do not leak into other tests
+                except ProcessLookupError:
+                    pass
             return left
         time.sleep(0.02)
 
