@@ -176,9 +176,12 @@ def test_max_restarts_resumes_a_killed_job_to_the_same_parameters(dsrun, clean_e
     victim = None
     for pid in subprocess.run(["pgrep", "-f", f"{DSWORKER} --model gpt --config {job}"], capture_output=True,
                               text=True).stdout.split():
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            if b"RANK=1" in f.read().split(b"\0"):
-                victim = int(pid)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if b"RANK=1" in f.read().split(b"\0"):
+                    victim = int(pid)
+        except OSError:  # a process pgrep saw has ended
+            pass
     assert victim, "rank 1 not found"
     os.kill(victim, signal.SIGKILL)
     out, err = proc.communicate(timeout=120)
