@@ -21,6 +21,7 @@ if [ "${1:-}" = "--tests" ]; then
   packages+=(
     python3-pytest                                       # integration tests
     openssh-server openssh-client procps                 # throwaway sshd in the integration tests
+    iproute2                                             # hosts in network namespaces (scripts/netns_hosts.py)
     python3-torch                                        # the GPT reference (tests/integration/torch_gpt.py)
     python3-venv                                         # scripts/test-venv.sh (tensorboard's reader, from PyPI)
   )

@@ -31,12 +31,14 @@ def free_port():
 class ThrowawaySshd:
     """sshd on 127.0.0.1..127.0.0.<hosts>:<port> with keys in `workdir`.
 
-    Attributes after start(): port, hosts (list of addresses), identity (private key path),
-    known_hosts (path), host_key_pub (path), workdir.
+    `hosts` is a count of loopback addresses or a list of addresses; `port` is a free one unless
+    given. Keys already in `workdir` are kept. Attributes after start(): port, hosts (list of
+    addresses), identity (private key path), known_hosts (path), host_key_pub (path), workdir.
     """
 
-    def __init__(self, hosts=2, workdir=None, wrapper=None):
-        self.hosts = [f"127.0.0.{i}" for i in range(1, hosts + 1)]
+    def __init__(self, hosts=2, workdir=None, wrapper=None, port=None):
+        self.hosts = [f"127.0.0.{i}" for i in range(1, hosts + 1)] if isinstance(hosts, int) else list(hosts)
+        self.port = port
         self.workdir = workdir or tempfile.mkdtemp(prefix="dsrun-sshd-")
         self.wrapper = wrapper or []  # e.g. ["unshare", "-m", "sh", "-c", "mount … && exec \"$0\" \"$@\""]
         self.proc = None
@@ -53,7 +55,7 @@ class ThrowawaySshd:
         self._keygen(self.identity)
         self.host_key_pub = host_key + ".pub"
         shutil.copy(self.identity + ".pub", os.path.join(self.workdir, "authorized_keys"))
-        self.port = free_port()
+        self.port = self.port or free_port()
         with open(self.host_key_pub) as f:
             key_type, key_data = f.read().split()[:2]
         self.known_hosts = os.path.join(self.workdir, "known_hosts")
