@@ -80,6 +80,7 @@ struct NodeState {
   bool ready = false;
   bool done = false;  // the agent said Done: nothing of the job is left on the host
   bool closed = false;
+  bool dropped = false;  // its link was closed for want of an answer (drop_silent_hosts)
   std::string peer;
   Clock::time_point last_heard;  // the agent's last message, once its plan was sent
 };
@@ -119,7 +120,15 @@ class Job {
   void check_watchdog();
   // The rank silent for at least `threshold`, longest first; -1 if none.
   int silent_rank(Clock::duration threshold, int except) const;
+  // The host whose agent has been unheard for at least `threshold`, longest first; -1 if none.
+  int silent_node(Clock::duration threshold) const;
   std::string stall_message(int rank, int gave_up_rank, const std::string& gave_up_how) const;
+  std::string agent_silence_message(int node) const;
+  // "; rank 0 was waiting in allreduce of 5514 F32": the ranks but `skip_rank` and those on `skip_node`.
+  std::string others_waiting(int skip_rank, int skip_node) const;
+  // While stopping: once every host that still talks has confirmed its end, a host whose agent is
+  // silent (cut off, frozen) cannot confirm; its link is dropped now instead of at force_close_at_.
+  void drop_silent_hosts();
   bool all_closed() const;
   const std::string& host(int node) const { return plan_.nodes[node].host; }
 
@@ -196,14 +205,38 @@ int Job::silent_rank(Clock::duration threshold, int except) const {
   return found;
 }
 
+int Job::silent_node(Clock::duration threshold) const {
+  const auto now = Clock::now();
+  int found = -1;
+  Clock::time_point oldest = now - threshold;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!nodes_[i].closed && nodes_[i].last_heard <= oldest) {
+      oldest = nodes_[i].last_heard;
+      found = static_cast<int>(i);
+    }
+  return found;
+}
+
+std::string Job::agent_silence_message(int node) const {
+  return fmt::format("{}: no word from its agent for {:.0f} s (host or network down?)", host(node),
+                     std::chrono::duration<double>(Clock::now() - nodes_[node].last_heard).count());
+}
+
 std::string Job::stall_message(int rank, int gave_up_rank, const std::string& gave_up_how) const {
   const RankWatch& stalled = watch_.at(rank);
   const double silent_s = std::chrono::duration<double>(Clock::now() - stalled.silent_since).count();
   std::string text = fmt::format("rank {} on {} made no progress for {:.0f} s", rank, host(stalled.node), silent_s);
   if (!stalled.activity.empty()) text += fmt::format(" (it was in {})", stalled.activity);
+  text += others_waiting(rank, -1);
+  if (gave_up_rank >= 0) text += fmt::format(" (rank {} gave up: it {})", gave_up_rank, gave_up_how);
+  return text;
+}
+
+std::string Job::others_waiting(int skip_rank, int skip_node) const {
+  std::string text;
   std::map<std::string, std::vector<int>> waiting;  // activity -> ranks
   for (const auto& [r, w] : watch_)
-    if (r != rank && !w.activity.empty()) waiting[w.activity].push_back(r);
+    if (r != skip_rank && w.node != skip_node && !w.activity.empty()) waiting[w.activity].push_back(r);
   for (const auto& [what, ranks] : waiting) {
     std::string who;
     for (size_t i = 0; i < ranks.size() && i < 8; ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -212,8 +245,21 @@ std::string Job::stall_message(int rank, int gave_up_rank, const std::string& ga
                         ranks.size() > 1 ? "were" : "was", what);
   }
   if (waiting.empty()) text += "; no other rank was waiting in a collective";
-  if (gave_up_rank >= 0) text += fmt::format(" (rank {} gave up: it {})", gave_up_rank, gave_up_how);
   return text;
+}
+
+void Job::drop_silent_hosts() {
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!nodes_[i].closed && Clock::now() - nodes_[i].last_heard < kStallEvidence) return;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].closed || nodes_[i].dropped) continue;
+    nodes_[i].dropped = true;
+    console_.warn(fmt::format("{}: dropping its connection: no word from its agent for {:.0f} s, so it cannot "
+                              "confirm that its ranks ended", host(i),
+                              std::chrono::duration<double>(Clock::now() - nodes_[i].last_heard).count()));
+    unconfirmed_ = true;
+    links_[i]->close();
+  }
 }
 
 void Job::check_watchdog() {
@@ -223,9 +269,7 @@ void Job::check_watchdog() {
   const auto now = Clock::now();
   for (size_t i = 0; i < nodes_.size(); ++i)
     if (!nodes_[i].closed && now - nodes_[i].last_heard > limit + std::chrono::seconds(1)) {
-      fail(kStallStatus, fmt::format("{}: no word from its agent for {:.0f} s (host or network down?)", host(i),
-                                     std::chrono::duration<double>(now - nodes_[i].last_heard).count()),
-           true, "; stopping all ranks");
+      fail(kStallStatus, agent_silence_message(static_cast<int>(i)), true, "; stopping all ranks");
       return stop_all(SIGTERM, static_cast<int>(options_.kill_grace_s * 1000));
     }
   const int rank = silent_rank(limit, -1);
@@ -249,9 +293,15 @@ void Job::handle(const Event& e) {
       console_.rank_exit(where, x->rank, x->code, x->signal);
       if ((x->code != 0 || x->signal != 0) && !stopping_) {
         // A rank that gave up waiting (its collective timed out) is not the cause when another has
-        // been silent: name the silent one.
+        // been silent: name the silent one, or the host whose agent is silent (a cut link, a dead
+        // host: its ranks are unheard too, and may never have reported at all).
+        const int quiet_node = silent_node(kStallEvidence);
         const int silent = silent_rank(kStallEvidence, x->rank);
-        if (silent >= 0)
+        if (quiet_node >= 0)
+          fail(kStallStatus, fmt::format("{}{} (rank {} gave up: it {})", agent_silence_message(quiet_node),
+                                         others_waiting(-1, quiet_node), x->rank, describe_exit(x->code, x->signal)),
+               true, "; stopping all ranks");
+        else if (silent >= 0)
           fail(kStallStatus, stall_message(silent, x->rank, describe_exit(x->code, x->signal)), true,
                "; stopping all ranks");
         else
@@ -373,8 +423,12 @@ Outcome Job::run() {
     send_plans();
     while (!all_closed()) {
       if (!stopping_ && Clock::now() >= next_watch_) check_watchdog();
+      if (stopping_ && Clock::now() >= next_watch_) {
+        next_watch_ = Clock::now() + std::chrono::milliseconds(250);
+        drop_silent_hosts();
+      }
       auto until = force_close_at_.value_or(Clock::now() + std::chrono::hours(24 * 365));
-      if (!stopping_ && next_watch_ < until) until = next_watch_;
+      if (next_watch_ < until) until = next_watch_;
       auto e = events_.wait_until(until);
       if (e) {
         handle(*e);
