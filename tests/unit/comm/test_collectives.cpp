@@ -213,6 +213,25 @@ TEST_CASE("collectives: large reduce_scatter and allgather in place across sever
   }
 }
 
+TEST_CASE("collectives: large allreduce whose unequal chunks end in segments empty for some of them") {
+  // 2^20 floats are one 4 MiB ring segment: with one or two extra elements the first chunks get a
+  // last segment of one element and the others an empty one, which neither side may send.
+  const size_t seg = size_t{1} << 20;
+  for (int n : {2, 3, 4}) {
+    const size_t count = n * seg + (n == 4 ? 2 : 1);
+    INFO("world size ", n);
+    run_ranks(n, [count](ProcessGroup& g) {
+      std::vector<float> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>((g.rank() + 1) * static_cast<int>(i % 5));
+      g.allreduce(data.data(), count, DataType::F32, ReduceOp::Sum);
+      const float ranks_sum = static_cast<float>(g.size() * (g.size() + 1) / 2);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += data[i] != ranks_sum * static_cast<float>(i % 5);
+      CHECK(wrong == 0);
+    });
+  }
+}
+
 TEST_CASE("collectives: fp16 and bf16 sum, max and gather for world sizes 1 to 4") {
   // Small integers and halves are exact in both formats, so sums compare with ==.
   for (DataType type : {DataType::F16, DataType::BF16}) {
