@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <limits>
 
 #include <unistd.h>
@@ -161,4 +162,47 @@ model:
   CHECK(c.model["inf"] == -std::numeric_limits<double>::infinity());
   CHECK(c.model["str"] == "12");
   CHECK(c.model["empty"].is_null());
+}
+
+TEST_CASE("files: YAML numbers at the edges: long, out of range, and look-alikes that stay strings") {
+  // Hundreds of digits and a million: floats (beyond int64), read without recursion (std::regex overflowed the stack).
+  auto c = ds::load_config(write_file("long.yaml", "train_batch_size: 8\noptimizer: {type: SGD}\nmodel:\n  big: " +
+                                                       std::string(300, '9') + "\n  long: 1" + std::string(300, '0') +
+                                                       "\n  longer: " + std::string(1 << 20, '1') + "e-1048500\n"),
+                           1);
+  CHECK(c.model["big"].is_number_float());
+  CHECK(c.model["long"] == 1e300);
+  CHECK(c.model["longer"].is_number_float());
+  auto forms = ds::load_config(write_file("forms.yaml", R"(train_batch_size: 8
+optimizer: {type: SGD}
+model: {a: .5, b: 1., c: +.5e-3, d: 1e, e: 0x, f: 0o8, g: +.inf, h: .NaN, i: -0, j: 1e+3, k: .e1, l: 0xFf}
+)"),
+                               1);
+  CHECK(forms.model["a"] == 0.5);
+  CHECK(forms.model["b"] == 1.0);
+  CHECK(forms.model["c"] == 0.5e-3);
+  CHECK(forms.model["d"] == "1e");
+  CHECK(forms.model["e"] == "0x");
+  CHECK(forms.model["f"] == "0o8");
+  CHECK(forms.model["g"] == std::numeric_limits<double>::infinity());
+  CHECK(std::isnan(forms.model["h"].get<double>()));
+  CHECK(forms.model["i"] == 0);
+  CHECK(forms.model["j"] == 1000.0);
+  CHECK(forms.model["k"] == ".e1");
+  CHECK(forms.model["l"] == 255);
+  // Beyond the range of the type they would have: an error naming the line and key, as in JSON.
+  std::string path = write_file("hex.yaml", "train_batch_size: 8\nmodel:\n  h: 0x10000000000000000\n");
+  CHECK(load_error(path) == path + ":3: model.h: integer overflow parsing '0x10000000000000000'");
+  path = write_file("exp.yaml", "train_batch_size: 8\nmodel:\n  e: 1e999\n");
+  CHECK(load_error(path) == path + ":3: model.e: number overflow parsing '1e999'");
+}
+
+TEST_CASE("files: YAML aliases cannot expand a small file into billions of values") {
+  std::string text = "a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int i = 1; i < 10; ++i) {  // each level holds the previous one 3 times: 10 * 3^9 = 196830 values
+    const std::string previous = "*a" + std::to_string(i - 1);
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + previous + ", " + previous + ", " + previous + "]\n";
+  }
+  const std::string path = write_file("laughs.yaml", text);
+  CHECK(load_error(path).find("aliases expand to more values than a config can hold") != std::string::npos);
 }
