@@ -73,10 +73,10 @@ std::unique_ptr<AgentLink> make_local_link(int node, const std::string& host, Ev
 // Starts the agent on `host` over SSH (libssh), as configured by the ssh options.
 std::unique_ptr<AgentLink> make_ssh_link(int node, const std::string& host, const LaunchOptions& options,
                                          EventQueue& events);
-// Starts one agent per host through a single pdsh run (pdsh_link.cpp); link i is `hosts[i]`'s.
-std::vector<std::unique_ptr<AgentLink>> make_pdsh_links(const std::vector<std::string>& hosts,
-                                                        const LaunchOptions& options, EventQueue& events);
-// Throws LaunchError naming pdsh when it is not on PATH.
-void check_pdsh_installed();
+// Starts one agent per host through a single run of a cluster tool (pdsh, openmpi, mpich, slurm;
+// fanout_link.cpp); link i is `hosts[i]`'s.
+std::vector<std::unique_ptr<AgentLink>> make_fanout_links(const std::string& launcher,
+                                                          const std::vector<std::string>& hosts,
+                                                          const LaunchOptions& options, EventQueue& events);
 
 }  // namespace dsrun

@@ -25,7 +25,7 @@ struct AgentMessage {
 };
 // A line the agent (or the remote shell) wrote to its stderr.
 struct AgentDiagnostic {
-  int node;
+  int node;  // -1: the transport's own tool (mpirun, srun...), about no node in particular
   std::string line;
 };
 // The link is gone; `error` says why when it did not end cleanly after Done.

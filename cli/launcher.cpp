@@ -20,6 +20,7 @@
 
 #include "agent_link.h"
 #include "errors.h"
+#include "fanout_tools.h"
 #include "process.h"
 
 namespace dsrun {
@@ -320,7 +321,7 @@ void Job::handle(const Event& e) {
       nodes_[m->node].done = true;
     }
   } else if (auto* d = std::get_if<AgentDiagnostic>(&e)) {
-    console_.warn(fmt::format("{}: {}", host(d->node), d->line));
+    console_.warn(d->node < 0 ? d->line : fmt::format("{}: {}", host(d->node), d->line));
   } else if (auto* c = std::get_if<LinkClosed>(&e)) {
     nodes_[c->node].closed = true;
     if (!nodes_[c->node].done) {
@@ -348,12 +349,13 @@ void Job::handle(const Event& e) {
 }
 
 bool Job::connect_all() {
-  if (plan_.transport == "pdsh") {
+  const bool fanout = is_fanout_launcher(plan_.transport);
+  if (fanout) {
     std::vector<std::string> hosts;
     for (const auto& node : plan_.nodes) hosts.push_back(node.host);
-    links_ = make_pdsh_links(hosts, options_, events_);
+    links_ = make_fanout_links(plan_.transport, hosts, options_, events_);
   }
-  for (size_t i = 0; plan_.transport != "pdsh" && i < plan_.nodes.size(); ++i) {
+  for (size_t i = 0; !fanout && i < plan_.nodes.size(); ++i) {
     const std::string& h = plan_.nodes[i].host;
     links_.push_back(plan_.transport == "ssh" ? make_ssh_link(static_cast<int>(i), h, options_, events_)
                                               : make_local_link(static_cast<int>(i), h, events_));
@@ -378,7 +380,7 @@ bool Job::connect_all() {
       fail(1, c->error, false);
       return false;
     } else if (auto* d = std::get_if<AgentDiagnostic>(&*e)) {
-      console_.warn(fmt::format("{}: {}", host(d->node), d->line));
+      console_.warn(d->node < 0 ? d->line : fmt::format("{}: {}", host(d->node), d->line));
     } else if (auto* s = std::get_if<SignalReceived>(&*e)) {
       status_ = shell_status(0, s->signal);
       interrupted_ = true;
@@ -393,8 +395,8 @@ void Job::send_plans() {
   if (plan_.master_addr.empty()) {
     std::string addr = nodes_[0].peer.empty() ? "127.0.0.1" : nodes_[0].peer;
     set_master_addr(plan_, addr);
-    console_.info(fmt::format("MASTER_ADDR={} (the address of {} as reached over SSH; override with --master_addr)",
-                              addr, host(0)));
+    console_.info(fmt::format("MASTER_ADDR={} (the address of {} as reached over {}; override with --master_addr)",
+                              addr, host(0), plan_.transport == "ssh" ? "SSH" : "TCP from here"));
   }
   const std::string token = plan_.token ? *plan_.token : random_hex(16);
   const std::string cwd = std::filesystem::current_path().string();

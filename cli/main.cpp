@@ -12,9 +12,11 @@
 
 #include "agent.h"
 #include "agent_link.h"
+#include "allocation.h"
 #include "console.h"
 #include "env_file.h"
 #include "errors.h"
+#include "fanout_tools.h"
 #include "launcher.h"
 #include "no_ssh.h"
 #include "options.h"
@@ -58,10 +60,25 @@ std::string job_id() {
   return fmt::format("{}-{}", stamp, ::getpid());
 }
 
-int launch(const LaunchOptions& o) {
+// dsrun started as one of several tasks of srun or mpirun: with --no_ssh the task's node index is
+// the node rank; without it every task would launch the whole job, which is an error.
+LaunchOptions options_for_tool_task(LaunchOptions o) {
+  const auto task = tool_task();
+  if (!task) return o;
+  if (!o.no_ssh)
+    throw InputError(fmt::format("dsrun runs as task {} of {} ({}): each task would start the whole job. Run dsrun "
+                                 "once (it starts every node), or add --no_ssh so that each task starts its own "
+                                 "node's ranks (the node from {})", task->rank, task->size, task->rank_variable,
+                                 task->node_variable));
+  if (o.node_rank < 0) o.node_rank = task->node;
+  return o;
+}
+
+int launch(const LaunchOptions& options) {
+  const LaunchOptions o = options_for_tool_task(options);
   Resources res = resolve_resources(o);
   PlanInputs in;
-  in.transport = o.no_ssh ? "local" : choose_transport(o, res.selection);
+  in.transport = o.no_ssh ? "local" : choose_transport(o, res);
   in.master_addr = o.master_addr;
   in.job_id = job_id();
   if (o.no_ssh) no_ssh_inputs(o, res.selection, in, res.notes);
@@ -85,6 +102,11 @@ int launch(const LaunchOptions& o) {
     if (!o.bind_core_ids.empty() && o.bind_core_ids.size() < node.ranks.size())
       throw InputError(fmt::format("--bind_core_list '{}': {} cores for the {} ranks on {}; each rank needs at least one",
                                    o.bind_core_list, o.bind_core_ids.size(), node.ranks.size(), node.host));
+  if (is_fanout_launcher(plan.transport)) {
+    std::vector<std::string> hosts;
+    for (const auto& node : plan.nodes) hosts.push_back(node.host);
+    check_fanout_input(plan.transport, hosts, o);
+  }
 
   if (o.dry_run) {
     if (o.format == "json")
@@ -93,7 +115,7 @@ int launch(const LaunchOptions& o) {
       std::cout << plan_to_text(plan);
     return 0;
   }
-  if (plan.transport == "pdsh") check_pdsh_installed();
+  if (is_fanout_launcher(plan.transport)) check_fanout_tool(plan.transport);
   Console job_console({o.format == "json", o.quiet, !o.no_prefix, plan.nodes.size() > 1});
   for (const auto& note : res.notes) job_console.info(note);
   size_t here = 0;
@@ -111,6 +133,8 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "agent") {
     if (argc == 5 && std::string_view(argv[2]) == "--listen" && std::string_view(argv[3]) == "--node")
       return dsrun::run_listening_agent(std::atoi(argv[4]));
+    if (argc == 5 && std::string_view(argv[2]) == "--listen" && std::string_view(argv[3]) == "--node-env")
+      return dsrun::run_listening_agent_from_env(argv[4]);
     return dsrun::run_agent();
   }
   if (argc >= 2 && std::string_view(argv[1]) == "report") return dsrun::run_report(argc, argv);

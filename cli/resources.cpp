@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "allocation.h"
 #include "errors.h"
 #include "hostfile.h"
 #include "text.h"
@@ -103,6 +104,10 @@ Resources resolve_resources(const LaunchOptions& o) {
     res.from_hostfile = true;
   } else if (o.hostfile_given) {
     throw InputError(fmt::format("--hostfile {}: no such file", o.hostfile));
+  } else if (auto allocation = slurm_allocation()) {
+    pool = std::move(allocation->pool);
+    res.from_slurm = true;
+    res.notes.push_back(allocation->note);
   } else {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     const char* override_slots = std::getenv("DSRUN_LOCAL_SLOTS");
@@ -131,10 +136,10 @@ Resources resolve_resources(const LaunchOptions& o) {
   return res;
 }
 
-std::string choose_transport(const LaunchOptions& o, const Selection& selection) {
+std::string choose_transport(const LaunchOptions& o, const Resources& res) {
   int hosts = 0;
   bool all_local = true;
-  for (const auto& node : selection) {
+  for (const auto& node : res.selection) {
     if (node.slots.empty()) continue;
     ++hosts;
     all_local = all_local && is_local_host(node.host);
@@ -145,7 +150,8 @@ std::string choose_transport(const LaunchOptions& o, const Selection& selection)
     return "local";
   }
   if (!o.launcher.empty()) return o.launcher;
-  return (hosts > 1 || !all_local) ? "ssh" : "local";
+  if (hosts > 1 || !all_local) return res.from_slurm ? "slurm" : "ssh";
+  return "local";
 }
 
 }  // namespace dsrun

@@ -15,13 +15,15 @@ packages=(
   libopenblas-openmp-dev                                 # kernels: GEMM on the same OpenMP pool as our loops
   doctest-dev                                            # the build configures the unit tests too
   python3 gnuplot-nox                                    # the loss-curve PNG (scripts/plot_loss.py)
-  pdsh                                                   # peer in bench/launch, later a transport
+  pdsh                                                   # --launcher pdsh, and a peer in bench/launch
 )
 if [ "${1:-}" = "--tests" ]; then
   packages+=(
     python3-pytest                                       # integration tests
     openssh-server openssh-client procps                 # throwaway sshd in the integration tests
     iproute2                                             # hosts in network namespaces (scripts/netns_hosts.py)
+    openmpi-bin mpich                                    # --launcher openmpi / mpich with the real tools
+    slurmctld slurmd slurm-client munge                  # a throwaway Slurm cluster (scripts/throwaway_slurm.py)
     python3-torch                                        # the GPT reference (tests/integration/torch_gpt.py)
     python3-venv                                         # scripts/test-venv.sh (tensorboard's reader, from PyPI)
   )

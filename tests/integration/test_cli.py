@@ -63,7 +63,9 @@ def test_selection_flags(dsrun, hostfile, clean_env, args, expected):
     (["--bind_cores_to_rank", "--bind_core_list", ""], "--bind_core_list '': the list is empty"),
     (["--bind_cores_to_rank", "--bind_core_list", "0-2"],
      "--bind_core_list '0-2': 3 cores for the 4 ranks on node-a; each rank needs at least one"),
-    (["--launcher", "openmpi"], "not supported yet"),
+    (["--launcher", "impi"], "--launcher impi: not supported"),
+    (["--launcher", "MVAPICH"], "--launcher mvapich: not supported"),
+    (["--launcher", "lsf"], "--launcher lsf: must be ssh, pdsh, openmpi, mpich, slurm or local"),
     (["--launcher", "pdsh", "--no_ssh"], "--no_ssh conflicts with --launcher pdsh"),
     (["--bogus"], "--bogus"),
 ])

@@ -1,10 +1,10 @@
-// The pdsh transport: one `pdsh -S -w host,host,... <--launcher_args> exec '<dsrun>' agent --listen
-// --node %n` for the whole job (pdsh's ssh rcmd; PDSH_SSH_ARGS_APPEND carries --ssh_port,
-// --ssh_identity, --ssh_known_hosts, --ssh_accept_new and --ssh_timeout). pdsh gives a remote command
-// no stdin, so the control channel cannot be the session's stdin/stdout as with the ssh transport:
-// each agent listens on a TCP port and prints the port and a one-time key, which reach dsrun on pdsh's
-// stdout (inside SSH); dsrun connects to the host, presents the key, and speaks the same protocol over
-// that connection (agent_listen.cpp). Agents' stderr reaches dsrun as pdsh's "host: line" output.
+// The fanout transports (pdsh, openmpi, mpich, slurm): one run of the tool for the whole job
+// (fanout_tools.h builds its command line) starts `dsrun agent --listen` on every node. The tools
+// give a remote command no stdin (or not to every node), so the control channel cannot be the
+// session's stdin/stdout as with the ssh transport: each agent listens on a TCP port and prints the
+// port and a one-time key, which reach dsrun on the tool's stdout (inside SSH, or Slurm's own
+// channel); dsrun connects to the host, presents the key, and speaks the same protocol over that
+// connection (agent_listen.cpp). Agents' stderr reaches dsrun as the tool's prefixed output.
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -26,10 +26,9 @@
 
 #include "agent_link.h"
 #include "errors.h"
+#include "fanout_tools.h"
 #include "process.h"
 #include "text.h"
-
-extern char** environ;
 
 namespace dsrun {
 namespace {
@@ -39,95 +38,61 @@ constexpr std::string_view kListening = "#dsrun-agent-listening ";
 
 std::string bare_host(const std::string& host) { return host.substr(host.find('@') + 1); }
 
-std::string pdsh_path() {
-  const char* path = std::getenv("PATH");
-  return find_program("pdsh", path ? path : "/usr/bin:/bin");
-}
-
 struct Endpoint {
   int port = 0;
   std::string key;
 };
 
-// The one pdsh process of a job, and the thread that reads its output.
-class PdshFanout {
+// The one tool process of a job, and the thread that reads its output.
+class Fanout {
  public:
-  PdshFanout(std::vector<std::string> hosts, const LaunchOptions& o, EventQueue& events)
-      : hosts_(std::move(hosts)), events_(events) {
-    const std::string pdsh = pdsh_path();
-    if (pdsh.empty()) check_pdsh_installed();
-    const std::string remote = o.remote_dsrun.empty() ? self_executable() : o.remote_dsrun;
-    if (remote.find('%') != std::string::npos)
-      throw InputError(fmt::format("--remote_dsrun '{}': pdsh would read '%' as its own substitution", remote));
-    for (const auto& h : hosts_)
-      if (h.empty() || h[0] == '-' || h.find_first_of(",[]^") != std::string::npos)
-        throw InputError(fmt::format("--launcher pdsh: host '{}' cannot be given to pdsh -w (its host-list syntax "
-                                     "reads ',', '[', ']', '^' and a leading '-')", h));
-    std::vector<std::string> argv = {"pdsh", "-S", "-f", "1024", "-w", fmt::format("{}", fmt::join(hosts_, ","))};
-    for (auto& word : split_shell_words(o.launcher_args, "--launcher_args")) argv.push_back(std::move(word));
-    argv.push_back("exec " + single_quote(remote) + " agent --listen --node %n");
-
-    std::vector<std::string> ssh_args;  // pdsh splits PDSH_SSH_ARGS_APPEND at whitespace: no value may hold any
-    auto add = [&](const std::string& flag, const std::string& value, const char* option) {
-      if (value.find_first_of(kWhitespace) != std::string::npos)
-        throw InputError(fmt::format("{} '{}': pdsh cannot pass a value with whitespace to ssh", option, value));
-      ssh_args.push_back(flag);
-      ssh_args.push_back(value);
-    };
-    if (o.ssh_port > 0) add("-p", std::to_string(o.ssh_port), "--ssh_port");
-    if (!o.ssh_identity.empty()) add("-i", o.ssh_identity, "--ssh_identity");
-    if (!o.ssh_known_hosts.empty()) add("-o", "UserKnownHostsFile=" + o.ssh_known_hosts, "--ssh_known_hosts");
-    if (o.ssh_accept_new) add("-o", "StrictHostKeyChecking=accept-new", "--ssh_accept_new");
-    add("-o", fmt::format("ConnectTimeout={}", o.ssh_timeout_s), "--ssh_timeout");
-    add("-o", "BatchMode=yes", "");  // never prompt: there is no terminal behind pdsh
-    std::vector<std::string> env;
-    std::string append, rcmd = "ssh";
-    for (char** e = environ; *e; ++e) {
-      std::string_view entry(*e);
-      if (entry.rfind("PDSH_SSH_ARGS_APPEND=", 0) == 0) append = std::string(entry.substr(21)) + " ";
-      else if (entry.rfind("PDSH_RCMD_TYPE=", 0) == 0) rcmd = std::string(entry.substr(15));
-      else env.emplace_back(entry);
-    }
-    env.push_back("PDSH_RCMD_TYPE=" + rcmd);  // the user's choice stands (DeepSpeed overwrites it)
-    env.push_back(fmt::format("PDSH_SSH_ARGS_APPEND={}{}", append, fmt::join(ssh_args, " ")));
-
-    Spawned child = spawn_process(pdsh, argv, env, {});
+  Fanout(const std::string& launcher, std::vector<std::string> hosts, const LaunchOptions& o, EventQueue& events)
+      : launcher_(launcher), hosts_(std::move(hosts)), events_(events) {
+    FanoutCommand command = fanout_command(launcher_, hosts_, o);
+    hostfile_ = command.hostfile;
+    Spawned child = spawn_process(command.program, command.argv, command.env, {});
     pid_ = child.pid;
     out_ = std::move(child.out);
     err_ = std::move(child.err);
     if (child.exec_errno != 0) {
       ::waitpid(pid_, nullptr, 0);
       pid_ = -1;
-      throw LaunchError(fmt::format("--launcher pdsh: cannot execute {}: {}", pdsh, std::strerror(child.exec_errno)));
+      remove_hostfile();
+      throw LaunchError(fmt::format("--launcher {}: cannot execute {}: {}", launcher_, command.program,
+                                    std::strerror(child.exec_errno)));
     }
     reader_ = std::thread([this] { read_loop(); });
   }
 
-  ~PdshFanout() {
+  ~Fanout() {
     std::unique_lock lock(mutex_);
-    // The agents end once their connections close; their sessions, and pdsh, follow.
+    // The agents end once their connections close; their sessions, and the tool, follow.
     if (!changed_.wait_for(lock, std::chrono::seconds(10), [&] { return ended_; })) {
       ::kill(-pid_, SIGTERM);
       if (!changed_.wait_for(lock, std::chrono::seconds(2), [&] { return ended_; })) ::kill(-pid_, SIGKILL);
     }
     lock.unlock();
     reader_.join();
+    remove_hostfile();
   }
 
-  // The port and key node `node`'s agent printed. Throws LaunchError when pdsh ended first, at
+  // The port and key node `node`'s agent printed. Throws LaunchError when the tool ended first, at
   // `deadline`, or after interrupt().
   Endpoint wait_endpoint(int node, Clock::time_point deadline) {
     std::unique_lock lock(mutex_);
     changed_.wait_until(lock, deadline, [&] { return endpoints_.count(node) || ended_ || interrupted_; });
     if (auto it = endpoints_.find(node); it != endpoints_.end()) return it->second;
     const std::string& host = hosts_[static_cast<size_t>(node)];
-    if (interrupted_) throw LaunchError(fmt::format("pdsh to {}: cancelled", host));
+    if (interrupted_) throw LaunchError(fmt::format("{} to {}: cancelled", launcher_, host));
     if (ended_)
-      throw LaunchError(fmt::format("pdsh to {}: pdsh ended ({}) before the agent there started (is dsrun installed "
-                                    "at that path there? see --remote_dsrun)", host, describe_exit(code_, signal_)));
-    throw LaunchError(fmt::format("pdsh to {}: no agent started within {:.0f} s", host,
+      throw LaunchError(fmt::format("{} to {}: {} ended ({}) before the agent there started (is dsrun installed "
+                                    "at that path there? see --remote_dsrun)", launcher_, host, launcher_,
+                                    describe_exit(code_, signal_)));
+    throw LaunchError(fmt::format("{} to {}: no agent started within {:.0f} s", launcher_, host,
                                   std::chrono::duration<double>(deadline - started_).count()));
   }
+
+  const std::string& launcher() const { return launcher_; }
 
   void interrupt() {
     {
@@ -138,19 +103,14 @@ class PdshFanout {
   }
 
  private:
-  // The node a pdsh output prefix names (pdsh prints hosts without user@); -1 if none.
-  int node_of(std::string_view host) const {
-    for (size_t i = 0; i < hosts_.size(); ++i)
-      if (bare_host(hosts_[i]) == host) return static_cast<int>(i);
-    return -1;
+  void remove_hostfile() {
+    if (!hostfile_.empty()) ::unlink(hostfile_.c_str());
+    hostfile_.clear();
   }
 
   void on_line(bool is_stderr, std::string_view line) {
     std::string_view text = line;
-    if (text.rfind("pdsh@", 0) == 0 && text.find(": ") != std::string_view::npos) text.remove_prefix(text.find(": ") + 2);
-    int node = -1;
-    if (size_t colon = text.find(": "); colon != std::string_view::npos && (node = node_of(text.substr(0, colon))) >= 0)
-      text.remove_prefix(colon + 2);
+    int node = take_node_prefix(launcher_, text, hosts_);
     if (!is_stderr) {
       if (text.rfind(kListening, 0) != 0) return;  // a login shell's chatter
       int n = -1, port = 0;
@@ -165,7 +125,8 @@ class PdshFanout {
       changed_.notify_all();
       return;
     }
-    if (node < 0) return events_.post(AgentDiagnostic{0, fmt::format("pdsh: {}", line)});
+    if (node < 0 || node >= static_cast<int>(hosts_.size()))
+      return events_.post(AgentDiagnostic{-1, fmt::format("{}: {}", launcher_, line)});
     events_.post(AgentDiagnostic{node, std::string(text)});
   }
 
@@ -205,8 +166,10 @@ class PdshFanout {
     changed_.notify_all();
   }
 
+  const std::string launcher_;
   std::vector<std::string> hosts_;
   EventQueue& events_;
+  std::string hostfile_;  // the tool's host list file, if it needs one
   const Clock::time_point started_ = Clock::now();
   pid_t pid_ = -1;  // also its process group
   UniqueFd out_, err_;
@@ -218,11 +181,11 @@ class PdshFanout {
   int code_ = 0, signal_ = 0;
 };
 
-class PdshLink : public AgentLink {
+class FanoutLink : public AgentLink {
  public:
-  PdshLink(int node, const std::string& host, std::shared_ptr<PdshFanout> fanout, int timeout_s, EventQueue& events)
+  FanoutLink(int node, const std::string& host, std::shared_ptr<Fanout> fanout, int timeout_s, EventQueue& events)
       : AgentLink(node, host, events), fanout_(std::move(fanout)), timeout_s_(timeout_s) {}
-  ~PdshLink() override {
+  ~FanoutLink() override {
     close();
     join();
     if (sock_ >= 0) ::close(sock_);
@@ -235,7 +198,7 @@ class PdshLink : public AgentLink {
     addrinfo hints{}, *list = nullptr;
     hints.ai_socktype = SOCK_STREAM;
     if (int rc = ::getaddrinfo(host.c_str(), std::to_string(e.port).c_str(), &hints, &list); rc != 0)
-      throw LaunchError(fmt::format("pdsh to {}: cannot resolve '{}': {}", host_, host, ::gai_strerror(rc)));
+      throw LaunchError(fmt::format("{} to {}: cannot resolve '{}': {}", fanout_->launcher(), host_, host, ::gai_strerror(rc)));
     std::string error = "no address";
     for (addrinfo* ai = list; ai && sock_ < 0; ai = ai->ai_next) {
       int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -251,9 +214,9 @@ class PdshLink : public AgentLink {
     }
     ::freeaddrinfo(list);
     if (sock_ < 0)
-      throw LaunchError(fmt::format("pdsh to {}: cannot connect to its agent on port {}: {} (the launcher must reach "
-                                    "the hosts on ephemeral TCP ports)", host_, e.port, error));
-    if (!write_all(sock_, e.key + "\n")) throw LaunchError(fmt::format("pdsh to {}: the agent's connection broke", host_));
+      throw LaunchError(fmt::format("{} to {}: cannot connect to its agent on port {}: {} (the launcher must reach "
+                                    "the hosts on ephemeral TCP ports)", fanout_->launcher(), host_, e.port, error));
+    if (!write_all(sock_, e.key + "\n")) throw LaunchError(fmt::format("{} to {}: the agent's connection broke", fanout_->launcher(), host_));
     sockaddr_storage peer{};
     socklen_t length = sizeof peer;
     char text[NI_MAXHOST] = {};
@@ -289,25 +252,20 @@ class PdshLink : public AgentLink {
   void interrupt() override { fanout_->interrupt(); }
 
  private:
-  std::shared_ptr<PdshFanout> fanout_;
+  std::shared_ptr<Fanout> fanout_;
   const int timeout_s_;
   int sock_ = -1;
 };
 
 }  // namespace
 
-void check_pdsh_installed() {
-  if (pdsh_path().empty())
-    throw LaunchError(fmt::format("--launcher pdsh: pdsh is not installed (not found in PATH={}); install it "
-                                  "(Debian: apt install pdsh) or use --launcher ssh", std::getenv("PATH") ? std::getenv("PATH") : ""));
-}
-
-std::vector<std::unique_ptr<AgentLink>> make_pdsh_links(const std::vector<std::string>& hosts,
-                                                        const LaunchOptions& options, EventQueue& events) {
-  auto fanout = std::make_shared<PdshFanout>(hosts, options, events);
+std::vector<std::unique_ptr<AgentLink>> make_fanout_links(const std::string& launcher,
+                                                          const std::vector<std::string>& hosts,
+                                                          const LaunchOptions& options, EventQueue& events) {
+  auto fanout = std::make_shared<Fanout>(launcher, hosts, options, events);
   std::vector<std::unique_ptr<AgentLink>> links;
   for (size_t i = 0; i < hosts.size(); ++i)
-    links.push_back(std::make_unique<PdshLink>(static_cast<int>(i), hosts[i], fanout, options.ssh_timeout_s, events));
+    links.push_back(std::make_unique<FanoutLink>(static_cast<int>(i), hosts[i], fanout, options.ssh_timeout_s, events));
   return links;
 }
 
