@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <regex>
+#include <string_view>
 #include <set>
 #include <sstream>
 
@@ -107,6 +107,13 @@ ConfigError error_at(const std::string& name, const std::string& text, size_t at
 
 }  // namespace
 
+// nlohmann's what() without its "[json.exception.<kind>.<id>] " prefix.
+std::string_view without_exception_id(std::string_view what) {
+  if (const size_t end = what.find("] "); what.rfind("[json.exception", 0) == 0 && end != std::string_view::npos)
+    what.remove_prefix(end + 2);
+  return what;
+}
+
 nlohmann::json parse_json_text(const std::string& text, const std::string& name) {
   DuplicateKeys duplicates;
   nlohmann::json root;
@@ -123,11 +130,14 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& name)
         ++column;
       }
     }
-    // what(): "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>"
-    std::string detail = std::regex_replace(e.what(), std::regex(R"(^\[json\.exception[^\]]*\] parse error( at line \d+, column \d+)?: )"), "");
+    // what(): "[json.exception.parse_error.101] parse error at line 3, column 5: <detail>"; the
+    // position is ours, counted above.
+    std::string_view detail = without_exception_id(e.what());
+    if (const size_t colon = detail.find(": "); detail.rfind("parse error", 0) == 0 && colon != std::string_view::npos)
+      detail.remove_prefix(colon + 2);
     throw ConfigError(fmt::format("{}:{}:{}: {}", name, line, column, detail));
   } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e5003 (found by fuzzing)
-    throw ConfigError(fmt::format("{}: {}", name, std::regex_replace(e.what(), std::regex(R"(^\[json\.exception[^\]]*\] )"), "")));
+    throw ConfigError(fmt::format("{}: {}", name, without_exception_id(e.what())));
   }
   if (!duplicates.first().empty()) throw ConfigError(fmt::format("{}: {}: duplicate key", name, duplicates.first()));
   return root;

@@ -46,6 +46,11 @@ def main():
     for i, spec in enumerate(specs):
         write("selection", f"{i:02}", bytes([0, 0]) + f"{spec}\n\n{pool}".encode())
         write("selection", f"{i:02}x", bytes([2, 3]) + f"\n{spec}\n{pool}".encode())
+    cluster = (unit / "test_cluster_tools.cpp").read_text()
+    lists = literals(cluster, "hosts")
+    counts = re.findall(r'counts\("([^"]*)", \d+\)', cluster)
+    for i, hostlist in enumerate(lists):
+        write("slurm_env", f"{i:02}", f"{hostlist}\n{counts[i % len(counts)]}")
     for i, text in enumerate(literals((unit / "test_env_file.cpp").read_text(), "parse")):
         write("env_file", f"{i:02}", text)
     configs = sorted((ROOT / "configs").glob("*.json")) + sorted((ROOT / "tests/integration/configs").glob("*.json"))
