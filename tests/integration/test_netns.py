@@ -4,7 +4,7 @@ as on a cluster's first node. Faults are made in the network, not in processes: 
 at start, a cable pulled mid-training, a host's agent killed, a rate-limited link. Each ends within
 its timeout, names the host, and leaves no process of the job on any host. Needs root (skips
 otherwise); waits out a --comm_timeout, hence labelled slow."""
-import json, os, signal, subprocess, time
+import json, os, shutil, signal, subprocess, time
 import pytest
 
 from conftest import DSRUN, ROOT, run
@@ -130,11 +130,17 @@ def test_a_killed_agent_stops_the_job_naming_its_host(hosts, hostfile, clean_env
     assert left_on_hosts(hosts, within=1) == {}
 
 
-def test_a_job_across_the_hosts_gives_the_losses_of_the_same_job_on_one_host(hosts, hostfile, clean_env, tmp_path):
+@pytest.mark.parametrize("launcher", ["ssh", "pdsh", "openmpi", "mpich"])
+def test_a_job_across_the_hosts_gives_the_losses_of_the_same_job_on_one_host(launcher, hosts, hostfile, clean_env,
+                                                                              tmp_path):
+    tool = {"pdsh": "pdsh", "openmpi": "mpirun.openmpi", "mpich": "mpiexec.hydra"}.get(launcher)
+    if tool and not shutil.which(tool):
+        pytest.fail(f"{tool} is missing: run scripts/install-deps.sh --tests")
     across, alone = str(tmp_path / "across.jsonl"), str(tmp_path / "alone.jsonl")
-    r = run(on_host_1(hosts, hostfile(THREE_HOSTS), *train(["--steps", "12"], across)), clean_env, timeout=120)
+    r = run(on_host_1(hosts, hostfile(THREE_HOSTS), "--launcher", launcher, *train(["--steps", "12"], across)),
+            clean_env, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "3 ranks on 3 host(s) via ssh" in r.stderr
+    assert f"3 ranks on 3 host(s) via {launcher}" in r.stderr
     local = [DSRUN, "--num_gpus", "3", "--master_port", str(free_port()), *train(["--steps", "12"], alone)]
     r = run(local, dict(clean_env, DSRUN_LOCAL_SLOTS="3"), timeout=120)
     assert r.returncode == 0, r.stderr

@@ -63,15 +63,21 @@ def test_the_hostfile_order_holds_though_slurm_sorts_its_nodes(dsrun, slurm, env
     assert envs[0]["MASTER_ADDR"] == "127.0.0.2"
 
 
-def test_inside_an_allocation_the_hosts_and_slots_come_from_slurm(dsrun, slurm, env, tmp_path):
+@pytest.mark.parametrize("allocator", ["sbatch", "salloc"])
+def test_inside_an_allocation_the_hosts_and_slots_come_from_slurm(allocator, dsrun, slurm, env, tmp_path):
     metrics = tmp_path / "m.jsonl"
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/sh\nexec {dsrun} --master_port 29781 {DSWORKER} --model mlp --config {CONFIG} "
                       f"--steps 6 --metrics {metrics}\n")
     script.chmod(0o755)
     log = tmp_path / "job.out"
-    r = run(["sbatch", "--wait", "-N", "2", "--ntasks-per-node", "2", "-o", str(log), str(script)], env, timeout=120)
-    out = log.read_text()
+    if allocator == "sbatch":  # the script runs on the first node, its output in a file
+        r = run(["sbatch", "--wait", "-N", "2", "--ntasks-per-node", "2", "-o", str(log), str(script)], env,
+                timeout=120)
+        out = log.read_text()
+    else:  # the script runs here, in the allocation's environment
+        r = run(["salloc", "-N", "2", "--ntasks-per-node", "2", str(script)], env, timeout=120)
+        out = r.stderr
     assert r.returncode == 0, r.stderr + out
     assert "no hostfile: the Slurm allocation of job" in out and "SLURM_JOB_NODELIST=127.0.0.[1-2]" in out
     assert "4 ranks on 2 host(s) via slurm" in out
