@@ -7,13 +7,14 @@
 #       every other rank sleeps SLEEP seconds and, if it was not killed by then, records DIR/end/RANK and exits 0.
 #
 # The start record DIR/start/RANK is "<CLOCK_REALTIME ns> <pid>", taken with `date +%s%N` as the first thing the
-# script does. RANK comes from the launcher's environment. DSRUN_BENCH_TAG=DIR is exported so that run.py can find
+# script does. RANK comes from the launcher's environment (OMPI_COMM_WORLD_RANK under DeepSpeed's OpenMPI runner,
+# which sets no RANK). DSRUN_BENCH_TAG=DIR is exported so that run.py can find
 # every process of the job (the `sleep` too) through /proc/PID/environ, even after the launcher lost track of it.
 t=$(date +%s%N)
 mode=$1
 dir=$2
 export DSRUN_BENCH_TAG="$dir"
-rank=${RANK:?probe.sh: RANK is not set}
+rank=${RANK:-${OMPI_COMM_WORLD_RANK:?probe.sh: neither RANK nor OMPI_COMM_WORLD_RANK is set}}
 printf '%s %s\n' "$t" "$$" > "$dir/start/$rank"
 case "$mode" in
 exit)

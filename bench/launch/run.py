@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""Launch benchmark: dsrun against DeepSpeed's own launcher (pdsh runner) and plain pdsh, in one run.
+"""Launch benchmark: dsrun (over ssh, pdsh, OpenMPI and MPICH) against DeepSpeed's own launcher (its pdsh and
+OpenMPI runners) and plain pdsh, in one run.
 
-Setup once (Debian: pdsh, openssh-server, python3-torch; DeepSpeed in <repo>/.venv-bench):
+Setup once (Debian: pdsh, openssh-server, openmpi-bin, mpich; DeepSpeed in <repo>/.venv-bench):
     bench/launch/setup.sh
 Run (dsrun must be built: build/cli/dsrun):
-    bench/launch/run.py [--reps 5] [--sleep 30] [--json results.json]
+    bench/launch/run.py [--reps 5] [--sleep 30] [--slots 4] [--netns] [--json results.json]
 
-Every tool launches 16 ranks on 4 SSH "hosts" (127.0.0.1..127.0.0.4, slots=4 each, one hostfile for all), served
-by a throwaway OpenSSH server on one free port (scripts/throwaway_sshd.py). Every rank runs the same program,
+Every tool launches 4 x --slots ranks (16 by default) on 4 SSH "hosts" (slots=N each, one hostfile for all):
+127.0.0.1..127.0.0.4, served by a throwaway OpenSSH server on one free port (scripts/throwaway_sshd.py), or with
+--netns four network namespaces on a bridge, 10.99.0.1..4, each with its own sshd (scripts/netns_hosts.py; needs
+root), every launcher then started inside host 1's namespace. Every rank runs the same program,
 bench/launch/probe.sh (a POSIX sh script; its start time is `date +%s%N`, CLOCK_REALTIME), which writes
 "<start ns> <pid>" to a per-rank file in the run's directory.
 
@@ -29,8 +32,12 @@ The tools (the repetitions are interleaved, tool after tool, so that background 
              (plain `ssh -p P host hostname`, which honours no PDSH_* variable) finds the key through an `ssh`
              wrapper put first on PATH, standing in for the user's ~/.ssh/config. --ds-no-ssh-check passes
              --no_ssh_check instead.
-  pdsh       pdsh -S -R ssh -w 127.0.0.[1-4] 'for l in 0 1 2 3; do RANK=$((%n*4+l)) ... PROBE ARGS & done; wait'
+  pdsh       pdsh -S -R ssh -w H1,H2,H3,H4 'for l in 0 1 2 3; do RANK=$((%n*4+l)) ... PROBE ARGS & done; wait'
              (same PDSH_SSH_ARGS_APPEND plus -p P): the raw fan-out floor, no launcher logic.
+  dsrun-pdsh, dsrun-openmpi, dsrun-mpich   dsrun with --launcher pdsh / openmpi / mpich
+  deepspeed-openmpi   deepspeed --launcher openmpi (its mpirun -n WORLD -hostfile HOSTFILE starts the probe once per
+             slot) with --launcher_args "--allow-run-as-root (as root) --mca plm_rsh_args '-p P -i KEY ...'"; the
+             ranks read OMPI_COMM_WORLD_RANK, as DeepSpeed's do.
 All of them run with HOME set to an empty temporary directory.
 
 Output: one table per metric, median (min-max) in ms and the ratio of medians dsrun/peer; --json writes every
@@ -57,16 +64,20 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
 from common import kill_group, kill_pids, log, proc_state  # noqa: E402  (bench/common.py)
 from throwaway_sshd import ThrowawaySshd  # noqa: E402
+from netns_hosts import NetnsHosts, cannot_make_namespaces  # noqa: E402
 
 PROBE = os.path.join(HERE, "probe.sh")
 HOSTS = 4
-SLOTS = 4
+SLOTS = 4  # --slots
 WORLD = HOSTS * SLOTS
 FAIL_RANK = 5
 POLL_S = 0.005
 TAG_VAR = b"DSRUN_BENCH_TAG="
-ALL_TOOLS = ("dsrun", "dsrun-pdsh", "deepspeed", "pdsh")
-TEARDOWN_TOOLS = ("dsrun", "dsrun-pdsh", "deepspeed")
+ALL_TOOLS = ("dsrun", "dsrun-pdsh", "dsrun-openmpi", "dsrun-mpich", "deepspeed", "deepspeed-openmpi", "pdsh")
+DEFAULT_TOOLS = ("dsrun", "dsrun-pdsh", "deepspeed", "pdsh")
+TEARDOWN_TOOLS = tuple(t for t in ALL_TOOLS if t != "pdsh")
+DSRUN_LAUNCHER = {"dsrun": [], "dsrun-pdsh": ["--launcher", "pdsh"], "dsrun-openmpi": ["--launcher", "openmpi"],
+                  "dsrun-mpich": ["--launcher", "mpich"]}
 
 
 def ms(ns):
@@ -128,7 +139,12 @@ class Bench:
         self.bindir = os.path.join(self.root, "bin")
         os.makedirs(self.home)
         os.makedirs(self.bindir)
-        self.sshd = ThrowawaySshd(HOSTS, os.path.join(self.root, "sshd")).start()
+        if a.netns:  # hosts with their own network stacks; the launchers run on host 1
+            self.sshd = NetnsHosts(HOSTS, os.path.join(self.root, "netns")).start()
+            self.prefix = self.sshd.exec_args(1)
+        else:
+            self.sshd = ThrowawaySshd(HOSTS, os.path.join(self.root, "sshd")).start()
+            self.prefix = []
         s = self.sshd
         self.hostfile = os.path.join(self.root, "hostfile")
         with open(self.hostfile, "w") as f:
@@ -143,31 +159,37 @@ class Bench:
         os.chmod(wrapper, 0o755)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PDSH_", "DS_", "DSRUN_"))}
         base["HOME"] = self.home
-        self.env = {
-            "dsrun": dict(base),
-            "dsrun-pdsh": dict(base),
-            "deepspeed": dict(base, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=" ".join(ssh_opts),
-                              PATH=self.bindir + ":" + base.get("PATH", "/usr/bin:/bin")),
-            "pdsh": dict(base, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=" ".join(ssh_opts + ["-p", str(s.port)])),
-        }
+        self.ssh_opts = ssh_opts
+        self.env = {tool: dict(base) for tool in DSRUN_LAUNCHER}
+        self.env["deepspeed"] = dict(base, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=" ".join(ssh_opts),
+                                     PATH=self.bindir + ":" + base.get("PATH", "/usr/bin:/bin"))
+        self.env["deepspeed-openmpi"] = dict(self.env["deepspeed"])
+        self.env["pdsh"] = dict(base, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=" ".join(ssh_opts + ["-p", str(s.port)]))
         if a.ds_no_ssh_check:
-            self.env["deepspeed"]["PATH"] = base.get("PATH", "/usr/bin:/bin")
+            for tool in ("deepspeed", "deepspeed-openmpi"):
+                self.env[tool]["PATH"] = base.get("PATH", "/usr/bin:/bin")
 
     def argv(self, tool, probe_args):
+        return self.prefix + self.launcher_argv(tool, probe_args)
+
+    def launcher_argv(self, tool, probe_args):
         s = self.sshd
-        if tool in ("dsrun", "dsrun-pdsh"):
-            via = ["--launcher", "pdsh"] if tool == "dsrun-pdsh" else []
-            return [self.args.dsrun, "-H", self.hostfile, *via, "--ssh_port", str(s.port), "--ssh_identity",
-                    s.identity, "--ssh_known_hosts", s.known_hosts, "-q", PROBE] + probe_args
-        if tool == "deepspeed":
+        if tool in DSRUN_LAUNCHER:
+            return [self.args.dsrun, "-H", self.hostfile, *DSRUN_LAUNCHER[tool], "--ssh_port", str(s.port),
+                    "--ssh_identity", s.identity, "--ssh_known_hosts", s.known_hosts, "-q", PROBE] + probe_args
+        if tool in ("deepspeed", "deepspeed-openmpi"):
             extra = ["--no_ssh_check"] if self.args.ds_no_ssh_check else []
+            if tool == "deepspeed-openmpi":
+                rsh = " ".join(self.ssh_opts + ["-p", str(s.port)])
+                root = "--allow-run-as-root " if os.geteuid() == 0 else ""
+                extra += ["--launcher", "openmpi", "--launcher_args", f"{root}--mca plm_rsh_args {shlex.quote(rsh)}"]
             return [self.deepspeed, "--hostfile", self.hostfile, "--no_python", "--no_local_rank",
-                    "--master_addr", "127.0.0.1", "--ssh_port", str(s.port)] + extra + [PROBE] + probe_args
+                    "--master_addr", s.hosts[0], "--ssh_port", str(s.port)] + extra + [PROBE] + probe_args
         if tool == "pdsh":
             rank_env = f"RANK=$((%n*{SLOTS}+l)) LOCAL_RANK=$l LOCAL_SIZE={SLOTS} WORLD_SIZE={WORLD}"
             cmd = (f"for l in {' '.join(str(i) for i in range(SLOTS))}; do {rank_env} "
                    f"{shlex.quote(PROBE)} {' '.join(shlex.quote(x) for x in probe_args)} & done; wait")
-            return ["pdsh", "-S", "-R", "ssh", "-w", f"127.0.0.[1-{HOSTS}]", cmd]
+            return ["pdsh", "-S", "-R", "ssh", "-w", ",".join(s.hosts), cmd]
         raise ValueError(tool)
 
     # ----- one launch
@@ -345,7 +367,7 @@ class Bench:
             return False
 
     def report_sample(self, s):
-        parts = [f"{s['tool']:9} {s['scenario']:8}{' (warm-up)' if s['warmup'] else ''}"]
+        parts = [f"{s['tool']:17} {s['scenario']:8}{' (warm-up)' if s['warmup'] else ''}"]
         for key, label in (("all_running_ms", "all running"), ("exit_ms", "exit"), ("teardown_ms", "teardown"),
                            ("launcher_exit_after_fail_ms", "launcher exit after failure")):
             if key in s:
@@ -394,21 +416,27 @@ def ratio(a, b):
 def table(title, samples, key, tools, note=None):
     lines = [title]
     meds = {}
-    lines.append(f"  {'tool':10} {'median':>10} {'min-max':>21} {'runs ok':>8}")
+    lines.append(f"  {'tool':17} {'median':>10} {'min-max':>21} {'runs ok':>8}")
     for tool in tools:
         mine = [s for s in samples if s["tool"] == tool]
         vals = [s[key] for s in mine if s["ok"] and key in s]
         if vals:
             st = stats(vals)
             meds[tool] = st["median"]
-            lines.append(f"  {tool:10} {st['median']:>8.0f} ms {st['min']:>8.0f} - {st['max']:>6.0f} ms "
+            lines.append(f"  {tool:17} {st['median']:>8.0f} ms {st['min']:>8.0f} - {st['max']:>6.0f} ms "
                          f"{len(vals):>4}/{len(mine)}")
         else:
-            lines.append(f"  {tool:10} {'-':>10} {'-':>21} {0:>4}/{len(mine)}")
+            lines.append(f"  {tool:17} {'-':>10} {'-':>21} {0:>4}/{len(mine)}")
     if "dsrun" in meds:
         ratios = [f"dsrun {ratio(meds['dsrun'], meds[t])} of {t}" for t in tools if t != "dsrun" and t in meds]
         if ratios:
             lines.append("  ratio (medians): " + ", ".join(ratios))
+    # The same tool under each launcher: dsrun's pdsh and OpenMPI transports against DeepSpeed's runners.
+    pairs = [f"{ours} {ratio(meds[ours], meds[peer])} of {peer}"
+             for ours, peer in (("dsrun-pdsh", "deepspeed"), ("dsrun-openmpi", "deepspeed-openmpi"))
+             if ours in meds and peer in meds]
+    if pairs:
+        lines.append("  same tool (medians): " + ", ".join(pairs))
     if note:
         lines.append("  " + note)
     return "\n".join(lines)
@@ -438,13 +466,13 @@ def summary(samples, tools):
             notstopped = [s.get("ranks_not_stopped", 0) for s in mine]
             left = sum(len(s.get("leftovers", [])) for s in mine)
             le_s = (f"median {statistics.median(le):.0f} ms ({min(le):.0f}-{max(le):.0f})" if le else "-")
-            lines.append(f"   {tool:10} launcher exit after the failure {le_s}; launcher exit code(s) "
+            lines.append(f"   {tool:17} launcher exit after the failure {le_s}; launcher exit code(s) "
                          f"{','.join(rcs)}; ranks never stopped (ran out their sleep) per run: "
                          f"{','.join(map(str, notstopped))}; leftover processes: {left}")
             if tool == "dsrun":
                 gone = [s["teardown_ms"] for s in mine if "teardown_ms" in s]
                 met = len(gone) == len(mine) and all(g <= 1000 for g in gone) and not left
-                lines.append(f"   {'':10} target (every process gone within 1 s, none left): "
+                lines.append(f"   {'':17} target (every process gone within 1 s, none left): "
                              f"{'met' if met else 'NOT met'}"
                              + (f", worst {max(gone):.0f} ms" if gone else ""))
         out.append("\n".join(lines))
@@ -492,7 +520,11 @@ def main():
     p.add_argument("--sleep", type=int, default=30,
                    help="teardown: seconds the surviving ranks sleep; bounds a run that never tears down (default 30)")
     p.add_argument("--timeout", type=int, default=120, help="time limit of one start-to-exit run, s (default 120)")
-    p.add_argument("--tools", default=",".join(ALL_TOOLS), help="comma-separated subset of dsrun,dsrun-pdsh (dsrun --launcher pdsh),deepspeed,pdsh")
+    p.add_argument("--tools", default=",".join(DEFAULT_TOOLS),
+                   help=f"comma-separated, from {','.join(ALL_TOOLS)} (default {','.join(DEFAULT_TOOLS)})")
+    p.add_argument("--slots", type=int, default=4, help="slots (ranks) per host; 4 hosts (default 4: 16 ranks)")
+    p.add_argument("--netns", action="store_true",
+                   help="hosts in network namespaces (10.99.0.1-4, root) instead of loopback addresses")
     p.add_argument("--scenarios", default="exit,teardown",
                    help="exit (metrics 1 and 2), teardown (metric 3), or both (default)")
     p.add_argument("--dsrun", default=os.path.join(REPO, "build", "cli", "dsrun"), help="dsrun binary")
@@ -502,6 +534,12 @@ def main():
     p.add_argument("--json", metavar="PATH", help="write every sample and the environment to PATH")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs) for inspection")
     args = p.parse_args()
+    global SLOTS, WORLD
+    SLOTS, WORLD = args.slots, HOSTS * args.slots
+    if args.slots < 2:
+        p.error("--slots must be >= 2 (rank 5 fails in the teardown scenario)")
+    if args.netns and cannot_make_namespaces():
+        p.error(f"--netns: {cannot_make_namespaces()}")
     args.tools = [t for t in args.tools.split(",") if t]
     bad = [t for t in args.tools if t not in ALL_TOOLS]
     if bad or not args.tools:
@@ -512,10 +550,11 @@ def main():
     if args.reps < 1 or args.sleep < 2:
         p.error("--reps must be >= 1 and --sleep >= 2")
     args.dsrun = os.path.abspath(args.dsrun)
+    args.venv = os.path.abspath(args.venv)
     if "dsrun" in args.tools and not os.access(args.dsrun, os.X_OK):
         p.error(f"{args.dsrun} is not an executable: build it first (scripts/build.sh)")
     deepspeed_py = None
-    if "deepspeed" in args.tools:
+    if {"deepspeed", "deepspeed-openmpi"} & set(args.tools):
         deepspeed_py = os.path.join(args.venv, "bin", "python")
         if not os.access(os.path.join(args.venv, "bin", "deepspeed"), os.X_OK):
             p.error(f"no DeepSpeed in {args.venv}: run bench/launch/setup.sh (or leave it out with --tools)")
@@ -541,7 +580,8 @@ def main():
             f"load {' '.join(info['loadavg_before'])}")
         log(f"  {info['openssh']}; {info['pdsh']}; {info['dsrun']} (repo at {info['commit']})"
             + (f"; deepspeed {info['deepspeed']} (torch {info['torch']})" if deepspeed_py else ""))
-        log(f"  sshd on 127.0.0.1-{HOSTS}:{bench.sshd.port}; {WORLD} ranks ({HOSTS} hosts x {SLOTS} slots); "
+        where = "network namespaces, launchers on host 1" if args.netns else "loopback"
+        log(f"  sshd on {','.join(bench.sshd.hosts)}:{bench.sshd.port} ({where}); {WORLD} ranks ({HOSTS} hosts x {SLOTS} slots); "
             f"probe: POSIX sh script bench/launch/probe.sh (/bin/sh = {info['sh']}), start time `date +%s%N`")
         bench.run()
         info["loadavg_after"] = open("/proc/loadavg").read().split()[:3]

@@ -5,7 +5,8 @@
 #   VENV=/some/dir bench/launch/setup.sh
 #
 # What it installs:
-#   - Debian: pdsh, openssh-server/-client (the loopback "hosts"), python3-venv, and python3-torch
+#   - Debian: pdsh, openssh-server/-client (the loopback "hosts"), openmpi-bin and mpich (the MPI launchers),
+#     iproute2 (--netns hosts), python3-venv, and python3-torch
 #     (Debian's CPU build of torch; PyPI's torch wheel is several GB of CUDA libraries, and DeepSpeed's
 #     launcher only needs `import torch` to work).
 #   - A venv made by Debian's /usr/bin/python3 with --system-site-packages (so it sees python3-torch),
@@ -21,7 +22,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 need_apt=()
-for pkg in pdsh openssh-server openssh-client python3-venv python3-torch; do
+for pkg in pdsh openssh-server openssh-client openmpi-bin mpich iproute2 python3-venv python3-torch; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ "${#need_apt[@]}" -gt 0 ]; then
