@@ -10,7 +10,9 @@
 // Bulk loops over 16-bit data are compiled twice, for x86-64-v3 (F16C converts fp16 in hardware,
 // AVX2) and for the baseline, and the loader picks one for the CPU it runs on (GCC's
 // target_clones); without F16C every fp16 conversion is a libgcc call, about 15x slower.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the clones' ifunc resolvers run while the loader relocates, before its
+// runtime is up, and crash there (SIGSEGV in the resolver of the first clone).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define DS_AMP_BULK __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define DS_AMP_BULK

@@ -1,0 +1,45 @@
+// The launchers of launch.h, compiled by nvcc (kernels/cuda/CMakeLists.txt: sm_80 and sm_90, every
+// warning and every register spill an error).
+#include "cuda/launch.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "cuda/layernorm.cuh"
+
+namespace ds::cuda {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorName(status) + ": " +
+                             cudaGetErrorString(status));
+}
+
+// Threads for a row of `dim` elements: whole warps, at most 1024, about one element each.
+unsigned row_threads(int64_t dim) {
+  const int64_t warps = (dim + 31) / 32;
+  return static_cast<unsigned>(32 * (warps < 1 ? 1 : warps > 32 ? 32 : warps));
+}
+
+}  // namespace
+
+bool built_with_cuda() { return true; }
+
+int device_count() {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  return count;
+}
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
+                       int64_t dim, float eps, void* stream) {
+  if (rows <= 0 || dim <= 0) return;
+  layernorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(dim), 0, static_cast<cudaStream_t>(stream)>>>(
+      x, gamma, beta, y, stats, dim, eps);
+  check(cudaGetLastError(), "layernorm_forward launch");
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,22 @@
+// Host-side launchers of kernels/cuda's kernels, on a CUDA stream given as void* (cudaStream_t;
+// nullptr = the default stream), so that callers need no CUDA header. Built by nvcc from launch.cu
+// when the toolkit is present; otherwise no_cuda.cpp stands in and every launcher throws
+// std::runtime_error("... built without CUDA"). Pointers are device memory. Errors are
+// std::runtime_error carrying the CUDA error's name and text.
+#pragma once
+#include <cstdint>
+
+namespace ds::cuda {
+
+// True when this build has the CUDA kernels (launch.cu), false with the stub.
+bool built_with_cuda();
+// The CUDA devices this process sees; throws naming CUDA's error when it cannot tell (no driver,
+// a driver too old for the toolkit) or when built without CUDA.
+int device_count();
+
+// LayerNorm forward (kernels/cpu/layernorm.h): y[rows, dim], stats[rows, 2] from x[rows, dim],
+// gamma[dim], beta[dim]; one block per row.
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
+                       int64_t dim, float eps, void* stream);
+
+}  // namespace ds::cuda

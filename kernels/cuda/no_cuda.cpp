@@ -1,0 +1,16 @@
+// The launchers of launch.h in a build without the CUDA toolkit: each says so.
+#include <stdexcept>
+
+#include "cuda/launch.h"
+
+namespace ds::cuda {
+
+bool built_with_cuda() { return false; }
+
+int device_count() { throw std::runtime_error("cuda: device_count: dsrun was built without CUDA"); }
+
+void layernorm_forward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, float, void*) {
+  throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,82 @@
+// kernels/cuda's kernels on the SIMT emulator against kernels/cpu's references, at odd shapes and
+// block sizes, in forward and reverse thread order (which must agree bit for bit: the reductions
+// have a fixed order). Tolerance atol + rtol·|ref| with fp32 accumulation; the worst error is printed.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/layernorm.h"
+#include "cuda/launch.h"
+#include "cuda/layernorm.cuh"
+
+using ds::simt::LaunchOptions;
+using ds::simt::Order;
+
+TEST_CASE("cuda layernorm forward on the emulator matches the CPU reference") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  double worst = 0;
+  for (int64_t rows : {1, 3}) {
+    for (int64_t dim : {1, 31, 33, 100, 769}) {
+      for (unsigned threads : {32u, 64u, 256u}) {
+        CAPTURE(rows);
+        CAPTURE(dim);
+        CAPTURE(threads);
+        std::vector<float> x(rows * dim), gamma(dim), beta(dim);
+        for (auto& v : x) v = 3.0f + 2.0f * normal(rng);  // a common offset: the two-pass variance matters
+        for (auto& v : gamma) v = 1.0f + 0.1f * normal(rng);
+        for (auto& v : beta) v = 0.1f * normal(rng);
+        std::vector<float> ref(x.size()), ref_stats(2 * rows);
+        ds::cpu::layernorm_forward_reference(x.data(), gamma.data(), beta.data(), ref.data(), ref_stats.data(), rows,
+                                             dim, 1e-5f);
+        std::vector<float> y[2], stats[2];
+        for (Order order : {Order::forward, Order::reverse}) {
+          auto& out = y[order == Order::reverse];
+          auto& st = stats[order == Order::reverse];
+          out.assign(x.size(), NAN);
+          st.assign(2 * rows, NAN);
+          LaunchOptions o;
+          o.order = order;
+          ds::simt::launch(static_cast<unsigned>(rows), threads, o, [&] {
+            ds::cuda::layernorm_forward_kernel(x.data(), gamma.data(), beta.data(), out.data(), st.data(), dim, 1e-5f);
+          });
+        }
+        CHECK(y[0] == y[1]);
+        CHECK(stats[0] == stats[1]);
+        for (size_t i = 0; i < x.size(); ++i) {
+          const double err = std::fabs(static_cast<double>(y[0][i]) - ref[i]);
+          worst = std::max(worst, err);
+          REQUIRE(err <= 2e-5 + 2e-5 * std::fabs(ref[i]));
+        }
+        for (size_t i = 0; i < stats[0].size(); ++i) REQUIRE(std::fabs(stats[0][i] - ref_stats[i]) <= 1e-5 + 1e-5 * std::fabs(ref_stats[i]));
+      }
+    }
+  }
+  std::printf("cuda layernorm forward (emulated) vs reference: worst |error| %.3g\n", worst);
+}
+
+TEST_CASE("cuda launchers: without a GPU a launch is an error naming CUDA's error") {
+  std::vector<float> x(4, 1.0f), gamma(4, 1.0f), beta(4, 0.0f), y(4), stats(2);
+  auto launch = [&] { ds::cuda::layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), stats.data(), 1, 4, 1e-5f, nullptr); };
+  if (!ds::cuda::built_with_cuda()) {
+    CHECK_THROWS_WITH_AS(launch(), "cuda: layernorm_forward: dsrun was built without CUDA", std::runtime_error);
+    return;
+  }
+  int gpus = 0;
+  try {
+    gpus = ds::cuda::device_count();
+  } catch (const std::runtime_error& e) {
+    MESSAGE("no usable GPU: " << std::string(e.what()));
+    CHECK(std::string(e.what()).rfind("cuda: cudaGetDeviceCount: cudaError", 0) == 0);
+  }
+  if (gpus > 0) {
+    MESSAGE("a GPU is visible: this case is for machines without one (the host buffers are not device memory)");
+    return;
+  }
+  CHECK_THROWS_WITH_AS(launch(), doctest::Contains("cuda: layernorm_forward launch: cudaError"), std::runtime_error);
+}
