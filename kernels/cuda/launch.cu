@@ -4,9 +4,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "cuda/adam.cuh"
 #include "cuda/layernorm.cuh"
 
 namespace ds::cuda {
@@ -40,6 +42,16 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
   layernorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(dim), 0, static_cast<cudaStream_t>(stream)>>>(
       x, gamma, beta, y, stats, dim, eps);
   check(cudaGetLastError(), "layernorm_forward launch");
+}
+
+void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
+               void* stream) {
+  if (n <= 0) return;
+  const unsigned threads = 256, blocks = static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 65536));
+  auto s = static_cast<cudaStream_t>(stream);
+  if (decoupled) adam_kernel<true><<<blocks, threads, 0, s>>>(p, g, m, v, n, args);
+  else adam_kernel<false><<<blocks, threads, 0, s>>>(p, g, m, v, n, args);
+  check(cudaGetLastError(), "adam_step launch");
 }
 
 }  // namespace ds::cuda

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "optim/adam_element.h"
+
 namespace ds::cuda {
 
 // True when this build has the CUDA kernels (launch.cu), false with the stub.
@@ -18,5 +20,9 @@ int device_count();
 // gamma[dim], beta[dim]; one block per row.
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void* stream);
+
+// One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
+void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
+               void* stream);
 
 }  // namespace ds::cuda

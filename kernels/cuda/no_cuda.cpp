@@ -13,4 +13,8 @@ void layernorm_forward(const float*, const float*, const float*, float*, float*,
   throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");
 }
 
+void adam_step(float*, const float*, float*, float*, int64_t, const optim::AdamArgs&, bool, void*) {
+  throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
+}
+
 }  // namespace ds::cuda

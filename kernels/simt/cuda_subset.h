@@ -7,9 +7,10 @@
 // DS_HD marks the element and row bodies shared with CPU loops; DS_KERNEL a kernel's entry.
 #pragma once
 
+#include "simt/hd.h"
+
 #if defined(__CUDACC__)
 
-#define DS_HD __host__ __device__
 #define DS_DEVICE __device__
 #define DS_KERNEL __global__
 #define DS_SHARED(type, name, count) __shared__ type name[count]
@@ -23,7 +24,6 @@
 
 #include "simt/simt.h"
 
-#define DS_HD
 #define DS_DEVICE
 // Internal linkage: ds_kernels_cuda holds a host-side launch stub under the same (mangled) name.
 #define DS_KERNEL static inline

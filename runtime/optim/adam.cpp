@@ -13,36 +13,24 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optim/adam_element.h"
 #include "optim/elements.h"
 #include "optim/optimizers.h"
 
 namespace ds::optim {
 namespace {
 
-struct AdamArgs {
-  float beta1, beta2, eps, wd;
-  float step_size;   // −lr / bc1
-  float bc2_rsqrt;   // 1 / sqrt(bc2)
-  float decay;       // AdamW: −lr·wd
-};
-
 constexpr size_t kChunk = 65536;  // elements per parallel task
 
 template <bool kDecoupled, class P, class G, class S>
 DS_OPTIM_BULK void adam_loop(P* __restrict p, const G* __restrict g, S* __restrict m, S* __restrict v, size_t n,
                              AdamArgs a) {
-  const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
   for (size_t i = 0; i < n; ++i) {
-    float param = load(p[i]);
-    float grad = load(g[i]);
-    if constexpr (!kDecoupled) grad += a.wd * param;
-    const float mi = a.beta1 * load(m[i]) + one_minus_beta1 * grad;
-    const float vi = a.beta2 * load(v[i]) + one_minus_beta2 * grad * grad;
+    float param = load(p[i]), mi = load(m[i]), vi = load(v[i]);
+    adam_element<kDecoupled>(param, load(g[i]), mi, vi, a);
     store(m[i], mi);
     store(v[i], vi);
-    const float denom = std::sqrt(vi) * a.bc2_rsqrt + a.eps;
-    if constexpr (kDecoupled) param += a.decay * param;
-    store(p[i], param + a.step_size * (mi / denom));
+    store(p[i], param);
   }
 }
 

@@ -14,8 +14,8 @@
 #include "optim/optimizer.h"
 
 // Element loops are compiled for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and the baseline, and the loader
-// picks one for the CPU it runs on (GCC's target_clones). Without -ffp-contract (ISO C++ mode) no clone
-// fuses a multiply-add, so all give the same bits.
+// picks one for the CPU it runs on (GCC's target_clones). ds_optim is built with -ffp-contract=off, so no
+// clone fuses a multiply-add and all give the same bits.
 // Not under ThreadSanitizer: the clones' ifunc resolvers run while the loader relocates, before its
 // runtime is up, and crash there (SIGSEGV in the resolver of the first clone).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)

@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cpu/layernorm.h"
+#include "cuda/adam.cuh"
 #include "cuda/launch.h"
 #include "cuda/layernorm.cuh"
+#include "optim/optimizers.h"
 
 using ds::simt::LaunchOptions;
 using ds::simt::Order;
@@ -79,4 +82,42 @@ TEST_CASE("cuda launchers: without a GPU a launch is an error naming CUDA's erro
     return;
   }
   CHECK_THROWS_WITH_AS(launch(), doctest::Contains("cuda: layernorm_forward launch: cudaError"), std::runtime_error);
+}
+
+TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
+  for (bool decoupled : {true, false}) {
+    CAPTURE(decoupled);
+    const size_t n = 1000 + 37;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> p(n), g(n);
+    for (auto& v : p) v = normal(rng);
+    std::vector<float> cpu_p = p, gpu_p = p, gpu_m(n, 0.0f), gpu_v(n, 0.0f);
+    ds::AdamParams params;
+    params.weight_decay = 0.01;
+    params.adam_w_mode = decoupled;
+    auto adam = ds::optim::make_adam(params, n, ds::amp::Storage::F32);
+    for (int64_t step = 1; step <= 3; ++step) {
+      for (auto& v : g) v = normal(rng);
+      const double lr = 1e-3;
+      ds::Segment segment{cpu_p.data(), g.data(), n};
+      adam->step(std::span<const ds::Segment>(&segment, 1), {}, lr, step);
+      const float beta1 = 0.9f, beta2 = 0.999f, lr_f = static_cast<float>(lr), wd = 0.01f;
+      const float bc1 = ds::optim::bias_correction(beta1, step), bc2 = ds::optim::bias_correction(beta2, step);
+      const ds::optim::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
+      ds::simt::launch(3, 128, {}, [&] {  // a grid-stride loop: fewer threads than elements
+        if (decoupled) ds::cuda::adam_kernel<true>(gpu_p.data(), g.data(), gpu_m.data(), gpu_v.data(), n, args);
+        else ds::cuda::adam_kernel<false>(gpu_p.data(), g.data(), gpu_m.data(), gpu_v.data(), n, args);
+      });
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (gpu_p[i] != cpu_p[i]) {
+        MESSAGE("first difference at " << i << ": " << gpu_p[i] << " vs " << cpu_p[i]);
+        break;
+      }
+    CHECK(gpu_p == cpu_p);
+    const auto state = adam->state();
+    CHECK(std::equal(gpu_m.begin(), gpu_m.end(), static_cast<const float*>(state[0].data)));
+    CHECK(std::equal(gpu_v.begin(), gpu_v.end(), static_cast<const float*>(state[1].data)));
+  }
 }
