@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/adam.cuh"
+#include "cuda/gelu.cuh"
 #include "cuda/layernorm.cuh"
 
 namespace ds::cuda {
@@ -44,13 +45,27 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
   check(cudaGetLastError(), "layernorm_forward launch");
 }
 
+// Blocks of 256 threads for n elements, at most 65536 blocks (then the kernels' grid-stride loops).
+unsigned element_blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536)); }
+
+void gelu_forward(const float* x, float* y, int64_t n, void* stream) {
+  if (n <= 0) return;
+  gelu_forward_kernel<<<element_blocks(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n);
+  check(cudaGetLastError(), "gelu_forward launch");
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream) {
+  if (n <= 0) return;
+  gelu_backward_kernel<<<element_blocks(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(x, dy, dx, n);
+  check(cudaGetLastError(), "gelu_backward launch");
+}
+
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
                void* stream) {
   if (n <= 0) return;
-  const unsigned threads = 256, blocks = static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, 65536));
   auto s = static_cast<cudaStream_t>(stream);
-  if (decoupled) adam_kernel<true><<<blocks, threads, 0, s>>>(p, g, m, v, n, args);
-  else adam_kernel<false><<<blocks, threads, 0, s>>>(p, g, m, v, n, args);
+  if (decoupled) adam_kernel<true><<<element_blocks(n), 256, 0, s>>>(p, g, m, v, n, args);
+  else adam_kernel<false><<<element_blocks(n), 256, 0, s>>>(p, g, m, v, n, args);
   check(cudaGetLastError(), "adam_step launch");
 }
 

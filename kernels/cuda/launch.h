@@ -21,6 +21,10 @@ int device_count();
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void* stream);
 
+// GELU (kernels/cpu/gelu.h): y[n] from x[n], and dx[n] from x[n] and dy[n]; in place allowed.
+void gelu_forward(const float* x, float* y, int64_t n, void* stream);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
+
 // One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
                void* stream);

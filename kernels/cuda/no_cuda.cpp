@@ -13,6 +13,14 @@ void layernorm_forward(const float*, const float*, const float*, float*, float*,
   throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");
 }
 
+void gelu_forward(const float*, float*, int64_t, void*) {
+  throw std::runtime_error("cuda: gelu_forward: dsrun was built without CUDA");
+}
+
+void gelu_backward(const float*, const float*, float*, int64_t, void*) {
+  throw std::runtime_error("cuda: gelu_backward: dsrun was built without CUDA");
+}
+
 void adam_step(float*, const float*, float*, float*, int64_t, const optim::AdamArgs&, bool, void*) {
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }

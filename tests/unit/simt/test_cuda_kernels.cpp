@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cuda/adam.cuh"
+#include "cuda/gelu.cuh"
 #include "cuda/launch.h"
 #include "cuda/layernorm.cuh"
 #include "optim/optimizers.h"
@@ -120,4 +122,27 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
     CHECK(std::equal(gpu_m.begin(), gpu_m.end(), static_cast<const float*>(state[0].data)));
     CHECK(std::equal(gpu_v.begin(), gpu_v.end(), static_cast<const float*>(state[1].data)));
   }
+}
+
+TEST_CASE("cuda gelu on the emulator matches the CPU reference") {
+  // x over [-12, 12) and the limits: where σ(2u) is tiny the relative error is a few roundings (rtol
+  // 1e-5, as for the CPU fast path); atol covers values near 0.
+  std::vector<float> x;
+  for (int i = -1200; i < 1200; ++i) x.push_back(0.01f * static_cast<float>(i) + 0.003f);
+  for (float v : {0.0f, -0.0f, 1e-30f, -50.0f, 50.0f, 1e20f, -1e20f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy(x.size()), y(x.size()), dx(x.size()), yr(x.size()), dxr(x.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0f - 0.0007f * static_cast<float>(i % 2000);
+  ds::simt::launch(5, 96, {}, [&] { ds::cuda::gelu_forward_kernel(x.data(), y.data(), n); });
+  ds::simt::launch(5, 96, {}, [&] { ds::cuda::gelu_backward_kernel(x.data(), dy.data(), dx.data(), n); });
+  ds::cpu::gelu_forward_reference(x.data(), yr.data(), n);
+  ds::cpu::gelu_backward_reference(x.data(), dy.data(), dxr.data(), n);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    CAPTURE(x[i]);
+    REQUIRE(std::fabs(y[i] - yr[i]) <= 1e-7 + 1e-5 * std::fabs(yr[i]));
+    REQUIRE(std::fabs(dx[i] - dxr[i]) <= 1e-7 + 1e-5 * std::fabs(dxr[i]));
+    worst = std::max<double>({worst, std::fabs(y[i] - yr[i]), std::fabs(dx[i] - dxr[i])});
+  }
+  std::printf("cuda gelu (emulated) vs reference: worst |error| %.3g\n", worst);
 }
