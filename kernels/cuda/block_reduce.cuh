@@ -2,6 +2,8 @@
 // a butterfly of warp shuffles, one partial per warp through shared memory, and the butterfly again,
 // so every thread gets the total and the order of additions is fixed (deterministic results).
 #pragma once
+#include <math.h>
+
 #include "simt/cuda_subset.h"
 
 namespace ds::cuda {
@@ -19,6 +21,19 @@ DS_DEVICE inline float block_sum(float value, float* scratch) {
   value = lane < warps ? scratch[lane] : 0.0f;
   for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullWarp, value, offset);
   __syncthreads();  // every warp has read scratch before anyone writes it again
+  return value;
+}
+
+// The maximum of `value` over the block's threads, in every thread (NaN is ignored, as by fmaxf;
+// callers that must propagate it see it in their sums). Same conditions as block_sum.
+DS_DEVICE inline float block_max(float value, float* scratch) {
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(kFullWarp, value, offset));
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  value = lane < warps ? scratch[lane] : -INFINITY;
+  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(kFullWarp, value, offset));
+  __syncthreads();
   return value;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/adam.cuh"
+#include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/layernorm.cuh"
 
@@ -43,6 +44,23 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
   layernorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(dim), 0, static_cast<cudaStream_t>(stream)>>>(
       x, gamma, beta, y, stats, dim, eps);
   check(cudaGetLastError(), "layernorm_forward launch");
+}
+
+void cross_entropy_forward(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, float* stats,
+                           float* row_loss, void* stream) {
+  if (rows <= 0 || classes <= 0) return;
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(rows), row_threads(classes), 0,
+                                 static_cast<cudaStream_t>(stream)>>>(logits, labels, classes, stats, row_loss);
+  check(cudaGetLastError(), "cross_entropy_forward launch");
+}
+
+void cross_entropy_backward(const float* logits, const int32_t* labels, const float* stats, float g, int64_t rows,
+                            int64_t classes, float* dlogits, void* stream) {
+  if (rows <= 0 || classes <= 0) return;
+  cross_entropy_backward_kernel<<<static_cast<unsigned>(rows), row_threads(classes), 0,
+                                  static_cast<cudaStream_t>(stream)>>>(logits, labels, stats,
+                                                                        g / static_cast<float>(rows), classes, dlogits);
+  check(cudaGetLastError(), "cross_entropy_backward launch");
 }
 
 // Blocks of 256 threads for n elements, at most 65536 blocks (then the kernels' grid-stride loops).

@@ -21,6 +21,14 @@ int device_count();
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void* stream);
 
+// Softmax cross-entropy (kernels/cpu/cross_entropy.h): stats[rows, 2] and each row's loss
+// row_loss[rows] (NaN for a label outside [0, classes); the mean is the caller's), then
+// dlogits[rows, classes] from the stats and g (scaled by g / rows).
+void cross_entropy_forward(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, float* stats,
+                           float* row_loss, void* stream);
+void cross_entropy_backward(const float* logits, const int32_t* labels, const float* stats, float g, int64_t rows,
+                            int64_t classes, float* dlogits, void* stream);
+
 // GELU (kernels/cpu/gelu.h): y[n] from x[n], and dx[n] from x[n] and dy[n]; in place allowed.
 void gelu_forward(const float* x, float* y, int64_t n, void* stream);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream);

@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cuda/adam.cuh"
+#include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch.h"
 #include "cuda/layernorm.cuh"
@@ -145,4 +147,48 @@ TEST_CASE("cuda gelu on the emulator matches the CPU reference") {
     worst = std::max<double>({worst, std::fabs(y[i] - yr[i]), std::fabs(dx[i] - dxr[i])});
   }
   std::printf("cuda gelu (emulated) vs reference: worst |error| %.3g\n", worst);
+}
+
+TEST_CASE("cuda cross-entropy on the emulator matches the CPU reference") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int64_t classes : {1, 10, 33, 1000}) {
+    for (unsigned threads : {32u, 128u}) {
+      CAPTURE(classes);
+      CAPTURE(threads);
+      const int64_t rows = 4;
+      std::vector<float> logits(rows * classes);
+      for (auto& v : logits) v = normal(rng);
+      logits[0] += 1000.0f;  // a large logit: the max is kept apart from the sum
+      std::vector<int32_t> labels(rows);
+      for (int64_t r = 0; r < rows; ++r) labels[r] = static_cast<int32_t>((r * 7) % classes);
+      std::vector<float> stats(2 * rows), row_loss(rows), ref_stats(2 * rows);
+      ds::simt::launch(static_cast<unsigned>(rows), threads, {}, [&] {
+        ds::cuda::cross_entropy_forward_kernel(logits.data(), labels.data(), classes, stats.data(), row_loss.data());
+      });
+      const float ref = ds::cpu::cross_entropy_forward_reference(logits.data(), labels.data(), rows, classes,
+                                                                 ref_stats.data());
+      double mean = 0;
+      for (float l : row_loss) mean += l;
+      mean /= static_cast<double>(rows);
+      CHECK(std::fabs(mean - ref) <= 1e-5 + 1e-5 * std::fabs(ref));
+      for (size_t i = 0; i < stats.size(); ++i) CHECK(std::fabs(stats[i] - ref_stats[i]) <= 1e-5 + 1e-6 * std::fabs(ref_stats[i]));
+      std::vector<float> dlogits(logits.size()), ref_d(logits.size());
+      ds::simt::launch(static_cast<unsigned>(rows), threads, {}, [&] {
+        ds::cuda::cross_entropy_backward_kernel(logits.data(), labels.data(), stats.data(), 2.0f / rows, classes,
+                                                dlogits.data());
+      });
+      ds::cpu::cross_entropy_backward_reference(logits.data(), labels.data(), ref_stats.data(), 2.0f, rows, classes,
+                                                ref_d.data());
+      for (size_t i = 0; i < ref_d.size(); ++i) REQUIRE(std::fabs(dlogits[i] - ref_d[i]) <= 1e-6 + 1e-5 * std::fabs(ref_d[i]));
+    }
+  }
+  // A label outside the classes: NaN for that row (the device cannot throw).
+  std::vector<float> logits(8, 0.5f), stats(4), row_loss(2);
+  std::vector<int32_t> labels = {1, 4};
+  ds::simt::launch(2, 32, {}, [&] {
+    ds::cuda::cross_entropy_forward_kernel(logits.data(), labels.data(), 4, stats.data(), row_loss.data());
+  });
+  CHECK(std::fabs(row_loss[0] - std::log(4.0f)) < 1e-6);
+  CHECK(std::isnan(row_loss[1]));
 }
