@@ -46,6 +46,17 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
   check(cudaGetLastError(), "layernorm_forward launch");
 }
 
+void layernorm_backward(const float* x, const float* gamma, const float* stats, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, int64_t rows, int64_t dim, void* stream) {
+  if (rows <= 0 || dim <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  layernorm_backward_dx_kernel<<<static_cast<unsigned>(rows), row_threads(dim), 0, s>>>(x, gamma, stats, dy, dx, dim);
+  check(cudaGetLastError(), "layernorm_backward (dx) launch");
+  layernorm_backward_params_kernel<<<static_cast<unsigned>((dim + 255) / 256), 256, 0, s>>>(x, stats, dy, dgamma,
+                                                                                            dbeta, rows, dim);
+  check(cudaGetLastError(), "layernorm_backward (dgamma, dbeta) launch");
+}
+
 void cross_entropy_forward(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, float* stats,
                            float* row_loss, void* stream) {
   if (rows <= 0 || classes <= 0) return;

@@ -21,6 +21,11 @@ int device_count();
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void* stream);
 
+// LayerNorm backward: dx[rows, dim] (overwritten), dgamma[dim] and dbeta[dim] (accumulated) from x,
+// gamma, the forward's stats and dy.
+void layernorm_backward(const float* x, const float* gamma, const float* stats, const float* dy, float* dx,
+                        float* dgamma, float* dbeta, int64_t rows, int64_t dim, void* stream);
+
 // Softmax cross-entropy (kernels/cpu/cross_entropy.h): stats[rows, 2] and each row's loss
 // row_loss[rows] (NaN for a label outside [0, classes); the mean is the caller's), then
 // dlogits[rows, classes] from the stats and g (scaled by g / rows).

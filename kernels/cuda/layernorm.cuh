@@ -1,6 +1,7 @@
-// LayerNorm forward on the GPU (the formulas and the fp32/double reference: kernels/cpu/layernorm.h),
-// one block per row: the mean, then the variance about it (two passes, as the CPU kernel), each a
-// block_sum in fp32 with a fixed order; y = (x − μ)·ρ·gamma + beta, stats[row] = {μ, ρ}.
+// LayerNorm on the GPU (the formulas and the fp32/double reference: kernels/cpu/layernorm.h).
+// Forward, one block per row: the mean, then the variance about it (two passes, as the CPU kernel),
+// each a block_sum in fp32 with a fixed order; y = (x − μ)·ρ·gamma + beta, stats[row] = {μ, ρ}.
+// Backward: dx one block per row; dgamma and dbeta one thread per column over the rows.
 // Written in the CUDA subset: nvcc compiles it, and the SIMT emulator runs it in the unit tests.
 #pragma once
 #include <cstdint>
@@ -31,6 +32,46 @@ DS_KERNEL void layernorm_forward_kernel(const float* x, const float* gamma, cons
     stats[2 * row] = mean;
     stats[2 * row + 1] = rstd;
   }
+}
+
+// dx for one row per block (overwritten): with g = dy·gamma and x̂ = (x − μ)·ρ from the forward's
+// stats, dx = ρ·(g − mean(g) − x̂·mean(g·x̂)), the two means block sums. grid.x = rows, block.x a
+// multiple of 32.
+DS_KERNEL void layernorm_backward_dx_kernel(const float* x, const float* gamma, const float* stats, const float* dy,
+                                            float* dx, int64_t dim) {
+  DS_SHARED(float, scratch, 32);
+  const int64_t row = blockIdx.x;
+  const float *xr = x + row * dim, *dyr = dy + row * dim;
+  const float mean = stats[2 * row], rstd = stats[2 * row + 1];
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    const float g = dyr[c] * gamma[c];
+    sum_g += g;
+    sum_gx += g * ((xr[c] - mean) * rstd);
+  }
+  const float mean_g = block_sum(sum_g, scratch) / static_cast<float>(dim);
+  const float mean_gx = block_sum(sum_gx, scratch) / static_cast<float>(dim);
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    const float xhat = (xr[c] - mean) * rstd;
+    dx[row * dim + c] = rstd * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+  }
+}
+
+// dgamma[c] += Σ_r dy[r,c]·x̂[r,c] and dbeta[c] += Σ_r dy[r,c] (accumulated, the plugin ABI's rule):
+// one thread per column, summing the rows in order (deterministic; consecutive threads read
+// consecutive columns). Any grid and block covering dim columns.
+DS_KERNEL void layernorm_backward_params_kernel(const float* x, const float* stats, const float* dy, float* dgamma,
+                                                float* dbeta, int64_t rows, int64_t dim) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
+  float sum_gamma = 0.0f, sum_beta = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float d = dy[r * dim + c];
+    sum_gamma += d * ((x[r * dim + c] - stats[2 * r]) * stats[2 * r + 1]);
+    sum_beta += d;
+  }
+  dgamma[c] += sum_gamma;
+  dbeta[c] += sum_beta;
 }
 
 }  // namespace ds::cuda

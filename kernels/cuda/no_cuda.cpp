@@ -13,6 +13,11 @@ void layernorm_forward(const float*, const float*, const float*, float*, float*,
   throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");
 }
 
+void layernorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t,
+                        int64_t, void*) {
+  throw std::runtime_error("cuda: layernorm_backward: dsrun was built without CUDA");
+}
+
 void cross_entropy_forward(const float*, const int32_t*, int64_t, int64_t, float*, float*, void*) {
   throw std::runtime_error("cuda: cross_entropy_forward: dsrun was built without CUDA");
 }

@@ -192,3 +192,36 @@ TEST_CASE("cuda cross-entropy on the emulator matches the CPU reference") {
   CHECK(std::fabs(row_loss[0] - std::log(4.0f)) < 1e-6);
   CHECK(std::isnan(row_loss[1]));
 }
+
+TEST_CASE("cuda layernorm backward on the emulator matches the CPU reference") {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t rows : {1, 5}) {
+    for (int64_t dim : {1, 33, 300}) {
+      CAPTURE(rows);
+      CAPTURE(dim);
+      std::vector<float> x(rows * dim), gamma(dim), dy(rows * dim), stats(2 * rows), y(rows * dim);
+      for (auto& v : x) v = 2.0f + normal(rng);
+      for (auto& v : gamma) v = 1.0f + 0.2f * normal(rng);
+      for (auto& v : dy) v = normal(rng);
+      const std::vector<float> beta(dim, 0.0f);
+      ds::cpu::layernorm_forward_reference(x.data(), gamma.data(), beta.data(), y.data(), stats.data(), rows, dim, 1e-5f);
+      std::vector<float> dx(x.size()), dgamma(dim, 0.5f), dbeta(dim, -0.5f);  // accumulated onto
+      std::vector<float> ref_dx(x.size()), ref_dgamma(dgamma), ref_dbeta(dbeta);
+      ds::simt::launch(static_cast<unsigned>(rows), 64, {}, [&] {
+        ds::cuda::layernorm_backward_dx_kernel(x.data(), gamma.data(), stats.data(), dy.data(), dx.data(), dim);
+      });
+      ds::simt::launch(static_cast<unsigned>((dim + 127) / 128), 128, {}, [&] {
+        ds::cuda::layernorm_backward_params_kernel(x.data(), stats.data(), dy.data(), dgamma.data(), dbeta.data(), rows,
+                                                   dim);
+      });
+      ds::cpu::layernorm_backward_reference(x.data(), gamma.data(), stats.data(), dy.data(), ref_dx.data(),
+                                            ref_dgamma.data(), ref_dbeta.data(), rows, dim);
+      for (size_t i = 0; i < dx.size(); ++i) REQUIRE(std::fabs(dx[i] - ref_dx[i]) <= 1e-5 + 1e-4 * std::fabs(ref_dx[i]));
+      for (int64_t c = 0; c < dim; ++c) {
+        REQUIRE(std::fabs(dgamma[c] - ref_dgamma[c]) <= 1e-5 + 1e-5 * std::fabs(ref_dgamma[c]));
+        REQUIRE(std::fabs(dbeta[c] - ref_dbeta[c]) <= 1e-5 + 1e-5 * std::fabs(ref_dbeta[c]));
+      }
+    }
+  }
+}
