@@ -75,12 +75,13 @@ nlohmann::json* child(nlohmann::json& parent, const char* key) {
   return it == parent.end() || !it->is_object() ? nullptr : &*it;
 }
 
-// A literal positive integer at `key`, if the config writes one.
+// A literal positive integer at `key`, if the config writes one (within int64: a larger one is left
+// to the key's own check, which reports it; converting it was undefined behaviour, found by fuzzing).
 std::optional<int64_t> literal(const nlohmann::json& parent, const char* key) {
   auto it = parent.find(key);
   if (it == parent.end() || !it->is_number()) return std::nullopt;
   double v = it->get<double>();
-  if (!(v >= 1) || v != std::floor(v)) return std::nullopt;
+  if (!(v >= 1) || v != std::floor(v) || v >= 0x1p63) return std::nullopt;
   return static_cast<int64_t>(v);
 }
 

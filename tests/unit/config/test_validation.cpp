@@ -233,3 +233,10 @@ TEST_CASE("scheduler: OneCycle momentum needs betas") {
   CHECK(p.cycle_momentum);
   CHECK(p.cycle_second_step_size == 2000);  // null: = cycle_first_step_size
 }
+
+TEST_CASE("batch sizes beyond int64 are errors naming the key, not undefined behaviour (found by fuzzing)") {
+  CHECK(error_of(R"({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4444444444444444444444444444442})") ==
+        "ds_config.json: gradient_accumulation_steps: 4.444444444444444e+30 is not an integer");
+  CHECK(error_of(R"({"train_batch_size": 1e19, "train_micro_batch_size_per_gpu": 8})") ==
+        "ds_config.json: train_batch_size: 1e+19 is not an integer");
+}
