@@ -55,12 +55,17 @@ void expand_one(std::string_view expr, std::string_view origin, std::vector<std:
         throw InputError(fmt::format("{}: '{}': '{}' is not a number or an ascending range", origin, expr, range));
       if (static_cast<size_t>(b - a) + names.size() * items.size() > kMaxHosts)
         throw InputError(fmt::format("{}: '{}' names more than {} hosts", origin, expr, kMaxHosts));
-      for (long v = a; v <= b; ++v) items.push_back(fmt::format("{:0{}}", v, first.size()));
+      for (long v = a; v <= b; ++v) {
+        std::string digits = std::to_string(v);
+        if (digits.size() < first.size()) digits.insert(0, first.size() - digits.size(), '0');  // node[01-04]
+        items.push_back(std::move(digits));
+      }
       start = comma + 1;
     }
     if (names.size() * items.size() > kMaxHosts)
       throw InputError(fmt::format("{}: '{}' names more than {} hosts", origin, expr, kMaxHosts));
     std::vector<std::string> product;
+    product.reserve(names.size() * items.size());
     for (const auto& name : names)
       for (const auto& item : items) product.push_back(name + item);
     names = std::move(product);
