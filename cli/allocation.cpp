@@ -53,7 +53,7 @@ void expand_one(std::string_view expr, std::string_view origin, std::vector<std:
       const long a = number(first), b = number(last);
       if (a < 0 || b < 0 || b < a)
         throw InputError(fmt::format("{}: '{}': '{}' is not a number or an ascending range", origin, expr, range));
-      if (static_cast<size_t>(b - a) + names.size() * items.size() > kMaxHosts)
+      if (items.size() + static_cast<size_t>(b - a) + 1 > kMaxHosts)
         throw InputError(fmt::format("{}: '{}' names more than {} hosts", origin, expr, kMaxHosts));
       for (long v = a; v <= b; ++v) {
         std::string digits = std::to_string(v);

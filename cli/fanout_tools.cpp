@@ -221,8 +221,7 @@ void check_fanout_input(const std::string& launcher, const std::vector<std::stri
 
 FanoutCommand fanout_command(const std::string& launcher, const std::vector<std::string>& hosts,
                              const LaunchOptions& options) {
-  check_fanout_tool(launcher);
-  check_fanout_input(launcher, hosts, options);
+  check_fanout_tool(launcher);  // the input was checked before the plan ran (main.cpp)
   if (launcher == "pdsh") return pdsh_command(hosts, options);
   if (launcher == "openmpi") return openmpi_command(hosts, options);
   if (launcher == "mpich") return mpich_command(hosts, options);

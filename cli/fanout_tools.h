@@ -24,7 +24,7 @@ struct FanoutCommand {
 };
 
 // The command that starts `remote_dsrun agent --listen` once on each of `hosts`, in that order (node
-// i on hosts[i]). Throws InputError for a host the tool cannot take, LaunchError when it is missing.
+// i on hosts[i]); check_fanout_input first. Throws LaunchError when the tool is missing.
 FanoutCommand fanout_command(const std::string& launcher, const std::vector<std::string>& hosts,
                              const LaunchOptions& options);
 

@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throwaway_sshd import SSHD, ThrowawaySshd  # noqa: E402
+from throwaway_sshd import SSHD, ThrowawaySshd, serve_until_signalled  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
@@ -230,12 +230,9 @@ def main():
     parser.add_argument("--hosts", type=int, default=4, help="number of hosts (namespaces)")
     parser.add_argument("--dir", default=None, help="working directory for keys and configs")
     args = parser.parse_args()
-    stop = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-    with NetnsHosts(args.hosts, args.dir) as net:
-        print(f"hosts={','.join(net.hosts)} run-on-host-1='{' '.join(net.exec_args(1))}' "
-              f"ssh-args='{' '.join(net.ssh_args())}'", flush=True)
-        signal.sigwait(stop)
+    serve_until_signalled(NetnsHosts(args.hosts, args.dir), lambda net: (
+        f"hosts={','.join(net.hosts)} run-on-host-1='{' '.join(net.exec_args(1))}' "
+        f"ssh-args='{' '.join(net.ssh_args())}'"))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from throwaway_sshd import free_port  # noqa: E402
+from throwaway_sshd import free_port, serve_until_signalled  # noqa: E402
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "sinfo")
 
@@ -140,11 +140,8 @@ def main():
     parser.add_argument("--nodes", type=int, default=2, help="number of nodes (127.0.0.1..N)")
     parser.add_argument("--dir", default=None, help="working directory for the configuration, state and logs")
     args = parser.parse_args()
-    stop = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-    with ThrowawaySlurm(args.nodes, args.dir) as slurm:
-        print(f"SLURM_CONF={slurm.conf} nodes={','.join(slurm.nodes)}", flush=True)
-        signal.sigwait(stop)
+    serve_until_signalled(ThrowawaySlurm(args.nodes, args.dir),
+                          lambda slurm: f"SLURM_CONF={slurm.conf} nodes={','.join(slurm.nodes)}")
 
 
 if __name__ == "__main__":

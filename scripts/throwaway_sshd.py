@@ -121,17 +121,22 @@ class ThrowawaySshd:
         self.stop()
 
 
+def serve_until_signalled(fixture, describe):
+    """Starts `fixture` (a context manager), prints describe(it), and keeps it up until SIGINT or SIGTERM."""
+    stop = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # so that sigwait, not the default action, takes them
+    with fixture as started:
+        print(describe(started), flush=True)
+        signal.sigwait(stop)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=2, help="number of loopback addresses (127.0.0.1..N)")
     parser.add_argument("--dir", default=None, help="working directory for keys and config")
     args = parser.parse_args()
-    stop = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # so that sigwait, not the default action, takes them
-    with ThrowawaySshd(args.hosts, args.dir) as sshd:
-        print(f"port={sshd.port} identity={sshd.identity} known_hosts={sshd.known_hosts} hosts={','.join(sshd.hosts)}",
-              flush=True)
-        signal.sigwait(stop)
+    serve_until_signalled(ThrowawaySshd(args.hosts, args.dir), lambda sshd: (
+        f"port={sshd.port} identity={sshd.identity} known_hosts={sshd.known_hosts} hosts={','.join(sshd.hosts)}"))
 
 
 if __name__ == "__main__":
