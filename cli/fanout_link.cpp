@@ -84,6 +84,9 @@ class Fanout {
     if (auto it = endpoints_.find(node); it != endpoints_.end()) return it->second;
     const std::string& host = hosts_[static_cast<size_t>(node)];
     if (interrupted_) throw LaunchError(fmt::format("{} to {}: cancelled", launcher_, host));
+    if (ended_ && endpoints_.empty())  // the tool itself failed (an unknown node, no allocation...)
+      throw LaunchError(fmt::format("{} ended ({}) before starting any agent; its own messages are above", launcher_,
+                                    describe_exit(code_, signal_)));
     if (ended_)
       throw LaunchError(fmt::format("{} to {}: {} ended ({}) before the agent there started (is dsrun installed "
                                     "at that path there? see --remote_dsrun)", launcher_, host, launcher_,
