@@ -21,10 +21,13 @@ void check_sizes(int64_t M, int64_t N, int64_t K) {
                                   ") is outside [0, 2^31)");
 }
 
-// Products of at least this many multiply-adds are split over the threads by matmul itself; the
-// pieces stay far above OpenBLAS's small-matrix path, so every element is summed as in one sgemm.
+// Products of at least this many multiply-adds are cut by matmul itself into blocks of C's longer
+// side, one single-threaded sgemm each, spread over the threads. The blocks depend on the shape
+// only, never on the thread count, so any number of threads gives the bits of one: OpenBLAS's
+// kernels may sum a block's elements differently from the whole product's (they do on AMD Zen).
 constexpr double kSplitMNK = 1 << 24;
-constexpr int64_t kSplitAlign = 64;  // rows or columns per block (a multiple of the kernels' unrolls)
+constexpr int64_t kSplitAlign = 64;  // block sizes are multiples of this (of the kernels' unrolls)
+constexpr int64_t kSplitBlocks = 16;  // at most this many blocks: the shared operand is packed per block
 
 }  // namespace
 
@@ -52,21 +55,25 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
                 static_cast<int>(M), static_cast<int>(c1 - c0), static_cast<int>(K), 1.0f, A, lda,
                 trans_b ? B + c0 * K : B + c0, ldb, beta, C + c0, static_cast<int>(N));
   };
-  if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < kSplitMNK || threads() == 1) {
-    rows(0, M);  // OpenBLAS's own threading (small products: one thread)
+  if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < kSplitMNK) {
+    rows(0, M);  // OpenBLAS on one thread (small products)
     return;
   }
-  // Large products: split C's longer side in blocks of kSplitAlign over the threads, one
-  // independent sgemm each. OpenBLAS's threaded sgemm synchronises its threads with sched_yield
-  // loops, which on a small machine costs more than packing the shared operand twice.
+  // Large products: independent sgemms rather than OpenBLAS's threaded one, which synchronises its
+  // threads with sched_yield loops that on a small machine cost more than packing the shared
+  // operand once per block.
   const int64_t side = M >= N ? M : N;
-  const int64_t blocks = (side + kSplitAlign - 1) / kSplitAlign;
+  const int64_t per_block = (side + kSplitBlocks - 1) / kSplitBlocks;
+  const int64_t block = (per_block + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  const int64_t blocks = (side + block - 1) / block;
   parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-    const int64_t lo = b0 * kSplitAlign, hi = std::min(side, b1 * kSplitAlign);
-    if (M >= N)
-      rows(lo, hi);
-    else
-      columns(lo, hi);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t lo = b * block, hi = std::min(side, lo + block);
+      if (M >= N)
+        rows(lo, hi);
+      else
+        columns(lo, hi);
+    }
   });
 }
 

@@ -108,8 +108,8 @@ TEST_CASE("the kernels and OpenBLAS share one OpenMP thread pool") {
   ds::cpu::set_threads(saved);
 }
 
-TEST_CASE("large products split over the threads give the bits of one sgemm") {
-  // Past ~16.7 M multiply-adds matmul cuts C's longer side into blocks, one sgemm per thread: rows
+TEST_CASE("large products split over the threads give the same bits at any thread count") {
+  // Past ~16.7 M multiply-adds matmul cuts C's longer side into blocks, one sgemm each: rows
   // (M >= N) or columns (N > M), in every transpose combination, accumulating or not, with sizes
   // that leave a ragged last block. 2 threads must reproduce 1 thread exactly.
   const int saved = ds::cpu::threads();
