@@ -1,10 +1,10 @@
 // Formatting of dsworker's output (see report.h).
 #include "report.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -54,9 +54,12 @@ std::string comms_line(const CommsLogger& comms, const std::map<std::string, uin
 }
 
 size_t peak_rss() {
-  struct rusage usage {};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return static_cast<size_t>(usage.ru_maxrss) * 1024;
+  // VmHWM, not getrusage's ru_maxrss: the kernel carries ru_maxrss over an execve, so a dsworker
+  // started by a large parent (a Python test runner of 259 MiB) reported the parent's peak.
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
+  return 0;
 }
 
 std::string progress_line(const Progress& p, const std::string& fields) {
