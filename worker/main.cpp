@@ -308,6 +308,7 @@ int train(const WorkerOptions& o) {
       std::fprintf(stderr, "dsworker: data: %s; %lld tokens per step\n", data.description.c_str(),
                    static_cast<long long>(tokens_per_step));
     std::fprintf(stderr, "dsworker: memory per rank at start: %s\n", memory_line(m).c_str());
+    if (env.world_size > 1) std::fprintf(stderr, "dsworker: collectives over %s\n", group->transport());
     if (m.nvme > 0 && engine.layout().partition_size() <= static_cast<size_t>(config.zero_optimization.sub_group_size))
       std::fprintf(stderr, "dsworker: warning: zero_optimization.sub_group_size: %lld elements hold the whole partition "
                            "(%zu): the swap buffers hold as much as the swap file; a smaller sub-group saves the memory\n",

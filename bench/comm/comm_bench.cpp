@@ -4,8 +4,9 @@
 //              [--factor 4] [--budget-bytes 536870912]
 // For each op and size (bytes of the whole buffer, as nccl-tests: allreduce/broadcast the buffer,
 // reduce_scatter its input, allgather its output; fp32, sum), rank 0 prints one JSON line:
-// {"side": "ours", "op": O, "ranks": N, "bytes": B, "iters": I, "time_us": T}, T being the slowest rank's
-// mean time per call over I calls after 2 untimed ones (I = budget / B, clamped to 3..100).
+// {"side": "ours", "op": O, "ranks": N, "bytes": B, "iters": I, "time_us": T, "transport": X}, T being the
+// slowest rank's mean time per call over I calls after 2 untimed ones (I = budget / B, clamped to 3..100),
+// X the group's transport ("shared memory" among ranks of one host unless DS_COMM_SHM=0, else "TCP").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -113,7 +114,8 @@ int main(int argc, char** argv) {
         group->allreduce(&seconds, 1, ds::DataType::F64, ds::ReduceOp::Max);
         if (env.rank == 0)
           std::printf("{\"side\": \"ours\", \"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"iters\": %d, "
-                      "\"time_us\": %.3f}\n", op.c_str(), env.world_size, bytes, iters, seconds / iters * 1e6);
+                      "\"time_us\": %.3f, \"transport\": \"%s\"}\n", op.c_str(), env.world_size, bytes, iters,
+                      seconds / iters * 1e6, group->transport());
         std::fflush(stdout);
       }
     group->barrier();

@@ -6,7 +6,10 @@ bandwidth over a range of sizes at 2 and 4 ranks on this machine (loopback TCP),
 Setup once: bench/zero/setup.sh (PyPI's current torch in <repo>/.venv-bench-torch); or --python /usr/bin/python3
 for Debian's torch 1.13, whose gloo has no reduce_scatter (all_reduce stands in, labelled).
 Run (build/bench/comm_bench must be built: scripts/build.sh, or cmake --build build --target comm_bench):
-    bench/comm/run.py [--ranks 2,4] [--min-bytes 1K] [--max-bytes 256M] [--factor 4] [--reps 3]
+    bench/comm/run.py [--ranks 2,4] [--min-bytes 1K] [--max-bytes 256M] [--factor 4] [--reps 3] [--tcp]
+
+Ours moves the data of ranks on one host through shared memory; --tcp keeps it on loopback TCP
+(DS_COMM_SHM=0), as torch's gloo does.
 
 Each side is N fresh processes (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT, OMP_NUM_THREADS=1),
 sides interleaved over --reps repetitions. Per op and size, 2 untimed calls, then I = clamp(budget / size, 3, 100)
@@ -53,7 +56,8 @@ def run_side(a, side, ranks):
         for rank in range(ranks):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "DS_", "GLOO_"))}
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), OMP_NUM_THREADS="1", DS_COMM_TIMEOUT="600")
+                       MASTER_PORT=str(port), OMP_NUM_THREADS="1", DS_COMM_TIMEOUT="600",
+                       DS_COMM_SHM="0" if a.tcp else "1")
             procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outs = [p.communicate(timeout=3600) for p in procs]
     finally:
@@ -75,6 +79,7 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--ours", default=os.path.join(REPO, "build", "bench", "comm_bench"))
     p.add_argument("--python", default=os.path.join(REPO, ".venv-bench-torch", "bin", "python"))
+    p.add_argument("--tcp", action="store_true", help="ours over loopback TCP instead of shared memory")
     p.add_argument("--json", metavar="PATH")
     a = p.parse_args()
     a.ops = a.ops.split(",")
@@ -87,8 +92,9 @@ def main():
                 log(f"rep {rep + 1}/{a.reps}: {side} at {ranks} ranks")
                 records += run_side(a, side, ranks)
     torch_info = next((r for r in records if r["side"] == "torch"), {})
-    print(f"bus bandwidth, GB/s (10^9 B/s), median of {a.reps} runs; ours: runtime/comm's Gloo group; "
-          f"torch {torch_info.get('torch', '?')} over gloo; loopback TCP, one machine")
+    transport = next((r["transport"] for r in records if r["side"] == "ours"), "?")
+    print(f"bus bandwidth, GB/s (10^9 B/s), median of {a.reps} runs; ours: runtime/comm's Gloo group over "
+          f"{transport}; torch {torch_info.get('torch', '?')} over gloo (loopback TCP); one machine")
     for ranks in rank_counts:
         for op in a.ops:
             impl = next((r.get("impl") for r in records if r["side"] == "torch" and r["op"] == op), "?")

@@ -1,6 +1,8 @@
 // The Gloo process group: Gloo's TCP transport and full-mesh rendezvous (through our Store), our
 // ring/tree algorithms (ring.h), Gloo's all-to-all and barrier, all run on one worker thread per group in issue
-// order. A size-1 group needs no transport: its collectives are local copies.
+// order. When every rank is on this host, all-reduce, reduce-scatter, all-gather and broadcast go
+// through shared memory instead (shm_collectives.h), with the same results. A size-1 group needs no
+// transport: its collectives are local copies.
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -21,6 +23,7 @@
 #include "amp/half.h"
 #include "comm/rendezvous.h"
 #include "comm/ring.h"
+#include "comm/shm_collectives.h"
 #include "core/errors.h"
 
 namespace ds {
@@ -188,6 +191,7 @@ class GlooGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const CommsLogger& comms() const override { return logger_; }
+  const char* transport() const override { return size_ == 1 ? "none" : shm_ ? "shared memory" : "TCP"; }
 
   std::unique_ptr<Work> allreduce_async(void* data, size_t count, DataType type, ReduceOp op) override {
     refuse_bytes("allreduce", type);
@@ -195,6 +199,11 @@ class GlooGroup final : public ProcessGroup {
     return submit(describe("allreduce", count, type), "allreduce", count * elem, [=, this]() -> uint64_t {
       if (size_ == 1) return 0;
       const ring::Layout chunks = ring::split(count, size_);
+      if (shm_) {
+        shm::Collectives::FinishFn finish;
+        if (op == ReduceOp::Avg) finish = [type, this](void* part, size_t n) { divide(type, part, n, size_); };
+        return shm_->allreduce(data, chunks, elem, reduce_fn(type, op), finish, timeout_);
+      }
       char* d = static_cast<char*>(data);
       char* mine = d + chunks.offset[rank_] * elem;
       uint64_t sent = ring::reduce_scatter(*ctx_, d, mine, chunks, elem, reduce_fn(type, op), timeout_);
@@ -213,8 +222,10 @@ class GlooGroup final : public ProcessGroup {
                       if (count) std::memmove(output, input, count * elem);
                       return 0;
                     }
-                    const uint64_t sent = ring::reduce_scatter(*ctx_, input, output, ring::equal_chunks(count, size_),
-                                                               elem, reduce_fn(type, op), timeout_);
+                    const ring::Layout chunks = ring::equal_chunks(count, size_);
+                    const uint64_t sent =
+                        shm_ ? shm_->reduce_scatter(input, output, chunks, elem, reduce_fn(type, op), timeout_)
+                             : ring::reduce_scatter(*ctx_, input, output, chunks, elem, reduce_fn(type, op), timeout_);
                     if (op == ReduceOp::Avg) divide(type, output, count, size_);
                     return sent;
                   });
@@ -225,7 +236,8 @@ class GlooGroup final : public ProcessGroup {
     return submit(describe("allgather", count, type), "allgather", size_ * count * elem, [=, this]() -> uint64_t {
       if (count) std::memmove(static_cast<char*>(output) + rank_ * count * elem, input, count * elem);
       if (size_ == 1) return 0;
-      return ring::allgather(*ctx_, output, ring::equal_chunks(count, size_), elem, timeout_);
+      const ring::Layout chunks = ring::equal_chunks(count, size_);
+      return shm_ ? shm_->allgather(output, chunks, elem, timeout_) : ring::allgather(*ctx_, output, chunks, elem, timeout_);
     });
   }
 
@@ -251,7 +263,9 @@ class GlooGroup final : public ProcessGroup {
       throw CommError(fmt::format("broadcast: root {} is not a rank of this group (0..{})", root, size_ - 1));
     const size_t elem = element_bytes(type);
     return submit(describe("broadcast", count, type), "broadcast", count * elem, [=, this]() -> uint64_t {
-      return size_ == 1 ? 0 : ring::broadcast(*ctx_, data, count * elem, root, timeout_);
+      if (size_ == 1) return 0;
+      return shm_ ? shm_->broadcast(data, count * elem, root, timeout_)
+                  : ring::broadcast(*ctx_, data, count * elem, root, timeout_);
     });
   }
 
@@ -304,6 +318,7 @@ class GlooGroup final : public ProcessGroup {
                                   prefix, rank_, address, ring::clean_error(e.what())));
     }
     ctx_ = std::move(ctx);
+    shm_ = shm::Collectives::connect(view, rank_, size_, timeout_);
   }
 
   // Queues `body` (which returns the bytes this rank sent) on the worker thread.
@@ -349,6 +364,7 @@ class GlooGroup final : public ProcessGroup {
   const int rank_, size_;
   const Millis timeout_;
   std::shared_ptr<gloo::Context> ctx_;  // null when size is 1
+  std::unique_ptr<shm::Collectives> shm_;  // set when every rank is on this host
   CommsLogger logger_;
   std::string failure_;  // the first failed collective; only the worker touches it
   std::mutex mutex_;

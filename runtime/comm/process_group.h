@@ -65,6 +65,9 @@ class ProcessGroup {
 
   // Per-collective counts, bytes and time on this rank (DeepSpeed's comms_logger).
   virtual const CommsLogger& comms() const = 0;
+  // How all-reduce, reduce-scatter, all-gather and broadcast travel: "shared memory" (every rank
+  // on this host), "TCP" or "none" (a group of one).
+  virtual const char* transport() const = 0;
 };
 
 // A Gloo group of `size` ranks meeting through `store` (keys under `prefix/`, unique per group),
@@ -73,6 +76,8 @@ class ProcessGroup {
 // is named ("process group 'dp': ranks 3, 5 did not join within 60 s"); a failed collective names
 // itself ("allreduce of 1048576 F32 failed: Timed out waiting 60000ms for recv operation ...") and
 // leaves the group unusable (later collectives fail at once). Buffers must stay valid until wait().
+// When every rank is on this host (and DS_COMM_SHM is not 0), the reductions, gathers and
+// broadcasts go through a shared-memory segment instead of TCP, with bit-identical results.
 std::unique_ptr<ProcessGroup> make_gloo_group(std::shared_ptr<Store> store, int rank, int size,
                                               const std::string& prefix, std::chrono::milliseconds timeout);
 std::unique_ptr<ProcessGroup> make_gloo_group(std::shared_ptr<Store> store, int rank, int size,

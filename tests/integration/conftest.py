@@ -82,6 +82,24 @@ def wait_all_gone(pids, within):
         time.sleep(0.02)
 
 
+def rank_pids(marker, dsworker):
+    """{RANK: pid} of the `dsworker` processes whose command line contains `marker`."""
+    found = {}
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    for pid in out:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read().startswith(dsworker.encode()):
+                    continue
+        except OSError:
+            continue
+        if b"RANK" in env:
+            found[int(env[b"RANK"])] = int(pid)
+    return found
+
+
 def wait_for_files(outdir, prefix, count, within=20):
     deadline = time.monotonic() + within
     while sum(n.startswith(prefix) for n in os.listdir(outdir)) < count:

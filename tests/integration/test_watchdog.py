@@ -5,29 +5,11 @@ waiting in, and nothing is left running; a killed rank still reports as before; 
 import os, shutil, signal, subprocess, time
 import pytest
 
-from conftest import ROOT, run, wait_all_gone
+from conftest import ROOT, rank_pids, run, wait_all_gone
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
 CONFIG = os.path.join(ROOT, "configs", "mlp.json")
 TIMEOUT, GRACE = 5, 2
-
-
-def rank_pids(marker):
-    """{RANK: pid} of the dsworker processes whose command line contains `marker`."""
-    found = {}
-    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
-    for pid in out:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if not f.read().startswith(DSWORKER.encode()):
-                    continue
-        except OSError:
-            continue
-        if b"RANK" in env:
-            found[int(env[b"RANK"])] = int(pid)
-    return found
 
 
 def agent_pid(marker_pid):
@@ -41,7 +23,7 @@ def start_job(args, env, marker, world=2):
     proc = subprocess.Popen([*args, DSWORKER, "--model", "mlp", "--config", CONFIG, "--epochs", "1000",
                              "--metrics", marker], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while len(pids := rank_pids(marker)) < world:
+    while len(pids := rank_pids(marker, DSWORKER)) < world:
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.1)
     while not os.path.exists(marker) or os.path.getsize(marker) == 0:  # training, not starting up

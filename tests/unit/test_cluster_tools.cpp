@@ -20,6 +20,7 @@
 #include "allocation.h"
 #include "errors.h"
 #include "fanout_tools.h"
+#include "scoped_env.h"
 
 using namespace dsrun;
 
@@ -30,25 +31,6 @@ std::string hosts(std::string_view list) { return fmt::format("{}", fmt::join(ex
 std::string counts(std::string_view text, size_t nodes) {
   return fmt::format("{}", fmt::join(expand_slurm_counts(text, nodes, "C"), " "));
 }
-
-// Sets environment variables for one test and restores them after.
-class ScopedEnv {
- public:
-  void set(const char* name, const char* value) {
-    const char* old = ::getenv(name);
-    saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it)
-      if (it->second) ::setenv(it->first.c_str(), it->second->c_str(), 1);
-      else ::unsetenv(it->first.c_str());
-  }
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
 
 // A PATH holding an executable file for each of `programs` (never run: fanout_command only
 // checks that the tool exists and builds its command line).

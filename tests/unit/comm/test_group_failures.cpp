@@ -4,11 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "../scoped_env.h"
 #include "comm/process_group.h"
 #include "comm/thread_ranks.h"
 #include "core/errors.h"
@@ -35,6 +35,7 @@ TEST_CASE("gloo group: a rank that never joins is named") {
 }
 
 TEST_CASE("gloo group: a timed-out collective names itself and breaks the group") {
+  ScopedEnv tcp("DS_COMM_SHM", "0");  // Gloo's own wording (shared memory's: test_shm_collectives.cpp)
   std::vector<std::string> errors(2), later(2);
   run_ranks(
       2,
@@ -97,17 +98,14 @@ TEST_CASE("gloo group: a group of one needs no peers") {
 }
 
 TEST_CASE("gloo group: listening address") {
-  const char* saved = std::getenv("DS_GLOO_IFACE_ADDR");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("DS_GLOO_IFACE_ADDR", "10.1.2.3", 1);
-  CHECK(gloo_listen_address() == "10.1.2.3");
-  ::unsetenv("DS_GLOO_IFACE_ADDR");
-  const char* master = std::getenv("MASTER_ADDR");
-  const std::string master_value = master ? master : "";
-  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  CHECK(gloo_listen_address() == "127.0.0.1");  // the route to a local master is loopback
-  if (master) ::setenv("MASTER_ADDR", master_value.c_str(), 1);
-  else ::unsetenv("MASTER_ADDR");
-  if (saved) ::setenv("DS_GLOO_IFACE_ADDR", saved_value.c_str(), 1);
+  {
+    ScopedEnv env("DS_GLOO_IFACE_ADDR", "10.1.2.3");
+    CHECK(gloo_listen_address() == "10.1.2.3");
+  }
+  ScopedEnv env("DS_GLOO_IFACE_ADDR", nullptr);
+  {
+    ScopedEnv master("MASTER_ADDR", "127.0.0.1");
+    CHECK(gloo_listen_address() == "127.0.0.1");  // the route to a local master is loopback
+  }
   CHECK_FALSE(gloo_listen_address().empty());
 }
