@@ -87,7 +87,7 @@ void Engine::restore(const TrainingState& state) {
     };
     take_chunk(full, master_p);
     for (size_t k = 0; k < optimizer_state.size(); ++k) take_chunk(state.tensors[k + 1].second, state_p[k]);
-    if (config_.zero_stage < 3) {  // the whole unit, from the full state: no gather needed
+    if (!policy_.parameters) {  // the whole unit, from the full state: no gather needed
       rounded.assign(u.padded(), 0.0f);
       std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(global), u.size, rounded.begin());
       amp::from_float(config_.precision, rounded.data(), params_.data() + u.begin * elem_, u.padded());

@@ -99,13 +99,14 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                   config_.grad_accum));
   if (config_.zero_stage < 0 || config_.zero_stage > 3)
     throw ConfigError(fmt::format("zero_optimization.stage: {} is not one of 0, 1, 2, 3", config_.zero_stage));
+  policy_ = zero::Policy::for_stage(config_.zero_stage);
   if (config_.low_precision_master &&
-      (config_.precision != amp::Storage::BF16 || config_.zero_stage == 0 || config_.grad_storage == amp::Storage::F16))
+      (config_.precision != amp::Storage::BF16 || !policy_.optimizer_state || config_.grad_storage == amp::Storage::F16))
     throw ConfigError(fmt::format("bf16 master weights and gradients need bf16 precision, ZeRO stage 1-3 and fp32 or "
                                   "bf16 gradients, not {} at stage {} with {} gradients",
                                   storage_name(config_.precision), config_.zero_stage,
                                   storage_name(config_.grad_storage)));
-  if (config_.nvme_offload && config_.zero_stage == 0)
+  if (config_.nvme_offload && !policy_.optimizer_state)
     throw ConfigError("NVMe offload of the optimizer state needs ZeRO stage 1-3");
   elem_ = amp::storage_bytes(config_.precision);
   master_on_nvme_ = config_.nvme_offload && config_.precision != amp::Storage::F32 && !config_.low_precision_master;
@@ -113,14 +114,14 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   build_layers();
   build_partition();
   NormReducer reducer;
-  if (config_.zero_stage >= 1 && group_.size() > 1)
+  if (policy_.optimizer_state && group_.size() > 1)
     reducer = [this](std::vector<double>& sums) { group_.allreduce(sums.data(), sums.size(), DataType::F64, ReduceOp::Sum); };
   if (config_.nvme_offload)
     open_swap([&](size_t n) { return make_optimizer(n, reducer); });
   else
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
   init_parameters();
-  if (config_.zero_stage == 3)
+  if (policy_.parameters)
     fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), config_.precision, config_.stage3,
                                                     config_.grad_accum);
 }
@@ -176,13 +177,13 @@ void Engine::build_layers() {
 // segments, and every tensor clipped to them (empty when outside; every rank lists every tensor in
 // order, so Lamb's per-tensor norms can be summed across ranks).
 void Engine::build_partition() {
-  const int stage = config_.zero_stage;
   std::vector<size_t> layer_sizes;
   for (const Layer& layer : layers_) layer_sizes.push_back(layer.size);
   const auto unit_elems = static_cast<size_t>(
-      stage == 0 ? config_.reduce_bucket_elems : std::min(config_.reduce_bucket_elems, config_.allgather_bucket_elems));
-  const bool partitioned = stage > 0;
-  layout_ = std::make_unique<zero::PartitionLayout>(layer_sizes, std::max<size_t>(unit_elems, 1), stage == 3,
+      policy_.optimizer_state ? std::min(config_.reduce_bucket_elems, config_.allgather_bucket_elems)
+                              : config_.reduce_bucket_elems);
+  const bool partitioned = policy_.optimizer_state;
+  layout_ = std::make_unique<zero::PartitionLayout>(layer_sizes, std::max<size_t>(unit_elems, 1), policy_.parameters,
                                                     partitioned ? group_.size() : 1, partitioned ? group_.rank() : 0);
   for (size_t i = 0; i < layers_.size(); ++i) {
     size_t offset = layout_->layer_begin(i);
@@ -196,8 +197,8 @@ void Engine::build_partition() {
   for (ParamSlot& slot : slots_)
     if (slot.owner >= 0) slot.offset = slots_[static_cast<size_t>(slot.owner)].offset;
   const size_t partition = layout_->partition_size();
-  params_.assign((stage == 3 ? partition : layout_->full_size()) * elem_, std::byte{0});
-  grads_ = std::make_unique<zero::GradientReducer>(*layout_, group_, stage,
+  params_.assign((policy_.parameters ? partition : layout_->full_size()) * elem_, std::byte{0});
+  grads_ = std::make_unique<zero::GradientReducer>(*layout_, group_, policy_,
                                                    zero::Averaging{config_.prescale_gradients, config_.predivide_factor},
                                                    config_.overlap_comm, config_.grad_storage);
   const size_t max_layer = *std::max_element(layer_sizes.begin(), layer_sizes.end());
@@ -225,11 +226,14 @@ void Engine::build_partition() {
       segments_.push_back(Segment{p, g, u.chunk, master_storage(), optimizer_grad_storage()});
   }
   for (const ParamSlot& slot : slots_)
-    if (slot.owner < 0) tensor_ranges_.push_back(layout_->owned_part(slot.offset, slot.size));
+    if (slot.owner < 0) {
+      const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
+      tensor_ranges_.push_back(TensorRange{mine.offset, mine.size});
+    }
 }
 
 std::byte* Engine::owned_params(const zero::Unit& unit) {
-  return params_.data() + (config_.zero_stage == 3 ? unit.part_offset : layout_->owned_begin(unit)) * elem_;
+  return params_.data() + (policy_.parameters ? unit.part_offset : layout_->owned_begin(unit)) * elem_;
 }
 
 amp::Storage Engine::master_storage() const {
@@ -279,20 +283,20 @@ void Engine::init_parameters() {
                                                  slot.name, static_cast<int>(p.init)));
         }
       }
-      if (config_.zero_stage < 3) {
+      if (!policy_.parameters) {
         std::copy(values.begin(), values.end(), initial + slot.offset);
         continue;
       }
-      const TensorRange mine = layout_->owned_part(slot.offset, slot.size);
+      const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
       const zero::Unit& u = layout_->unit_of_layer(static_cast<size_t>(i));
       const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
       if (mine.size > 0) std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, initial + mine.offset);
     }
   }
   // Every replica starts identical even if ranks' maths libraries differ (stage 3 keeps one copy).
-  if (config_.zero_stage < 3) group_.broadcast(initial, n, DataType::F32, 0);
+  if (!policy_.parameters) group_.broadcast(initial, n, DataType::F32, 0);
   if (!fp32) amp::from_float(config_.precision, initial, params_.data(), n);
-  auto initial_chunk = [&](const zero::Unit& u) { return initial + (config_.zero_stage == 3 ? u.part_offset : layout_->owned_begin(u)); };
+  auto initial_chunk = [&](const zero::Unit& u) { return initial + (policy_.parameters ? u.part_offset : layout_->owned_begin(u)); };
   if (swapper_) {  // the initial master copy and zero moments, sub-group by sub-group
     swapper_->pass(false, true, [&](size_t begin, size_t count, std::span<std::byte* const> streams) {
       for (size_t s = master_on_nvme_ ? 1 : 0; s < streams.size(); ++s)
@@ -522,7 +526,7 @@ StepStats Engine::step() {
   const double scale = loss_scale();
   const uint64_t sent_before = group_.comms().sent_bytes();
   const bool averaged = optimizer_->wants_averaged_gradients(updates_ + 1);
-  if (!averaged && config_.zero_stage != 0)
+  if (!averaged && policy_.optimizer_state)
     throw std::logic_error("engine: an optimizer that averages its own gradients needs ZeRO stage 0");
   grads_->begin_step(averaged);
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
@@ -583,7 +587,7 @@ StepStats Engine::step() {
 // Unaveraged gradients: √(Σ_ranks ‖gᵣ‖² / W), one 8-byte all-reduce, for the same reason.
 double Engine::gradient_norm(bool averaged) {
   double sum_sq = grads_->owned_sum_of_squares();
-  if ((config_.zero_stage >= 1 || !averaged) && group_.size() > 1)
+  if ((policy_.optimizer_state || !averaged) && group_.size() > 1)
     group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
   if (!averaged) sum_sq /= group_.size();
   return std::sqrt(sum_sq);
@@ -612,11 +616,11 @@ void Engine::update(double norm, double scale, double lr) {
   if (!master_.empty())
     for (const zero::Unit& u : layout_->units())
       amp::from_float(config_.precision, master_.data() + u.part_offset, owned_params(u), u.chunk);
-  if (config_.zero_stage == 3) {
+  if (policy_.parameters) {
     fetcher_->end_step();
     return;
   }
-  if (config_.zero_stage == 0 || group_.size() == 1) return;
+  if (!policy_.optimizer_state || group_.size() == 1) return;
   std::vector<std::unique_ptr<Work>> gathers;  // stages 1-2: every unit rebuilt from its chunks, in place
   for (const zero::Unit& u : layout_->units())
     if (u.chunk > 0)

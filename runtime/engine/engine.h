@@ -50,6 +50,7 @@
 #include "zero/gradient_reducer.h"
 #include "zero/layout.h"
 #include "zero/param_fetcher.h"
+#include "zero/policy.h"
 
 namespace ds {
 
@@ -286,6 +287,7 @@ class Engine {
   std::optional<amp::LossScaler> scaler_;
   std::unique_ptr<zero::GradientReducer> grads_;
   std::unique_ptr<zero::ParamFetcher> fetcher_;    // stage 3
+  zero::Policy policy_;                            // what the stage shards
   std::vector<Segment> segments_;                  // what the optimizer updates (P elements)
   std::vector<TensorRange> tensor_ranges_;         // the tensors inside those P elements
   std::vector<float> grad_a_, grad_b_;             // activation gradients, ping-pong, [max activation]

@@ -8,11 +8,11 @@
 
 namespace ds::zero {
 
-GradientReducer::GradientReducer(const PartitionLayout& layout, ProcessGroup& group, int stage, Averaging averaging,
+GradientReducer::GradientReducer(const PartitionLayout& layout, ProcessGroup& group, Policy policy, Averaging averaging,
                                  bool overlap, amp::Storage storage)
     : layout_(layout),
       group_(group),
-      stage_(stage),
+      policy_(policy),
       storage_(storage),
       type_(collective_type(storage)),
       elem_(amp::storage_bytes(storage)),
@@ -22,7 +22,7 @@ GradientReducer::GradientReducer(const PartitionLayout& layout, ProcessGroup& gr
     pre_ = averaging.prescale ? 1.0 / world : 1.0 / averaging.predivide_factor;
     post_ = averaging.prescale ? 1.0 : averaging.predivide_factor / world;
   }
-  grads_.assign((stage <= 1 ? layout.full_size() : layout.partition_size()) * elem_, std::byte{0});
+  grads_.assign((policy.gradients ? layout.partition_size() : layout.full_size()) * elem_, std::byte{0});
 }
 
 GradientReducer::~GradientReducer() {
@@ -35,14 +35,14 @@ GradientReducer::~GradientReducer() {
 }
 
 void GradientReducer::begin_step(bool reduce) {
-  if (!reduce && stage_ != 0) throw std::logic_error("GradientReducer: only stage 0 can leave gradients unreduced");
+  if (!reduce && policy_.optimizer_state) throw std::logic_error("GradientReducer: only stage 0 can leave gradients unreduced");
   reduce_ = reduce;
   std::fill(grads_.begin(), grads_.end(), std::byte{0});
 }
 
 void* GradientReducer::unit_grads(size_t unit) {
   const Unit& u = layout_.units()[unit];
-  if (stage_ <= 1) return at(grads_, u.begin);
+  if (!policy_.gradients) return at(grads_, u.begin);
   if (bucket_unit_ != unit) {
     bucket_ = pool_.acquire(u.padded() * elem_);
     std::fill(bucket_.begin(), bucket_.end(), std::byte{0});
@@ -54,11 +54,11 @@ void* GradientReducer::unit_grads(size_t unit) {
 void GradientReducer::unit_done(size_t unit, bool last) {
   const Unit& u = layout_.units()[unit];
   const bool single = group_.size() == 1;
-  if (stage_ <= 1) {
+  if (!policy_.gradients) {
     if (!last || single || u.size == 0 || !reduce_) return;
     std::byte* data = at(grads_, u.begin);
     amp::scale(storage_, data, u.padded(), pre_);
-    in_flight_.push_back({unit, {}, stage_ == 0
+    in_flight_.push_back({unit, {}, !policy_.optimizer_state
                                         ? group_.allreduce_async(data, u.padded(), type_, ReduceOp::Sum)
                                         : group_.reduce_scatter_async(data, at(grads_, layout_.owned_begin(u)),
                                                                       u.chunk, type_, ReduceOp::Sum)});
@@ -82,7 +82,7 @@ void GradientReducer::complete_oldest() {
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   f.work->wait();
-  if (stage_ <= 1) return;
+  if (!policy_.gradients) return;
   const Unit& u = layout_.units()[f.unit];
   amp::add(storage_, at(f.bucket, static_cast<size_t>(layout_.rank()) * u.chunk), at(grads_, u.part_offset), u.chunk);
   pool_.release(std::move(f.bucket));
@@ -91,7 +91,7 @@ void GradientReducer::complete_oldest() {
 void GradientReducer::finish() {
   while (!in_flight_.empty()) complete_oldest();
   if (post_ == 1.0 || !reduce_) return;
-  if (stage_ == 1) {
+  if (policy_.optimizer_state && !policy_.gradients) {  // stage 1: the owned chunks of the full buffer
     for (const Unit& u : layout_.units()) amp::scale(storage_, at(grads_, layout_.owned_begin(u)), u.chunk, post_);
   } else {
     amp::scale(storage_, grads_.data(), grads_.size() / elem_, post_);
@@ -99,9 +99,8 @@ void GradientReducer::finish() {
 }
 
 void* GradientReducer::owned_grads(const Unit& unit) {
-  if (stage_ == 0) return at(grads_, unit.begin);
-  if (stage_ == 1) return at(grads_, layout_.owned_begin(unit));
-  return at(grads_, unit.part_offset);
+  if (policy_.gradients) return at(grads_, unit.part_offset);
+  return at(grads_, policy_.optimizer_state ? layout_.owned_begin(unit) : unit.begin);
 }
 
 double GradientReducer::owned_sum_of_squares() {

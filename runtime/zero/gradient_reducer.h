@@ -25,6 +25,7 @@
 #include "comm/process_group.h"
 #include "zero/buffer_pool.h"
 #include "zero/layout.h"
+#include "zero/policy.h"
 
 namespace ds::zero {
 
@@ -35,11 +36,12 @@ struct Averaging {
 
 class GradientReducer {
  public:
-  GradientReducer(const PartitionLayout& layout, ProcessGroup& group, int stage, Averaging averaging, bool overlap,
+  GradientReducer(const PartitionLayout& layout, ProcessGroup& group, Policy policy, Averaging averaging, bool overlap,
                   amp::Storage storage = amp::Storage::F32);
   ~GradientReducer();
 
-  // Zeroes the gradients for a new step. reduce = false (stage 0 only): no all-reduce, each rank
+  // Zeroes the gradients for a new step. reduce = false (stage 0 only, where nothing is sharded):
+  // no all-reduce, each rank
   // keeps its own gradients (DeepSpeed's enable_backward_allreduce off, for the 1-bit optimizers).
   void begin_step(bool reduce = true);
   // Where the unit's gradients accumulate during this micro-batch ([unit padded], the layer's
@@ -67,7 +69,7 @@ class GradientReducer {
 
   const PartitionLayout& layout_;
   ProcessGroup& group_;
-  int stage_;
+  Policy policy_;
   bool reduce_ = true;  // this step's gradients are reduced across the ranks
   amp::Storage storage_;
   DataType type_;  // of the collectives

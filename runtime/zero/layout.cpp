@@ -43,14 +43,14 @@ PartitionLayout::PartitionLayout(std::span<const size_t> layer_sizes, size_t uni
   if (has_open) close(open);
 }
 
-TensorRange PartitionLayout::owned_part(size_t offset, size_t size) const {
+Range PartitionLayout::owned_part(size_t offset, size_t size) const {
   auto after = std::upper_bound(units_.begin(), units_.end(), offset,
                                 [](size_t x, const Unit& u) { return x < u.begin; });
   if (after == units_.begin() || size == 0) return {0, 0};
   const Unit& u = *std::prev(after);
   const size_t own = owned_begin(u);
   const size_t lo = std::max(offset, own), hi = std::min(offset + size, own + u.chunk);
-  return hi > lo ? TensorRange{u.part_offset + (lo - own), hi - lo} : TensorRange{0, 0};
+  return hi > lo ? Range{u.part_offset + (lo - own), hi - lo} : Range{};
 }
 
 }  // namespace ds::zero

@@ -17,9 +17,12 @@
 #include <span>
 #include <vector>
 
-#include "optim/optimizer.h"
 
 namespace ds::zero {
+
+struct Range {
+  size_t offset = 0, size = 0;  // elements
+};
 
 struct Unit {
   size_t first_layer = 0, end_layer = 0;  // its layers: [first_layer, end_layer)
@@ -49,7 +52,7 @@ class PartitionLayout {
   size_t owned_begin(const Unit& unit) const { return unit.begin + static_cast<size_t>(rank_) * unit.chunk; }
   // The part of the full-buffer range [offset, offset + size) (inside one unit) that this rank owns,
   // as a range of its partition; {0, 0} when it owns none of it.
-  TensorRange owned_part(size_t offset, size_t size) const;
+  Range owned_part(size_t offset, size_t size) const;
 
  private:
   std::vector<Unit> units_;
