@@ -33,6 +33,7 @@
 #include "engine/generate.h"
 #include "metrics.h"
 #include "aio_bench.h"
+#include "selftest.h"
 #include "report.h"
 #include "hf_import.h"
 #include "system_report.h"
@@ -52,6 +53,8 @@ struct WorkerOptions {
   std::string report;  // --report text|json: what this build and machine offer, then exit
   std::string aio_bench;  // --aio_bench DIR: swap-file bandwidth in DIR, then exit
   int64_t aio_bench_mib = 256;
+  bool selftest = false;       // --selftest: the CUDA kernels on this machine's GPU against the CPU, then exit
+  std::string selftest_json;   // --selftest_json PATH: its report as JSON too
   TrainerArgs trainer;  // what the Hugging Face Trainer's "auto" values become (config/auto_values.cpp)
 };
 
@@ -184,6 +187,10 @@ int train(const WorkerOptions& o) {
     return 0;
   }
   if (!o.aio_bench.empty()) return aio_bench(o.aio_bench, o.aio_bench_mib);
+  if (o.selftest || !o.selftest_json.empty()) {
+    const char* local_rank = std::getenv("LOCAL_RANK");  // one GPU per rank under dsrun
+    return run_selftest(local_rank ? std::atoi(local_rank) : 0, o.selftest_json);
+  }
   if (o.config.empty()) throw ConfigError("--config (--deepspeed_config) is required");
   std::unique_ptr<Plugin> plugin;
   if (o.print_config) {  // connects to nothing: only WORLD_SIZE matters (for the batch triad)
@@ -459,6 +466,10 @@ int main(int argc, char** argv) {
                  "Measure NVMe offload's swap-file write and read GB/s in this directory for a few `aio` settings, "
                  "and exit");
   app.add_option("--aio_bench_mib", o.aio_bench_mib, "MiB moved each way per setting by --aio_bench (default 256)");
+  app.add_flag("--selftest", o.selftest,
+               "Check every CUDA kernel on this machine's GPU (LOCAL_RANK's) against the CPU reference, print a "
+               "table and exit: 0 all passed, 1 a check failed, 3 no usable GPU or a build without CUDA");
+  app.add_option("--selftest_json", o.selftest_json, "With --selftest: also write its report as JSON to this file");
   app.add_flag("--print_config,--print-config", o.print_config,
                "Print the resolved config as JSON (warnings, notes and every error on stderr) and exit");
   // The Hugging Face Trainer's arguments that its "auto" config values become (README: "auto" values).

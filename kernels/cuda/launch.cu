@@ -11,6 +11,7 @@
 #include "cuda/adam.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
+#include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 
 namespace ds::cuda {
@@ -22,21 +23,44 @@ void check(cudaError_t status, const char* what) {
                              cudaGetErrorString(status));
 }
 
-// Threads for a row of `dim` elements: whole warps, at most 1024, about one element each.
-unsigned row_threads(int64_t dim) {
-  const int64_t warps = (dim + 31) / 32;
-  return static_cast<unsigned>(32 * (warps < 1 ? 1 : warps > 32 ? 32 : warps));
-}
-
 }  // namespace
 
 bool built_with_cuda() { return true; }
+
+bool emulated() { return false; }
 
 int device_count() {
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   return count;
 }
+
+void set_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+         std::to_string(prop.totalGlobalMem >> 20) + " MiB)";
+}
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+
+void device_free(void* p) { check(cudaFree(p), "cudaFree"); }
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+}
+
+void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void* stream) {
@@ -52,7 +76,7 @@ void layernorm_backward(const float* x, const float* gamma, const float* stats, 
   auto s = static_cast<cudaStream_t>(stream);
   layernorm_backward_dx_kernel<<<static_cast<unsigned>(rows), row_threads(dim), 0, s>>>(x, gamma, stats, dy, dx, dim);
   check(cudaGetLastError(), "layernorm_backward (dx) launch");
-  layernorm_backward_params_kernel<<<static_cast<unsigned>((dim + 255) / 256), 256, 0, s>>>(x, stats, dy, dgamma,
+  layernorm_backward_params_kernel<<<column_blocks(dim), kColumnThreads, 0, s>>>(x, stats, dy, dgamma,
                                                                                             dbeta, rows, dim);
   check(cudaGetLastError(), "layernorm_backward (dgamma, dbeta) launch");
 }
@@ -74,18 +98,15 @@ void cross_entropy_backward(const float* logits, const int32_t* labels, const fl
   check(cudaGetLastError(), "cross_entropy_backward launch");
 }
 
-// Blocks of 256 threads for n elements, at most 65536 blocks (then the kernels' grid-stride loops).
-unsigned element_blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536)); }
-
 void gelu_forward(const float* x, float* y, int64_t n, void* stream) {
   if (n <= 0) return;
-  gelu_forward_kernel<<<element_blocks(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n);
+  gelu_forward_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n);
   check(cudaGetLastError(), "gelu_forward launch");
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream) {
   if (n <= 0) return;
-  gelu_backward_kernel<<<element_blocks(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(x, dy, dx, n);
+  gelu_backward_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, dy, dx, n);
   check(cudaGetLastError(), "gelu_backward launch");
 }
 
@@ -93,8 +114,8 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const op
                void* stream) {
   if (n <= 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  if (decoupled) adam_kernel<true><<<element_blocks(n), 256, 0, s>>>(p, g, m, v, n, args);
-  else adam_kernel<false><<<element_blocks(n), 256, 0, s>>>(p, g, m, v, n, args);
+  if (decoupled) adam_kernel<true><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
+  else adam_kernel<false><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
   check(cudaGetLastError(), "adam_step launch");
 }
 

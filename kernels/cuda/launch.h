@@ -1,20 +1,36 @@
 // Host-side launchers of kernels/cuda's kernels, on a CUDA stream given as void* (cudaStream_t;
-// nullptr = the default stream), so that callers need no CUDA header. Built by nvcc from launch.cu
-// when the toolkit is present; otherwise no_cuda.cpp stands in and every launcher throws
-// std::runtime_error("... built without CUDA"). Pointers are device memory. Errors are
-// std::runtime_error carrying the CUDA error's name and text.
+// nullptr = the default stream), so that callers need no CUDA header, and the device memory they
+// work on. Three implementations, one linked into a program: launch.cu (nvcc, when the toolkit is
+// present: ds_kernels_cuda), no_cuda.cpp (without it: every function throws std::runtime_error("...
+// built without CUDA")), and launch_emulated.cpp (ds_kernels_cuda_emulated: the same kernels on the
+// CPU SIMT emulator, device memory being host memory, for tests). Pointers are device memory.
+// Errors are std::runtime_error carrying the CUDA error's name and text.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "optim/adam_element.h"
 
 namespace ds::cuda {
 
-// True when this build has the CUDA kernels (launch.cu), false with the stub.
+// True when this build has the CUDA kernels (launch.cu or the emulated ones), false with the stub.
 bool built_with_cuda();
+// True for the emulated launchers (launch_emulated.cpp): one "device", the CPU.
+bool emulated();
 // The CUDA devices this process sees; throws naming CUDA's error when it cannot tell (no driver,
 // a driver too old for the toolkit) or when built without CUDA.
 int device_count();
+void set_device(int device);
+std::string device_name(int device);  // "NVIDIA H100 80GB HBM3 (sm_90, 81559 MiB)"
+
+// Device memory (cudaMalloc, cudaFree, cudaMemcpy) and waiting for the device, whose asynchronous
+// errors (a kernel's fault) surface here.
+void* device_alloc(size_t bytes);
+void device_free(void* p);
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void synchronize();
 
 // LayerNorm forward (kernels/cpu/layernorm.h): y[rows, dim], stats[rows, 2] from x[rows, dim],
 // gamma[dim], beta[dim]; one block per row.

@@ -7,7 +7,25 @@ namespace ds::cuda {
 
 bool built_with_cuda() { return false; }
 
+bool emulated() { return false; }
+
 int device_count() { throw std::runtime_error("cuda: device_count: dsrun was built without CUDA"); }
+
+void set_device(int) { throw std::runtime_error("cuda: set_device: dsrun was built without CUDA"); }
+
+std::string device_name(int) { throw std::runtime_error("cuda: device_name: dsrun was built without CUDA"); }
+
+void* device_alloc(size_t) { throw std::runtime_error("cuda: device_alloc: dsrun was built without CUDA"); }
+
+void device_free(void*) { throw std::runtime_error("cuda: device_free: dsrun was built without CUDA"); }
+
+void copy_to_device(void*, const void*, size_t) {
+  throw std::runtime_error("cuda: copy_to_device: dsrun was built without CUDA");
+}
+
+void copy_to_host(void*, const void*, size_t) { throw std::runtime_error("cuda: copy_to_host: dsrun was built without CUDA"); }
+
+void synchronize() { throw std::runtime_error("cuda: synchronize: dsrun was built without CUDA"); }
 
 void layernorm_forward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, float, void*) {
   throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");

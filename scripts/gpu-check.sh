@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# For a machine with an NVIDIA GPU: builds dsrun with CUDA, then runs in one go what can only run there:
+# the GPU-labelled tests (ctest -L gpu) and `dsworker --selftest` on every visible GPU, and writes all
+# of it, with the machine's description, to one file (default gpu-check-<host>-<UTC time>.txt; the
+# self-test's JSON reports beside it). Exit status: 0 when everything passed, else 1.
+#   scripts/gpu-check.sh [RESULTS_FILE]
+# Needs the CUDA toolkit under /usr/local/cuda (or nvcc on PATH) and the NVIDIA driver.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu-check-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).txt}"
+status=0
+log() { printf '%s\n' "$*" | tee -a "$out"; }
+run() {  # run CMD...: its output into the results file; a failure is remembered
+  log "\$ $*"
+  "$@" 2>&1 | tee -a "$out"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || { log "(exit status $rc)"; status=1; }
+  return 0
+}
+
+: > "$out"
+log "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname), repo at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+if ! command -v nvidia-smi >/dev/null; then
+  log "gpu-check: nvidia-smi not found: this machine has no NVIDIA driver, so there is nothing here to check"
+  exit 1
+fi
+run nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv
+run /usr/local/cuda/bin/nvcc --version
+
+[ -f build/CMakeCache.txt ] || run cmake --preset default
+run cmake --build --preset default -- -j"$(nproc)"
+[ -e build/kernels/cuda/CMakeFiles/ds_kernels_cuda.dir/launch.cu.o ] ||
+  { log "gpu-check: this build has no CUDA kernels (cmake found no nvcc)"; status=1; }
+
+run ctest --test-dir build -L gpu --output-on-failure
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+for ((i = 0; i < gpus; i++)); do
+  LOCAL_RANK=$i run build/worker/dsworker --selftest --selftest_json "${out%.txt}-selftest-gpu$i.json"
+done
+log "gpu-check: not yet part of this check (no CUDA training backend yet): cuBLAS GEMMs, training on the GPU, NCCL, bench/gpu"
+log "gpu-check: $([ $status -eq 0 ] && echo 'everything passed' || echo 'something FAILED (see above)'); results in $out"
+exit $status
