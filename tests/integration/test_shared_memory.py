@@ -53,11 +53,12 @@ def test_a_dev_shm_too_small_for_the_segment_means_tcp(dsrun, clean_env, tmp_pat
     # A private mount namespace whose /dev/shm holds 1 MiB: the 8 MiB segment of 3 ranks cannot be
     # reserved, so every rank stays on TCP and trains as usual.
     cfg = config(tmp_path, 0)
-    script = 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"'
-    r = train(dsrun, clean_env, cfg, tmp_path / "small.jsonl",
-              prefix=("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"))
-    if r.returncode != 0 and "unshare" in r.stderr:
-        pytest.skip(f"no mount namespace here: {r.stderr.strip()}")
+    private_shm = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$@"', "sh")
+    probe = run([*private_shm, "true"], clean_env)
+    if probe.returncode != 0:
+        pytest.skip(f"no private /dev/shm here: {probe.stderr.strip()}")
+    r = train(dsrun, clean_env, cfg, tmp_path / "small.jsonl", prefix=private_shm)
     assert r.returncode == 0, r.stderr
     assert "dsworker: collectives over TCP\n" in r.stderr, r.stderr
     reference = tmp_path / "reference.jsonl"
