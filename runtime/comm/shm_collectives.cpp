@@ -62,6 +62,15 @@ size_t data_offset(int size) { return (kLineBytes * (1 + static_cast<size_t>(siz
 size_t segment_bytes(int size) { return data_offset(size) + 2 * (static_cast<size_t>(size) + 1) * kSlotBytes; }
 
 std::atomic_ref<uint32_t> word(uint32_t& w) { return std::atomic_ref<uint32_t>(w); }
+
+// A polling loop's pause: lets the core's other thread run and saves power.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 // Sequence numbers wrap: `v` has reached `target` when it is at most 2^31 ahead of it.
 bool reached(uint32_t v, uint32_t target) { return static_cast<int32_t>(v - target) >= 0; }
 
@@ -197,7 +206,7 @@ void Collectives::wait_for(int peer, int flag, uint32_t seq, Millis timeout) {
   auto value = word(line.flags[flag]);
   for (int i = 0; i < spins_; ++i) {
     if (reached(value.load(std::memory_order_acquire), seq)) return;
-    __builtin_ia32_pause();
+    cpu_relax();
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
