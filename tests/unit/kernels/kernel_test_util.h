@@ -1,6 +1,6 @@
 // Helpers for the kernel tests: a fixed PRNG (splitmix64, so inputs are the same on every
-// platform), random fills, and the fast-vs-reference comparison atol + rtol·|ref| that prints the
-// worst error it saw.
+// platform), random fills, the fast-vs-reference comparison atol + rtol·|ref| that prints the
+// worst error it saw, and central differences for gradient checks.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,26 @@ inline void check_close(const std::string& what, const float* got, const float* 
   INFO(what << ": worst |err| " << worst_abs << " at " << worst_i << " (got " << (n ? got[worst_i] : 0)
             << ", ref " << (n ? ref[worst_i] : 0) << ")");
   CHECK(bad == 0);
+}
+
+// The gradient of f() with respect to every element of `v` by central differences: (f(v + h) −
+// f(v − h)) / (the two values' actual distance, after rounding to float), f read with v changed in
+// place and restored.
+inline std::vector<float> central_differences(std::vector<float>& v, const std::function<double()>& f,
+                                              float h = 1e-2f) {
+  std::vector<float> g(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const float v0 = v[i];
+    v[i] = v0 + h;
+    const double up = f();
+    const float above = v[i];
+    v[i] = v0 - h;
+    const double down = f();
+    const float below = v[i];
+    v[i] = v0;
+    g[i] = static_cast<float>((up - down) / (static_cast<double>(above) - below));
+  }
+  return g;
 }
 
 inline bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {

@@ -54,21 +54,15 @@ TEST_CASE("relu gradient matches central differences") {
   auto x = ds::test::random_vec(rng, n);
   for (auto& v : x) v = v < 0 ? v - 0.1f : v + 0.1f;
   const auto r = ds::test::random_vec(rng, n);
-  auto loss = [&](const std::vector<float>& in) {
+  auto loss = [&] {
     std::vector<float> y(n);
-    ds::cpu::relu_forward(in.data(), y.data(), n);
+    ds::cpu::relu_forward(x.data(), y.data(), n);
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += static_cast<double>(r[i]) * y[i];
     return s;
   };
-  std::vector<float> dx(n), fd(n);
+  std::vector<float> dx(n);
   ds::cpu::relu_backward(x.data(), r.data(), dx.data(), n);
-  const float h = 1e-2f;
-  for (int64_t i = 0; i < n; ++i) {
-    auto xp = x, xm = x;
-    xp[i] += h;
-    xm[i] -= h;
-    fd[i] = static_cast<float>((loss(xp) - loss(xm)) / (static_cast<double>(xp[i]) - xm[i]));
-  }
+  const auto fd = ds::test::central_differences(x, loss);
   ds::test::check_close("relu dx vs central differences", dx.data(), fd.data(), n, 1e-5, 1e-4);
 }

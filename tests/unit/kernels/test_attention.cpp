@@ -84,19 +84,7 @@ TEST_CASE("attention gradients match central differences") {
   std::vector<float> ws, d(s.qkv());
   forward(s, qkv, &ws);
   ds::cpu::attention_backward(qkv.data(), ws.data(), r.data(), d.data(), s.B, s.T, s.H, s.D);
-  std::vector<float> fd(qkv.size());
-  const float h = 1e-2f;
-  for (size_t i = 0; i < qkv.size(); ++i) {
-    const float v0 = qkv[i];
-    qkv[i] = v0 + h;
-    const double fp = f();
-    const float up = qkv[i];
-    qkv[i] = v0 - h;
-    const double fm = f();
-    const float dn = qkv[i];
-    qkv[i] = v0;
-    fd[i] = static_cast<float>((fp - fm) / (static_cast<double>(up) - dn));
-  }
+  const auto fd = ds::test::central_differences(qkv, f);
   ds::test::check_close("attention dqkv vs central differences", d.data(), fd.data(), d.size(), 1e-4, 1e-3);
 }
 

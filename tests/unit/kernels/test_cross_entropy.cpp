@@ -84,21 +84,14 @@ TEST_CASE("cross_entropy gradient matches central differences") {
   const int64_t rows = 6, classes = 10;
   auto logits = ds::test::random_vec(rng, rows * classes, -3.0f, 3.0f);
   const auto labels = random_labels(rng, rows, classes);
-  std::vector<float> stats(2 * rows), d(rows * classes), fd(rows * classes);
-  auto loss = [&](const std::vector<float>& x) {
+  std::vector<float> stats(2 * rows), d(rows * classes);
+  auto loss = [&] {
     std::vector<float> l(2 * rows);
-    return static_cast<double>(ds::cpu::cross_entropy_forward(x.data(), labels.data(), rows, classes, l.data()));
+    return static_cast<double>(ds::cpu::cross_entropy_forward(logits.data(), labels.data(), rows, classes, l.data()));
   };
-  loss(logits);
   ds::cpu::cross_entropy_forward(logits.data(), labels.data(), rows, classes, stats.data());
   ds::cpu::cross_entropy_backward(logits.data(), labels.data(), stats.data(), 1.0f, rows, classes, d.data());
-  const float h = 1e-2f;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    auto p = logits, m = logits;
-    p[i] += h;
-    m[i] -= h;
-    fd[i] = static_cast<float>((loss(p) - loss(m)) / (static_cast<double>(p[i]) - m[i]));
-  }
+  const auto fd = ds::test::central_differences(logits, loss);
   ds::test::check_close("cross_entropy dlogits vs central differences", d.data(), fd.data(), d.size(), 3e-5, 1e-2);
 }
 

@@ -62,23 +62,7 @@ TEST_CASE("embedding gradients match central differences") {
   };
   std::vector<float> dwte(vocab * C, 0.0f), dwpe(T * C, 0.0f);
   ds::cpu::embedding_backward(tokens.data(), r.data(), dwte.data(), dwpe.data(), B, T, C, vocab);
-  auto numeric = [&](std::vector<float>& v) {
-    std::vector<float> g(v.size());
-    const float h = 1e-2f;
-    for (size_t i = 0; i < v.size(); ++i) {
-      const float v0 = v[i];
-      v[i] = v0 + h;
-      const double fp = f();
-      const float up = v[i];
-      v[i] = v0 - h;
-      const double fm = f();
-      const float dn = v[i];
-      v[i] = v0;
-      g[i] = static_cast<float>((fp - fm) / (static_cast<double>(up) - dn));
-    }
-    return g;
-  };
-  const auto ndwte = numeric(wte), ndwpe = numeric(wpe);
+  const auto ndwte = ds::test::central_differences(wte, f), ndwpe = ds::test::central_differences(wpe, f);
   ds::test::check_close("embedding dwte vs central differences", dwte.data(), ndwte.data(), dwte.size(), 1e-4, 1e-3);
   ds::test::check_close("embedding dwpe vs central differences", dwpe.data(), ndwpe.data(), dwpe.size(), 1e-4, 1e-3);
 }

@@ -74,23 +74,18 @@ TEST_CASE("gelu gradient matches central differences") {
   // L = Σ r ⊙ gelu(x) over x in [-5, 5). Truncation error h²/6·|gelu'''| ≤ 2e-5 with h = 1e-2.
   Rng rng(43);
   const int64_t n = 300;
-  const auto x = ds::test::random_vec(rng, n, -5.0f, 5.0f), r = ds::test::random_vec(rng, n);
-  auto loss = [&](const std::vector<float>& in) {
+  auto x = ds::test::random_vec(rng, n, -5.0f, 5.0f);
+  const auto r = ds::test::random_vec(rng, n);
+  auto loss = [&] {
     std::vector<float> y(n);
-    ds::cpu::gelu_forward(in.data(), y.data(), n);
+    ds::cpu::gelu_forward(x.data(), y.data(), n);
     double s = 0;
     for (int64_t i = 0; i < n; ++i) s += static_cast<double>(r[i]) * y[i];
     return s;
   };
-  std::vector<float> dx(n), fd(n);
+  std::vector<float> dx(n);
   ds::cpu::gelu_backward(x.data(), r.data(), dx.data(), n);
-  const float h = 1e-2f;
-  for (int64_t i = 0; i < n; ++i) {
-    auto xp = x, xm = x;
-    xp[i] += h;
-    xm[i] -= h;
-    fd[i] = static_cast<float>((loss(xp) - loss(xm)) / (static_cast<double>(xp[i]) - xm[i]));
-  }
+  const auto fd = ds::test::central_differences(x, loss);
   ds::test::check_close("gelu dx vs central differences", dx.data(), fd.data(), n, 1e-4, 1e-3);
 }
 

@@ -2,7 +2,6 @@
 // of x, gamma and beta vs central differences, accumulate-vs-overwrite, determinism.
 #include <doctest/doctest.h>
 
-#include <functional>
 #include <limits>
 
 #include "cpu/layernorm.h"
@@ -13,24 +12,6 @@ using ds::test::Rng;
 namespace {
 
 constexpr float kEps = 1e-5f;
-
-// Central differences of f() w.r.t. every element of `v`.
-std::vector<float> numeric(std::vector<float>& v, const std::function<double()>& f) {
-  std::vector<float> g(v.size());
-  const float h = 1e-2f;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const float v0 = v[i];
-    v[i] = v0 + h;
-    const double fp = f();
-    const float up = v[i];
-    v[i] = v0 - h;
-    const double fm = f();
-    const float dn = v[i];
-    v[i] = v0;
-    g[i] = static_cast<float>((fp - fm) / (static_cast<double>(up) - dn));
-  }
-  return g;
-}
 
 }  // namespace
 
@@ -92,7 +73,8 @@ TEST_CASE("layernorm gradients match central differences") {
   ds::cpu::layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), st.data(), rows, dim, kEps);
   ds::cpu::layernorm_backward(x.data(), gamma.data(), st.data(), r.data(), dx.data(), dg.data(), db.data(), rows,
                               dim);
-  const auto ndx = numeric(x, f), ndg = numeric(gamma, f), ndb = numeric(beta, f);
+  const auto ndx = ds::test::central_differences(x, f), ndg = ds::test::central_differences(gamma, f),
+             ndb = ds::test::central_differences(beta, f);
   ds::test::check_close("layernorm dx vs central differences", dx.data(), ndx.data(), dx.size(), 1e-4, 1e-3);
   ds::test::check_close("layernorm dgamma vs central differences", dg.data(), ndg.data(), dim, 1e-4, 1e-3);
   ds::test::check_close("layernorm dbeta vs central differences", db.data(), ndb.data(), dim, 1e-4, 1e-3);

@@ -3,7 +3,6 @@
 // forward+backward checked bit-identical across two runs.
 #include <doctest/doctest.h>
 
-#include <functional>
 
 #include "cpu/bias.h"
 #include "cpu/matmul.h"
@@ -40,24 +39,6 @@ Grads backward(const std::vector<float>& x, const std::vector<float>& W, const s
   return g;
 }
 
-// Central differences of objective() w.r.t. every element of `v` (one of x, W, b).
-std::vector<float> numeric(std::vector<float>& v, const std::function<double()>& f) {
-  std::vector<float> g(v.size());
-  const float h = 1e-2f;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const float v0 = v[i];
-    v[i] = v0 + h;
-    const double fp = f();
-    const float up = v[i];
-    v[i] = v0 - h;
-    const double fm = f();
-    const float dn = v[i];
-    v[i] = v0;
-    g[i] = static_cast<float>((fp - fm) / (static_cast<double>(up) - dn));
-  }
-  return g;
-}
-
 }  // namespace
 
 TEST_CASE("linear (matmul + bias) gradients match central differences") {
@@ -67,7 +48,8 @@ TEST_CASE("linear (matmul + bias) gradients match central differences") {
   const auto r = ds::test::random_vec(rng, n * out);
   const Grads g = backward(x, W, r);  // dL/dy = r
   auto f = [&] { return objective(linear(x, W, b), r); };
-  const auto ndx = numeric(x, f), ndW = numeric(W, f), ndb = numeric(b, f);
+  const auto ndx = ds::test::central_differences(x, f), ndW = ds::test::central_differences(W, f),
+             ndb = ds::test::central_differences(b, f);
   ds::test::check_close("linear dx vs central differences", g.dx.data(), ndx.data(), ndx.size(), 1e-4, 1e-3);
   ds::test::check_close("linear dW vs central differences", g.dW.data(), ndW.data(), ndW.size(), 1e-4, 1e-3);
   ds::test::check_close("linear db vs central differences", g.db.data(), ndb.data(), ndb.size(), 1e-4, 1e-3);
