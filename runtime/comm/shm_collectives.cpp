@@ -31,6 +31,8 @@
 
 #include <fmt/format.h>
 
+#include "core/errors.h"
+
 namespace ds::shm {
 namespace {
 
@@ -141,7 +143,10 @@ struct Collectives::Segment {
 std::unique_ptr<Collectives> Collectives::connect(Store& store, int rank, int size, Millis timeout) {
   if (size < 2) return nullptr;
   const char* env = std::getenv("DS_COMM_SHM");
-  const bool off = env && std::string(env) == "0";
+  const std::string setting = env ? env : "";
+  if (!setting.empty() && setting != "0" && setting != "1")
+    throw CommError(fmt::format("DS_COMM_SHM: '{}' is not 0 (TCP only) or 1 (the default)", setting));
+  const bool off = setting == "0";
   const std::string me = off ? std::string() : host_identity();
   store.set(fmt::format("shm/host/{}", rank), me.empty() ? "-" : me);
   // Every rank decides alike from the same keys: one rank elsewhere (or off) sends all to TCP.
@@ -225,6 +230,13 @@ void Collectives::wait_for(int peer, int flag, uint32_t seq, Millis timeout) {
   }
 }
 
+void Collectives::reduce_own_chunk(void* out, uint32_t seq, size_t at, size_t count, ring::ReduceFn reduce) const {
+  const int n = size_, r = rank_;
+  auto part = [&](int k) { return input(seq, (r + k) % n) + at; };
+  reduce(out, part(1), n == 2 ? part(0) : part(2), count);
+  for (int k = 3; k <= n; ++k) reduce(out, out, part(k % n), count);
+}
+
 void Collectives::wait_all(int flag, uint32_t seq, Millis timeout) {
   for (int q = 0; q < size_; ++q)
     if (q != rank_) wait_for(q, flag, seq, timeout);
@@ -261,12 +273,9 @@ size_t Collectives::allreduce(void* data, const ring::Layout& chunks, size_t ele
     for (int i = 0; i < n; ++i) std::memcpy(in + i * seg * elem, at(first, i), count(first, i) * elem);
     publish(kWritten, seq);
     wait_all(kWritten, seq, timeout);
-    // Chunk r, summed as the ring sums it: rank r+1's, then r+2's, ..., then r's own.
     if (const size_t c = count(first, r)) {
       char* out = result(seq) + r * seg * elem;
-      auto part = [&](int k) { return input(seq, (r + k) % n) + r * seg * elem; };
-      reduce(out, part(1), n == 2 ? part(0) : part(2), c);
-      for (int k = 3; k <= n; ++k) reduce(out, out, part(k % n), c);
+      reduce_own_chunk(out, seq, r * seg * elem, c, reduce);
       if (finish) finish(out, c);
     }
     publish(kReduced, seq);
@@ -294,12 +303,8 @@ size_t Collectives::reduce_scatter(const void* in_data, void* out_data, const ri
     for (int i = 0; i < n; ++i) std::memcpy(in + i * seg * elem, src + (chunks.offset[i] + first) * elem, count(i) * elem);
     publish(kWritten, seq);
     wait_all(kWritten, seq, timeout);
-    if (const size_t c = count(r)) {
-      char* out = dst + first * elem;  // may be this rank's own chunk of the input: read from the slots only
-      auto part = [&](int k) { return input(seq, (r + k) % n) + r * seg * elem; };
-      reduce(out, part(1), n == 2 ? part(0) : part(2), c);
-      for (int k = 3; k <= n; ++k) reduce(out, out, part(k % n), c);
-    }
+    // out may be this rank's own chunk of the input: the sum reads the slots only.
+    if (const size_t c = count(r)) reduce_own_chunk(dst + first * elem, seq, r * seg * elem, c, reduce);
     publish(kCopied, seq);
   }
   const size_t total = chunks.offset.back() + chunks.count.back();

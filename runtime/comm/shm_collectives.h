@@ -3,10 +3,10 @@
 // and copies the results out. The chunk layout and the order in which each element is summed are
 // ring.h's, so the results are bit-identical to the ring's, and each rank hands its peers the same
 // bytes the ring would send them. The Gloo group uses it when every rank of the group shares this
-// host's boot, network, PID and /dev/shm namespaces, unless DS_COMM_SHM=0. Internal to
-// gloo_group.cpp. Every function blocks until this rank's part is done, returns the payload bytes
-// this rank handed its peers, and throws when a peer left the group, exited, or made no progress
-// for `timeout`.
+// host's boot, network, PID and /dev/shm namespaces, unless DS_COMM_SHM=0 (a value other than 0 or
+// 1 is an error at set-up). Internal to gloo_group.cpp. Every function blocks until this rank's
+// part is done, returns the payload bytes this rank handed its peers, and throws when a peer left
+// the group, exited, or made no progress for `timeout`.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +54,9 @@ class Collectives {
   void publish(int flag, uint32_t seq);
   void wait_for(int peer, int flag, uint32_t seq, Millis timeout);
   void wait_all(int flag, uint32_t seq, Millis timeout);
+  // out[0..count) = the sum of every rank's slot of piece `seq` from byte `at` on, in the ring's
+  // order for this rank's chunk: rank r+1's, then r+2's, ..., then r's own.
+  void reduce_own_chunk(void* out, uint32_t seq, size_t at, size_t count, ring::ReduceFn reduce) const;
   char* input(uint32_t seq, int rank) const;  // rank's copy-in slot for the piece
   char* result(uint32_t seq) const;           // the reduced piece
 

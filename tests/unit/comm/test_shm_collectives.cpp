@@ -175,3 +175,9 @@ TEST_CASE("shared memory: no segment is left behind in /dev/shm") {
   CHECK(shm_segments() == 0);
   CHECK_FALSE(shm::host_identity().empty());
 }
+
+TEST_CASE("shared memory: DS_COMM_SHM other than 0 or 1 is an error naming it") {
+  ScopedEnv env("DS_COMM_SHM", "false");
+  CHECK_THROWS_WITH_AS(run_ranks(2, [](ProcessGroup&) {}, 5s),  // every rank refuses it, in either order
+                       doctest::Contains("DS_COMM_SHM: 'false' is not 0 (TCP only) or 1 (the default)"), CommError);
+}
