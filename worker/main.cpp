@@ -106,6 +106,18 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     swap.allow_buffered = buffered && std::string_view(buffered) == "1";
     e.nvme_offload = swap;
   }
+  const auto& params = c.zero_optimization.offload_param;
+  if (params && params->device == OffloadDevice::nvme && e.zero_stage == 3) {
+    offload::ParamSwapConfig swap;
+    swap.dir = params->nvme_path.value_or("");
+    swap.buffer_count = static_cast<size_t>(params->buffer_count);
+    swap.buffer_size = static_cast<size_t>(params->buffer_size);
+    swap.max_in_cpu = static_cast<size_t>(params->max_in_cpu);
+    swap.aio = {c.aio.block_size, c.aio.queue_depth, c.aio.single_submit, c.aio.overlap_events};
+    const char* buffered = std::getenv("DS_OFFLOAD_BUFFERED_IO");
+    swap.allow_buffered = buffered && std::string_view(buffered) == "1";
+    e.param_offload = swap;
+  }
   e.recompute = c.activation_checkpointing.present;
   e.seed = seed;
   return e;
@@ -418,7 +430,9 @@ int train(const WorkerOptions& o) {
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
     std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, ran).c_str());
-    if (const auto swap = engine.swap_stats()) std::printf("%s\n", swap_line(*swap).c_str());
+    if (const auto swap = engine.swap_stats()) std::printf("%s\n", swap_line("NVMe offload", *swap).c_str());
+    if (const auto swap = engine.param_swap_stats())
+      std::printf("%s\n", swap_line("NVMe parameter offload", *swap).c_str());
     if (config.comms_logger.enabled) std::printf("%s", group->comms().summary().c_str());
   }
   group->barrier();  // nobody tears the store down while a peer still needs it

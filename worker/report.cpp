@@ -29,17 +29,19 @@ std::string format_duration(double seconds) {
 }
 
 std::string memory_line(const MemoryReport& m) {
-  return fmt::format("params {}, grads {}, optimizer state {}{} (model states {}), activations {}",
-                     format_bytes(m.params), format_bytes(m.grads), format_bytes(m.optimizer_state),
+  return fmt::format("params {}{}, grads {}, optimizer state {}{} (model states {}), activations {}",
+                     format_bytes(m.params),
+                     m.nvme_params ? fmt::format(" + {} on NVMe", format_bytes(m.nvme_params)) : "",
+                     format_bytes(m.grads), format_bytes(m.optimizer_state),
                      m.nvme ? fmt::format(" + {} on NVMe", format_bytes(m.nvme)) : "",
                      format_bytes(m.model_states()), format_bytes(m.activations + m.workspace));
 }
 
-std::string swap_line(const offload::SwapStats& s) {
+std::string swap_line(const std::string& what, const offload::SwapStats& s) {
   auto rate = [](uint64_t bytes, double seconds) {
     return seconds > 0 ? fmt::format("{:.2f} GB/s", static_cast<double>(bytes) / seconds / 1e9) : std::string("-");
   };
-  return fmt::format("NVMe offload per rank: read {} at {}, wrote {} at {}; waited {:.2f} s for I/O",
+  return fmt::format("{} per rank: read {} at {}, wrote {} at {}; waited {:.2f} s for I/O", what,
                      format_bytes(s.bytes_read), rate(s.bytes_read, s.read_seconds), format_bytes(s.bytes_written),
                      rate(s.bytes_written, s.write_seconds), s.wait_seconds);
 }

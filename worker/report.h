@@ -17,9 +17,9 @@ std::string format_duration(double seconds);  // "45s", "3m05s", "1h02m"
 
 // "params 21.5 KiB, grads …, optimizer state … (model states …), activations …"
 std::string memory_line(const MemoryReport& m);
-// "NVMe offload per rank: read 1.2 GiB at 1.10 GB/s, wrote …; waited 0.31 s for I/O" (the rates
-// while requests were in flight).
-std::string swap_line(const offload::SwapStats& s);
+// "<what> per rank: read 1.2 GiB at 1.10 GB/s, wrote …; waited 0.31 s for I/O" (the rates while
+// requests were in flight).
+std::string swap_line(const std::string& what, const offload::SwapStats& s);
 
 // Bytes this rank sent per step, per collective, since `before` (the counters before the first step).
 std::string comms_line(const CommsLogger& comms, const std::map<std::string, uint64_t>& before, int64_t steps);

@@ -31,6 +31,24 @@ void check_nvme_optimizer(const DsConfig& c, Context& ctx) {
   if (o.ratio < 1.0) ctx.warn(key + ".ratio", "ignored: every sub-group is updated on the CPU ranks");
 }
 
+// ZeRO-Infinity's parameter offload: stage 3 only, as DeepSpeed (which ignores it below); the fp32
+// master copy is kept apart from the swapped parameters, which bf16 master weights do without.
+void check_nvme_params(const DsConfig& c, Context& ctx) {
+  const OffloadParamConfig& o = *c.zero_optimization.offload_param;
+  const std::string key = "zero_optimization.offload_param";
+  if (c.zero_optimization.stage != 3) {
+    ctx.warn(key, fmt::format("ignored at ZeRO stage {}, as DeepSpeed ignores it (parameters are offloaded at stage 3 "
+                              "only)", c.zero_optimization.stage));
+    return;
+  }
+  if (!o.nvme_path || o.nvme_path->empty())
+    ctx.error(key + ".nvme_path", "required with device \"nvme\": the directory for the parameters' swap file");
+  if (o.buffer_count < 1) ctx.error(key + ".buffer_count", fmt::format("{} must be at least 1", o.buffer_count));
+  if (c.bf16.enabled && c.bf16.master_weights_and_grads)
+    ctx.error(key + ".device", "\"nvme\" keeps an fp32 master copy apart from the swapped parameters, which "
+                               "bf16.bf16_master_weights_and_grads does without; use one or the other");
+}
+
 }  // namespace
 
 void check_support(const DsConfig& c, Context& ctx) {
@@ -61,8 +79,7 @@ void check_support(const DsConfig& c, Context& ctx) {
                "device \"cpu\": on CPU ranks the parameters already live in host memory; nothing moves");
   }
   if (z.offload_optimizer && z.offload_optimizer->device == OffloadDevice::nvme) check_nvme_optimizer(c, ctx);
-  if (z.offload_param && z.offload_param->device == OffloadDevice::nvme)
-    refuse("offload_param.device", "\"nvme\"", "ZeRO-Infinity's parameter offload (offload_optimizer to \"nvme\" is)");
+  if (z.offload_param && z.offload_param->device == OffloadDevice::nvme) check_nvme_params(c, ctx);
   if (z.zero_hpz_partition_size > 1)
     refuse("zero_hpz_partition_size", std::to_string(z.zero_hpz_partition_size), "ZeRO++ hierarchical partitioning");
   if (z.zero_quantized_weights) refuse("zero_quantized_weights", "true", "ZeRO++ quantized weights");

@@ -94,6 +94,7 @@ void Engine::restore(const TrainingState& state) {
     }
     global += u.size;
   }
+  if (fetcher_) fetcher_->discard_reads();  // read ahead before the values change
   store_partition(master_p, state_p);
   steps_ = state.steps;
   updates_ = state.updates;

@@ -108,8 +108,14 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
                                   storage_name(config_.grad_storage)));
   if (config_.nvme_offload && !policy_.optimizer_state)
     throw ConfigError("NVMe offload of the optimizer state needs ZeRO stage 1-3");
+  if (config_.param_offload && !policy_.parameters)
+    throw ConfigError("zero_optimization.offload_param: NVMe offload of the parameters needs ZeRO stage 3");
+  if (config_.param_offload && config_.low_precision_master)
+    throw ConfigError("zero_optimization.offload_param: NVMe offload of the parameters keeps an fp32 master copy apart, "
+                      "which bf16 master weights (bf16.bf16_master_weights_and_grads) do without; use one or the other");
   elem_ = amp::storage_bytes(config_.precision);
-  master_on_nvme_ = config_.nvme_offload && config_.precision != amp::Storage::F32 && !config_.low_precision_master;
+  master_on_nvme_ = config_.nvme_offload && !config_.low_precision_master &&
+                    (config_.precision != amp::Storage::F32 || config_.param_offload);
   if (config_.loss_scaling) scaler_.emplace(*config_.loss_scaling);
   build_layers();
   build_partition();
@@ -122,7 +128,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
   init_parameters();
   if (policy_.parameters)
-    fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, params_.data(), config_.precision, config_.stage3,
+    fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, *chunks_, config_.precision, config_.stage3,
                                                     config_.grad_accum);
 }
 
@@ -197,16 +203,18 @@ void Engine::build_partition() {
   for (ParamSlot& slot : slots_)
     if (slot.owner >= 0) slot.offset = slots_[static_cast<size_t>(slot.owner)].offset;
   const size_t partition = layout_->partition_size();
-  params_.assign((policy_.parameters ? partition : layout_->full_size()) * elem_, std::byte{0});
+  if (!config_.param_offload)
+    params_.assign((policy_.parameters ? partition : layout_->full_size()) * elem_, std::byte{0});
+  if (config_.param_offload) open_param_swap();
+  else if (policy_.parameters) chunks_ = std::make_unique<zero::MemoryChunks>(*layout_, params_.data(), elem_);
   grads_ = std::make_unique<zero::GradientReducer>(*layout_, group_, policy_,
                                                    zero::Averaging{config_.prescale_gradients, config_.predivide_factor},
                                                    config_.overlap_comm, config_.grad_storage);
   const size_t max_layer = *std::max_element(layer_sizes.begin(), layer_sizes.end());
   const bool fp32_copies = !config_.low_precision_master;
-  if (config_.precision != amp::Storage::F32) {
-    if (fp32_copies && !master_on_nvme_) master_.assign(partition, 0.0f);
-    param_scratch_.assign(max_layer, 0.0f);
-  }
+  if ((config_.precision != amp::Storage::F32 || config_.param_offload) && fp32_copies && !master_on_nvme_)
+    master_.assign(partition, 0.0f);
+  if (config_.precision != amp::Storage::F32) param_scratch_.assign(max_layer, 0.0f);
   if (config_.grad_storage != amp::Storage::F32) {
     if (fp32_copies) grads32_.assign(partition, 0.0f);
     grad_scratch_.assign(max_layer, 0.0f);
@@ -233,7 +241,22 @@ void Engine::build_partition() {
 }
 
 std::byte* Engine::owned_params(const zero::Unit& unit) {
-  return params_.data() + (policy_.parameters ? unit.part_offset : layout_->owned_begin(unit)) * elem_;
+  if (!param_swapper_) return params_.data() + (policy_.parameters ? unit.part_offset : layout_->owned_begin(unit)) * elem_;
+  std::byte* chunk = param_swapper_->memory(static_cast<size_t>(&unit - layout_->units().data()));
+  if (!chunk && unit.chunk > 0) throw std::logic_error("engine: a swapped parameter chunk used as if in memory");
+  return chunk;
+}
+
+void Engine::put_params(const zero::Unit& unit, size_t lo, const float* values, size_t n) {
+  if (n == 0) return;
+  const auto index = static_cast<size_t>(&unit - layout_->units().data());
+  if (!param_swapper_ || param_swapper_->memory(index)) {
+    amp::from_float(config_.precision, values, owned_params(unit) + lo * elem_, n);
+    return;
+  }
+  if (lo == 0) staged_chunk_ = param_swapper_->stage(index);  // chunks are written whole, in order
+  amp::from_float(config_.precision, values, staged_chunk_ + lo * elem_, n);
+  if (lo + n == unit.chunk) param_swapper_->commit(index);
 }
 
 amp::Storage Engine::master_storage() const {
@@ -257,58 +280,97 @@ const void* Engine::optimizer_grads(const zero::Unit& unit) {
 
 // Each parameter has its own random stream, seeded by (seed, parameter index): the initial weights
 // depend on the seed only, never on the world size, the stage, the precision or the order of
-// allocation. At stage 3 each rank keeps the part it owns of each tensor it generates. Under mixed
-// precision the fp32 values become the master copy and are rounded into the 16-bit parameters.
-void Engine::init_parameters() {
-  const bool fp32 = config_.precision == amp::Storage::F32;
-  const size_t n = params_.size() / elem_;
-  std::vector<float> rounded_later(fp32 ? 0 : n);
-  float* initial = fp32 ? reinterpret_cast<float*>(params_.data()) : rounded_later.data();  // [n], fp32
-  size_t index = 0;
-  std::vector<float> values;
-  for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
-    LayerInfo info = plugin_.layer(i);
-    for (const auto& p : info.params) {
-      const ParamSlot& slot = slots_[index];
-      SplitMix64 rng(mix_seed(config_.seed, index++));
-      if (slot.owner >= 0) continue;  // tied: the owner's values
-      values.resize(slot.size);
-      for (float& w : values) {
-        switch (p.init) {
-          case DS_INIT_ZEROS: w = 0.0f; break;
-          case DS_INIT_ONES: w = 1.0f; break;
-          case DS_INIT_NORMAL: w = static_cast<float>(p.a + p.b * rng.normal()); break;
-          case DS_INIT_UNIFORM: w = static_cast<float>(p.a + (p.b - p.a) * rng.uniform()); break;
-          default: throw PluginError(fmt::format("plugin {}: parameter {} has unknown init kind {}", plugin_.path(),
-                                                 slot.name, static_cast<int>(p.init)));
-        }
-      }
-      if (!policy_.parameters) {
-        std::copy(values.begin(), values.end(), initial + slot.offset);
-        continue;
-      }
-      const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
-      const zero::Unit& u = layout_->unit_of_layer(static_cast<size_t>(i));
-      const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
-      if (mine.size > 0) std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, initial + mine.offset);
+// allocation. Under mixed precision the fp32 values become the master copy and are rounded into the
+// 16-bit parameters.
+void Engine::initial_values(size_t slot, const ParamInfo& p, std::vector<float>& values) const {
+  SplitMix64 rng(mix_seed(config_.seed, slot));
+  values.resize(slots_[slot].size);
+  for (float& w : values) {
+    switch (p.init) {
+      case DS_INIT_ZEROS: w = 0.0f; break;
+      case DS_INIT_ONES: w = 1.0f; break;
+      case DS_INIT_NORMAL: w = static_cast<float>(p.a + p.b * rng.normal()); break;
+      case DS_INIT_UNIFORM: w = static_cast<float>(p.a + (p.b - p.a) * rng.uniform()); break;
+      default: throw PluginError(fmt::format("plugin {}: parameter {} has unknown init kind {}", plugin_.path(),
+                                             slots_[slot].name, static_cast<int>(p.init)));
     }
   }
-  // Every replica starts identical even if ranks' maths libraries differ (stage 3 keeps one copy).
-  if (!policy_.parameters) group_.broadcast(initial, n, DataType::F32, 0);
-  if (!fp32) amp::from_float(config_.precision, initial, params_.data(), n);
-  auto initial_chunk = [&](const zero::Unit& u) { return initial + (policy_.parameters ? u.part_offset : layout_->owned_begin(u)); };
-  if (swapper_) {  // the initial master copy and zero moments, sub-group by sub-group
-    swapper_->pass(false, true, [&](size_t begin, size_t count, std::span<std::byte* const> streams) {
-      for (size_t s = master_on_nvme_ ? 1 : 0; s < streams.size(); ++s)
-        std::memset(streams[s], 0, count * amp::storage_bytes(optimizer_->state()[s - (master_on_nvme_ ? 1 : 0)].storage));
-      if (master_on_nvme_)
-        for_each_owned(begin, count, [&](const zero::Unit& u, size_t lo, size_t hi) {
-          std::copy_n(initial_chunk(u) + (lo - u.part_offset), hi - lo, reinterpret_cast<float*>(streams[0]) + (lo - begin));
-        });
-    });
+}
+
+// Stage 3: this rank's part of each of the layer's tensors, [chunk] in fp32.
+void Engine::initial_chunk(size_t layer, std::vector<float>& chunk) const {
+  const zero::Unit& u = layout_->unit_of_layer(layer);
+  chunk.assign(u.chunk, 0.0f);
+  const LayerInfo info = plugin_.layer(static_cast<int>(layer));
+  std::vector<float> values;
+  for (size_t j = 0; j < info.params.size(); ++j) {
+    const size_t index = layers_[layer].first_slot + j;
+    const ParamSlot& slot = slots_[index];
+    if (slot.owner >= 0) continue;  // tied: the owner's values
+    const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
+    if (mine.size == 0) continue;
+    initial_values(index, info.params[j], values);
+    const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
+    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, chunk.begin() + static_cast<std::ptrdiff_t>(mine.offset - u.part_offset));
   }
-  if (master_.empty()) return;
-  for (const zero::Unit& u : layout_->units()) std::copy_n(initial_chunk(u), u.chunk, master_.data() + u.part_offset);
+}
+
+// Stages 0-2 build the full buffer (rank 0's, broadcast, so every replica starts identical even if
+// ranks' maths libraries differ); stage 3 one layer's chunk at a time, so that no more than a layer
+// is ever held in fp32 beyond the master copy.
+void Engine::init_parameters() {
+  if (!policy_.parameters) {
+    const bool fp32 = config_.precision == amp::Storage::F32;
+    const size_t n = layout_->full_size();
+    std::vector<float> rounded_later(fp32 ? 0 : n);
+    float* full = fp32 ? reinterpret_cast<float*>(params_.data()) : rounded_later.data();  // [n], fp32
+    std::vector<float> values;
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const LayerInfo info = plugin_.layer(static_cast<int>(i));
+      for (size_t j = 0; j < info.params.size(); ++j) {
+        const ParamSlot& slot = slots_[layers_[i].first_slot + j];
+        if (slot.owner >= 0) continue;
+        initial_values(layers_[i].first_slot + j, info.params[j], values);
+        std::copy(values.begin(), values.end(), full + slot.offset);
+      }
+    }
+    group_.broadcast(full, n, DataType::F32, 0);
+    if (!fp32) amp::from_float(config_.precision, full, params_.data(), n);
+    if (swapper_)
+      init_swapped([&](const zero::Unit& u) { return full + layout_->owned_begin(u); });
+    if (!master_.empty())
+      for (const zero::Unit& u : layout_->units()) std::copy_n(full + layout_->owned_begin(u), u.chunk, master_.data() + u.part_offset);
+    return;
+  }
+  std::vector<float> chunk;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const zero::Unit& u = layout_->unit_of_layer(i);
+    initial_chunk(i, chunk);
+    put_params(u, 0, chunk.data(), u.chunk);
+    if (!master_.empty()) std::copy(chunk.begin(), chunk.end(), master_.begin() + static_cast<std::ptrdiff_t>(u.part_offset));
+  }
+  if (!swapper_) return;
+  size_t cached = SIZE_MAX;  // the unit whose chunk is in `chunk`: sub-groups visit units in order
+  init_swapped([&](const zero::Unit& u) {
+    const auto index = static_cast<size_t>(&u - layout_->units().data());
+    if (index != cached) initial_chunk(u.first_layer, chunk);
+    cached = index;
+    return chunk.data();
+  });
+}
+
+// The swap file's initial master copy (when it is there) and zero moments, sub-group by sub-group;
+// chunk_of(unit) gives the unit's initial fp32 chunk.
+void Engine::init_swapped(const std::function<const float*(const zero::Unit&)>& chunk_of) {
+  const size_t first = master_on_nvme_ ? 1 : 0;
+  swapper_->pass(false, true, [&](size_t begin, size_t count, std::span<std::byte* const> streams) {
+    for (size_t s = first; s < streams.size(); ++s)
+      std::memset(streams[s], 0, count * amp::storage_bytes(optimizer_->state()[s - first].storage));
+    if (master_on_nvme_)
+      for_each_owned(begin, count, [&](const zero::Unit& u, size_t lo, size_t hi) {
+        std::copy_n(chunk_of(u) + (lo - u.part_offset), hi - lo, reinterpret_cast<float*>(streams[0]) + (lo - begin));
+      });
+  });
 }
 
 void Engine::views(const float* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out) const {
@@ -334,9 +396,15 @@ const float* Engine::acquire_params(size_t layer, bool training) {
     base = const_cast<void*>(fetcher_->acquire(layer));
   } else if (fetcher_) {
     inference_unit_.resize(unit.padded() * elem_);
+    const size_t index = layout_->unit_index(layer);
+    const std::byte* chunk = chunks_->in_memory(index);
+    if (!chunk && unit.chunk > 0) {  // swapped: read at once
+      chunk_scratch_.resize(unit.chunk * elem_);
+      param_swapper_->read_now(index, chunk_scratch_.data());
+      chunk = chunk_scratch_.data();
+    }
     if (unit.chunk > 0)
-      group_.allgather(params_.data() + unit.part_offset * elem_, inference_unit_.data(), unit.chunk,
-                       zero::collective_type(config_.precision));
+      group_.allgather(chunk, inference_unit_.data(), unit.chunk, zero::collective_type(config_.precision));
     base = inference_unit_.data();
   }
   const std::byte* layer_base = layer_in_unit(base, layer, elem_);
@@ -614,8 +682,7 @@ void Engine::update(double norm, double scale, double lr) {
   if (swapper_) update_swapped(lr);
   else optimizer_->step(segments_, tensor_ranges_, lr, updates_);
   if (!master_.empty())
-    for (const zero::Unit& u : layout_->units())
-      amp::from_float(config_.precision, master_.data() + u.part_offset, owned_params(u), u.chunk);
+    for (const zero::Unit& u : layout_->units()) put_params(u, 0, master_.data() + u.part_offset, u.chunk);
   if (policy_.parameters) {
     fetcher_->end_step();
     return;
@@ -653,6 +720,10 @@ std::vector<float> Engine::gather_parameters() {
 MemoryReport Engine::memory() const {
   MemoryReport r;
   r.params = params_.size();
+  if (param_swapper_) {
+    r.params += param_swapper_->memory_bytes() + param_swapper_->buffer_bytes();
+    r.nvme_params = param_swapper_->file_bytes();
+  }
   if (fetcher_) r.params += fetcher_->pooled_bytes() + fetcher_->persistent_bytes();
   r.grads = grads_->bytes();
   for (const StateView& v : optimizer_->state()) r.optimizer_state += v.size * amp::storage_bytes(v.storage);
@@ -664,7 +735,8 @@ MemoryReport Engine::memory() const {
   r.optimizer_state += master_.size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
   r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_.size() + shared_workspace_.size() +
-                 tied_values_.size() + tied_grads_.size()) * sizeof(float) + inference_unit_.size();
+                 tied_values_.size() + tied_grads_.size()) * sizeof(float) + inference_unit_.size() +
+                chunk_scratch_.size();
   for (const auto& layer : layers_) {
     r.activations += layer.output.size() * sizeof(float);
     r.workspace += layer.workspace.size() * sizeof(float);

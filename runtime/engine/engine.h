@@ -43,6 +43,7 @@
 #include "comm/process_group.h"
 #include "data/dataset.h"
 #include "engine/sampler.h"
+#include "offload/param_swapper.h"
 #include "offload/state_swapper.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -76,6 +77,9 @@ struct EngineConfig {
   std::optional<offload::SwapConfig> nvme_offload;  // offload_optimizer device nvme (stages 1-3): the
                                             // optimizer state, and the fp32 master copy under 16-bit
                                             // precision, in a swap file, stepped sub-group by sub-group
+  std::optional<offload::ParamSwapConfig> param_offload;  // offload_param device nvme (stage 3): the parameter
+                                            // partition in a swap file, read in ahead of each gather; the
+                                            // fp32 master copy is then kept apart (with the optimizer state)
   bool recompute = false;                   // activation checkpointing: one workspace shared by all
                                             // layers, each layer's forward re-run just before its backward
   uint64_t seed = 42;                       // parameter init and data order
@@ -113,7 +117,8 @@ struct StepStats {
 // of gradients and of one unit's parameters made for the optimizer and the plugin as workspace.
 struct MemoryReport {
   size_t params = 0, grads = 0, optimizer_state = 0, activations = 0, workspace = 0;
-  size_t nvme = 0;  // bytes of optimizer state in this rank's swap file, not in memory
+  size_t nvme = 0;         // bytes of optimizer state in this rank's swap file, not in memory
+  size_t nvme_params = 0;  // bytes of parameters in this rank's swap file (offload_param), not in memory
   size_t model_states() const { return params + grads + optimizer_state; }
 };
 
@@ -199,6 +204,11 @@ class Engine {
   std::optional<offload::SwapStats> swap_stats() const {
     return swapper_ ? std::optional(swapper_->stats()) : std::nullopt;
   }
+  // The same for the parameters' swap file; none without parameter offload (or when it all fits
+  // in memory).
+  std::optional<offload::SwapStats> param_swap_stats() const {
+    return param_swapper_ && param_swapper_->file_bytes() > 0 ? std::optional(param_swapper_->stats()) : std::nullopt;
+  }
 
  private:
   struct Layer {
@@ -212,6 +222,9 @@ class Engine {
   void build_layers();
   void build_partition();
   void init_parameters();
+  void initial_values(size_t slot, const ParamInfo& p, std::vector<float>& values) const;  // [slot size]
+  void initial_chunk(size_t layer, std::vector<float>& chunk) const;  // stage 3: this rank's [chunk]
+  void init_swapped(const std::function<const float*(const zero::Unit&)>& chunk_of);
   // training: through the stage 3 fetcher, and with backward to follow (else forward only).
   void forward(const ds_batch& batch, bool training);
   void forward_layer(size_t layer, const float* params, const ds_batch& batch);
@@ -237,7 +250,10 @@ class Engine {
   void copy_tied_values(size_t layer, const float* params);
   void take_tied_grads(size_t layer, float* grads);
   bool owns(size_t layer, const ParamSlot& tied) const;  // the tied slot's owner is in `layer`
-  std::byte* owned_params(const zero::Unit& unit);  // this rank's chunk of the unit, in `precision`
+  std::byte* owned_params(const zero::Unit& unit);  // this rank's chunk of the unit, in `precision` (in memory)
+  // Rounds n fp32 values into the unit's chunk from element `lo` of the chunk on: in memory, or into
+  // the parameter swap file (written back once the chunk's last element is in).
+  void put_params(const zero::Unit& unit, size_t lo, const float* values, size_t n);
   // The parameters the optimizer updates ([unit.chunk] of master_storage()) and the gradients it
   // reads ([unit.chunk] of optimizer_grad_storage()).
   std::byte* master(const zero::Unit& unit);
@@ -250,6 +266,7 @@ class Engine {
   // NVMe offload (partition_state.cpp): the swap file, the sub-group step, segments_ cut to
   // [begin, begin + count) (parameters in `master` when the master copy is on NVMe).
   void open_swap(const std::function<std::unique_ptr<Optimizer>(size_t)>& make);
+  void open_param_swap();  // parameter offload: which units stay in memory, the swap file
   void update_swapped(double lr);
   std::vector<Segment> segments_in(size_t begin, size_t count, std::byte* master) const;
   // This rank's fp32 master copy and (unless null) optimizer state, each [P] in fp32, from memory or
@@ -277,16 +294,21 @@ class Engine {
   std::unique_ptr<zero::PartitionLayout> layout_;  // stage 0: one rank's view, nothing padded
   size_t elem_ = 4;                                // bytes per parameter element (of `precision`)
   std::vector<std::byte> params_;                  // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]
-  std::vector<float> master_;                      // 16-bit precision: the fp32 master partition [P]
-                                                   // (empty with low_precision_master)
-  bool master_on_nvme_ = false;                    // 16-bit precision with NVMe offload: master_ is in the swap file
+                                                   // (empty with parameter offload: param_swapper_ holds it)
+  std::vector<float> master_;                      // 16-bit precision or parameter offload: the fp32 master
+                                                   // partition [P] (empty with low_precision_master)
+  bool master_on_nvme_ = false;                    // NVMe offload and master_ wanted: it is in the swap file
   std::unique_ptr<offload::StateSwapper> swapper_; // NVMe offload: [master] + the optimizer state, [P] each
   std::vector<float> grads32_;                     // 16-bit gradients: the fp32 gradient partition [P]
                                                    // (empty with low_precision_master)
   std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]
   std::optional<amp::LossScaler> scaler_;
   std::unique_ptr<zero::GradientReducer> grads_;
-  std::unique_ptr<zero::ParamFetcher> fetcher_;    // stage 3
+  std::unique_ptr<zero::ChunkSource> chunks_;      // stage 3: where the gathers take the partition from
+  offload::ParamSwapper* param_swapper_ = nullptr; // parameter offload: chunks_, as the swapper
+  std::vector<std::byte> chunk_scratch_;           // parameter offload: one chunk read for a forward-only pass
+  std::byte* staged_chunk_ = nullptr;              // parameter offload: the swapped chunk put_params is filling
+  std::unique_ptr<zero::ParamFetcher> fetcher_;    // stage 3 (after chunks_: destroyed first)
   zero::Policy policy_;                            // what the stage shards
   std::vector<Segment> segments_;                  // what the optimizer updates (P elements)
   std::vector<TensorRange> tensor_ranges_;         // the tensors inside those P elements

@@ -1,7 +1,8 @@
 // The rank's partition of the optimizer's side of the model: the fp32 master copy and the optimizer
 // state, in memory or (ZeRO-Infinity, offload_optimizer device nvme) in a swap file that the update
 // streams through sub-group by sub-group (runtime/offload). Read and written whole, in fp32, for
-// checkpoints and gather_parameters.
+// checkpoints and gather_parameters. With the parameters offloaded too (offload_param device nvme,
+// stage 3), their partition lives in a swap file of its own.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,38 @@ void Engine::open_swap(const std::function<std::unique_ptr<Optimizer>(size_t)>& 
   }
 }
 
+// The persistent layers stay in memory (they are gathered after every step), and so do the next
+// layers in order while their chunks add up to at most max_in_cpu elements; the rest is swapped.
+void Engine::open_param_swap() {
+  const offload::ParamSwapConfig& c = *config_.param_offload;
+  const std::vector<bool> persistent = zero::ParamFetcher::persistent_layers(*layout_, config_.stage3);
+  std::vector<size_t> chunk_bytes;
+  std::vector<bool> kept;
+  size_t in_cpu = 0;
+  for (size_t i = 0; i < layout_->units().size(); ++i) {
+    const zero::Unit& u = layout_->units()[i];
+    const bool keep = persistent[i] || in_cpu + u.chunk <= c.max_in_cpu;
+    if (keep && !persistent[i]) in_cpu += u.chunk;
+    if (!keep && u.chunk > c.buffer_size)
+      throw ConfigError(fmt::format("zero_optimization.offload_param.buffer_size: {} elements is less than layer '{}''s "
+                                    "chunk of {} elements on each rank; raise it to at least that",
+                                    c.buffer_size, layers_[u.first_layer].name, u.chunk));
+    chunk_bytes.push_back(u.chunk * elem_);
+    kept.push_back(keep);
+  }
+  try {
+    auto swapper = std::make_unique<offload::ParamSwapper>(
+        chunk_bytes, kept, c.buffer_count, c.dir, c.aio, c.allow_buffered,
+        fmt::format("zero_optimization.offload_param.nvme_path (rank {})", group_.rank()));
+    param_swapper_ = swapper.get();
+    chunks_ = std::move(swapper);
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 std::vector<Segment> Engine::segments_in(size_t begin, size_t count, std::byte* master) const {
   std::vector<Segment> out;
   size_t at = 0;  // the segment's first element
@@ -85,7 +118,7 @@ void Engine::update_swapped(double lr) {
     if (!master_on_nvme_) return;
     const auto* master = reinterpret_cast<const float*>(streams[0]);
     for_each_owned(begin, count, [&](const zero::Unit& u, size_t lo, size_t hi) {
-      amp::from_float(config_.precision, master + (lo - begin), owned_params(u) + (lo - u.part_offset) * elem_, hi - lo);
+      put_params(u, lo - u.part_offset, master + (lo - begin), hi - lo);
     });
   });
 }
@@ -118,8 +151,7 @@ void Engine::store_partition(const std::vector<float>& master_p, const std::vect
   for (const zero::Unit& u : layout_->units()) {
     const float* values = master_p.data() + u.part_offset;
     if (!master_on_nvme_) amp::from_float(master_storage(), values, master(u), u.chunk);
-    if (master_on_nvme_ || master(u) != owned_params(u))
-      amp::from_float(config_.precision, values, owned_params(u), u.chunk);
+    if (master_on_nvme_ || !master_.empty()) put_params(u, 0, values, u.chunk);  // the parameters are a copy
   }
   if (!swapper_) {
     for (size_t k = 0; k < own.size(); ++k) amp::from_float(own[k].storage, state[k].data(), own[k].data, own[k].size);

@@ -14,6 +14,10 @@
 // between micro-batches) is kept, not gathered again. The order of use within a step is fixed —
 // forward 0..L−1 then backward L−1..0, once per micro-batch — so every rank issues the same
 // gathers in the same order. Each gather moves Ψ_layer·(W−1)/W elements per rank.
+//
+// The chunks come from a ChunkSource: the partition in memory, or a swap file (parameter offload to
+// NVMe), read in the order of the gathers as far ahead as the source's buffers allow, so a chunk is
+// usually in memory before its gather starts; each buffer is released when its gather is done.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +27,7 @@
 #include "amp/storage.h"
 #include "comm/process_group.h"
 #include "zero/buffer_pool.h"
+#include "zero/chunk_source.h"
 #include "zero/layout.h"
 
 namespace ds::zero {
@@ -36,31 +41,40 @@ struct FetchLimits {
 
 class ParamFetcher {
  public:
-  // `partition` (this rank's P elements of `storage`, which the optimizer step writes) must outlive
-  // the fetcher; gathers the persistent layers (a collective).
-  ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, const void* partition, amp::Storage storage,
+  // `chunks` (this rank's chunks of `storage` elements, which the optimizer step writes) must outlive
+  // the fetcher and hold the persistent layers' chunks in memory; gathers those (a collective).
+  ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, ChunkSource& chunks, amp::Storage storage,
                FetchLimits limits, int64_t micro_batches);
   ~ParamFetcher();
+
+  // Which layers stay gathered for the whole run under these limits.
+  static std::vector<bool> persistent_layers(const PartitionLayout& layout, const FetchLimits& limits);
 
   // The layer's gathered parameters ([unit padded], the layer's tensors at their offsets from the
   // unit's start); waits for its gather and starts prefetches. Layers must be acquired in the
   // order of use, each released before the next is acquired.
   const void* acquire(size_t layer);
   void release(size_t layer);
-  // After the optimizer step (every use of the step done): re-gathers the persistent layers.
+  // After the optimizer step (every use of the step done): re-gathers the persistent layers and
+  // starts reading the next step's first chunks.
   void end_step();
+  // Waits out and drops the chunks read ahead, before their values are overwritten other than by
+  // a step (a checkpoint restored); end_step() reads them again.
+  void discard_reads();
 
   size_t pooled_bytes() const { return pool_.bytes(); }          // peak of the gathered copies
   size_t persistent_bytes() const { return persistent_bytes_; }  // always-gathered layers
 
  private:
   enum class State { Released, InFlight, Live, Persistent };
-  void gather(size_t layer, bool ahead);
+  void gather(size_t layer, size_t use);  // for the use at order_[use]: ahead unless it is the current one
   void prefetch_after(size_t position);
+  void read_ahead();
+  void finish_gather(size_t layer);  // waits for it, then releases its chunk
 
   const PartitionLayout& layout_;
   ProcessGroup& group_;
-  const std::byte* partition_;
+  ChunkSource& chunks_;
   DataType type_;  // of the gathers
   size_t elem_;    // bytes per element
   FetchLimits limits_;
@@ -68,8 +82,12 @@ class ParamFetcher {
   size_t position_ = 0;        // index into order_ of the next use
   std::vector<State> state_;   // per layer
   std::vector<bool> ahead_;    // per layer: gathered by a prefetch, not used yet
+  std::vector<size_t> serves_; // per layer, while gathered: the use (index into order_) its gather was for
   std::vector<std::vector<std::byte>> buffer_;             // per layer: its gathered unit, when held
   std::vector<std::unique_ptr<Work>> pending_;             // per layer: its gather in flight
+  std::vector<bool> holds_chunk_;                          // per layer: its gather holds a chunk read in
+  std::vector<size_t> reads_;  // layers whose gathers read their chunk in, in the order of a step's gathers
+  size_t reads_started_ = 0, reads_used_ = 0;              // prefixes of reads_
   size_t held_elems_ = 0, ahead_elems_ = 0;                // non-persistent layers
   size_t persistent_bytes_ = 0;
   BufferPool pool_;

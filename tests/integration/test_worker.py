@@ -146,8 +146,6 @@ def test_comms_logger_and_csv_monitor(dsrun, clean_env, tmp_path):
     ("zero_optimization", {"stage": 2, "zero_quantized_gradients": True}, "zero_optimization.zero_quantized_gradients"),
     ("communication_data_type", "fp16", "communication_data_type: fp16"),
     ("activation_checkpointing", {"cpu_checkpointing": True}, "activation_checkpointing.cpu_checkpointing"),
-    ("zero_optimization", {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}},
-     "offload_param.device: \"nvme\""),
 ])
 def test_unimplemented_features_are_refused_not_ignored(dsrun, clean_env, tmp_path, key, block, expected):
     with open(CONFIG) as f:

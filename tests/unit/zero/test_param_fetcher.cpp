@@ -52,8 +52,9 @@ TEST_CASE("param fetcher: gathered layers, and the gathers of a step with and wi
   run_ranks(2, [](ProcessGroup& g) {
     const PartitionLayout l(kLayers, 1, true, g.size(), g.rank());
     const std::vector<float> part = partition_of(l);
+    MemoryChunks chunks(l, part.data(), sizeof(float));
     {
-      ParamFetcher f(l, g, part.data(), amp::Storage::F32, FetchLimits{0, 1'000'000, 0, 0}, 1);  // no prefetch
+      ParamFetcher f(l, g, chunks, amp::Storage::F32, FetchLimits{0, 1'000'000, 0, 0}, 1);  // no prefetch
       const uint64_t before = g.comms().stats("allgather").count;
       CHECK(run_step(f, l) == 0);
       CHECK(run_step(f, l) == 0);
@@ -63,7 +64,7 @@ TEST_CASE("param fetcher: gathered layers, and the gathers of a step with and wi
     {
       // Layer 2 (3 elements) persistent: gathered at construction and after each step, never per use.
       const uint64_t before = g.comms().stats("allgather").count;
-      ParamFetcher f(l, g, part.data(), amp::Storage::F32, FetchLimits{0, 1'000'000, 3, 100}, 1);
+      ParamFetcher f(l, g, chunks, amp::Storage::F32, FetchLimits{0, 1'000'000, 3, 100}, 1);
       CHECK(f.persistent_bytes() == 4 * sizeof(float));
       CHECK(run_step(f, l) == 0);
       CHECK(g.comms().stats("allgather").count - before == 1 + 4 + 1);
@@ -75,12 +76,13 @@ TEST_CASE("param fetcher: prefetch stays within its limits and the live cap") {
   run_ranks(2, [](ProcessGroup& g) {
     const PartitionLayout l(kLayers, 1, true, g.size(), g.rank());
     const std::vector<float> part = partition_of(l);
+    MemoryChunks chunks(l, part.data(), sizeof(float));
     // Unlimited prefetch: the first acquire gathers the whole model at once.
-    ParamFetcher all(l, g, part.data(), amp::Storage::F32, FetchLimits{1'000'000, 1'000'000, 0, 0}, 1);
+    ParamFetcher all(l, g, chunks, amp::Storage::F32, FetchLimits{1'000'000, 1'000'000, 0, 0}, 1);
     CHECK(run_step(all, l) == 0);
     CHECK(all.pooled_bytes() >= (6 + 8 + 4) * sizeof(float));
     // At most 8 live elements: the layer in use plus what fits beside it, never the whole model.
-    ParamFetcher capped(l, g, part.data(), amp::Storage::F32, FetchLimits{1'000'000, 8, 0, 0}, 1);
+    ParamFetcher capped(l, g, chunks, amp::Storage::F32, FetchLimits{1'000'000, 8, 0, 0}, 1);
     CHECK(run_step(capped, l) == 0);
     CHECK(capped.pooled_bytes() < (6 + 8 + 4) * sizeof(float));
   });
@@ -90,7 +92,8 @@ TEST_CASE("param fetcher: a layer acquired out of order is refused") {
   run_ranks(2, [](ProcessGroup& g) {
     const PartitionLayout l(kLayers, 1, true, g.size(), g.rank());
     const std::vector<float> part = partition_of(l);
-    ParamFetcher f(l, g, part.data(), amp::Storage::F32, FetchLimits{0, 1'000'000, 0, 0}, 1);
+    MemoryChunks chunks(l, part.data(), sizeof(float));
+    ParamFetcher f(l, g, chunks, amp::Storage::F32, FetchLimits{0, 1'000'000, 0, 0}, 1);
     CHECK_THROWS_WITH_AS(f.acquire(1), "ParamFetcher: layer 1 acquired out of order", std::logic_error);
     f.acquire(0);
     CHECK_THROWS_WITH_AS(f.release(1), "ParamFetcher: layer 1 released out of order", std::logic_error);
