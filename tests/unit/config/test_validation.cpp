@@ -240,3 +240,21 @@ TEST_CASE("batch sizes beyond int64 are errors naming the key, not undefined beh
   CHECK(error_of(R"({"train_batch_size": 1e19, "train_micro_batch_size_per_gpu": 8})") ==
         "ds_config.json: train_batch_size: 1e+19 is not an integer");
 }
+
+TEST_CASE("offload_param to nvme: stage 3 only (ignored below with a warning), a path, and not with bf16 master weights") {
+  CHECK(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}})")) ==
+        "no error");
+  CHECK(warnings_of(with(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "nvme"}})")) ==
+        "ds_config.json: zero_optimization.offload_param: ignored at ZeRO stage 2, as DeepSpeed ignores it (parameters "
+        "are offloaded at stage 3 only)");
+  CHECK(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}})")) ==
+        "ds_config.json: zero_optimization.offload_param.nvme_path: required with device \"nvme\": the directory for "
+        "the parameters' swap file");
+  CHECK(error_of(with(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp",
+                                                                              "buffer_count": 0}})")) ==
+        "ds_config.json: zero_optimization.offload_param.buffer_count: 0 must be at least 1");
+  CHECK(error_of(with(R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true},
+                         "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}})")) ==
+        "ds_config.json: zero_optimization.offload_param.device: \"nvme\" keeps an fp32 master copy apart from the "
+        "swapped parameters, which bf16.bf16_master_weights_and_grads does without; use one or the other");
+}

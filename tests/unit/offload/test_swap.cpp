@@ -1,7 +1,8 @@
 // ZeRO-Infinity's swap files, for real on this machine's file system: the io_uring queue moves bytes
 // both ways in pieces of block_size and reports failures; the swap file is unnamed, preallocated and
 // fails clearly; the swapper's sub-group pipeline gives every element back as it was written, for
-// any buffer count and a short last sub-group.
+// any buffer count and a short last sub-group; the parameter swapper keeps the kept units in memory
+// and gives every swapped chunk back as last written, through reads queued ahead.
 #include <doctest/doctest.h>
 
 #include <sys/resource.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "offload/aio_queue.h"
+#include "offload/param_swapper.h"
 #include "offload/state_swapper.h"
 #include "offload/swap_file.h"
 
@@ -187,4 +189,51 @@ TEST_CASE("state swapper: sub-groups are balanced") {
   StateSwapper swapper({4}, 2'100'000, 2'000'000, 4, temp_dir(), AioConfig{}, false, "test");
   CHECK(swapper.sub_groups() == 2);
   CHECK(swapper.buffer_bytes() == 2 * align_up(1'050'000 * 4));  // not two buffers of 2,000,000
+}
+
+TEST_CASE("param swapper: kept units in memory, swapped chunks back as last written, reads queued in order") {
+  // Units of 5000, 0, 300 and 9000 bytes; unit 0 kept: the file holds units 2 and 3 (4 KiB and 12 KiB).
+  const std::vector<size_t> bytes{5000, 0, 300, 9000};
+  ParamSwapper swapper(bytes, {true, false, false, false}, 2, temp_dir(), {4096, 4, false, true}, false, "test");
+  CHECK(swapper.memory_bytes() == 5000);
+  CHECK(swapper.file_bytes() == 4096 + 12288);
+  CHECK(swapper.buffer_bytes() == 2 * 12288);
+  REQUIRE(swapper.in_memory(0) != nullptr);
+  CHECK(swapper.in_memory(1) != nullptr);  // nothing to swap
+  CHECK(swapper.in_memory(2) == nullptr);
+  auto fill = [&](size_t unit, int round) {
+    std::byte* chunk = swapper.stage(unit);
+    for (size_t i = 0; i < bytes[unit]; ++i) chunk[i] = static_cast<std::byte>((i + unit * 7 + round * 13) & 0xff);
+    swapper.commit(unit);
+  };
+  auto holds = [&](const std::byte* chunk, size_t unit, int round) {
+    for (size_t i = 0; i < bytes[unit]; ++i)
+      if (chunk[i] != static_cast<std::byte>((i + unit * 7 + round * 13) & 0xff)) return false;
+    return true;
+  };
+  fill(2, 0);
+  fill(3, 0);
+  fill(3, 1);  // the second write of unit 3 lands after the first
+  swapper.read(3);  // waits for unit 3's write-back in flight
+  swapper.read(2);
+  CHECK_FALSE(swapper.can_read());
+  CHECK_THROWS_AS(swapper.read(3), std::logic_error);  // both buffers busy
+  CHECK(holds(swapper.wait(3), 3, 1));
+  swapper.release(3);
+  CHECK(swapper.can_read());
+  swapper.read(3);  // the same unit queued again behind unit 2
+  CHECK(holds(swapper.wait(2), 2, 0));
+  CHECK(holds(swapper.wait(3), 3, 1));
+  swapper.release(2);
+  swapper.release(3);
+  fill(2, 2);
+  std::vector<std::byte> out(300);
+  swapper.read_now(2, out.data());
+  CHECK(holds(out.data(), 2, 2));
+  const SwapStats stats = swapper.stats();
+  CHECK(stats.bytes_written == 4096 + 12288 + 12288 + 4096);
+  CHECK(stats.bytes_read == 12288 + 4096 + 12288 + 4096);
+  ParamSwapper all_kept(bytes, {true, true, true, true}, 2, temp_dir() + "/no-such-dir", {}, false, "test");
+  CHECK(all_kept.file_bytes() == 0);  // no file, so no directory needed
+  CHECK(all_kept.buffer_bytes() == 0);
 }
