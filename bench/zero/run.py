@@ -44,6 +44,10 @@ Sides:
                  (--sides ours,ours-nvme,peer); measure the disk first with `dsworker --aio_bench DIR`.
   peer-nvme      the peer with the same offload block (DeepSpeed's engine only; it treats nvme as cpu below
                  stage 3, and needs its async_io op: Debian libaio-dev, built on first use).
+  ours-infinity  ours-nvme plus the parameters on NVMe (stage 3): zero_optimization.offload_param {device nvme,
+                 the same nvme_path, buffer_count --nvme-param-buffers (5), max_in_cpu 0}; dsworker's "NVMe
+                 parameter offload per rank" line is recorded too.
+  peer-infinity  the peer with the same two blocks (DeepSpeed's engine only).
   peer           bench/zero/peer_train.py through the same dsrun, either
                    DeepSpeed's own engine (--peer deepspeed: <venv>/bin/python, deepspeed.initialize with the same
                    ds_config, DS_ACCELERATOR=cpu), or
@@ -102,13 +106,14 @@ from throwaway_sshd import free_port  # noqa: E402
 PEER = os.path.join(HERE, "peer_train.py")
 RANKS = 2
 POLL_S = 0.05
-ALL_SIDES = ("ours", "peer", "ours-prescott", "ours-nvme", "peer-nvme")
-NVME = ("ours-nvme", "peer-nvme")
+ALL_SIDES = ("ours", "peer", "ours-prescott", "ours-nvme", "peer-nvme", "ours-infinity", "peer-infinity")
+NVME = ("ours-nvme", "peer-nvme", "ours-infinity", "peer-infinity")
+INFINITY = ("ours-infinity", "peer-infinity")
 
 
 def is_peer(side):
     return side.startswith("peer")
-OURS = ("ours", "ours-prescott", "ours-nvme")
+OURS = ("ours", "ours-prescott", "ours-nvme", "ours-infinity")
 MIB = 1048576.0
 
 
@@ -210,9 +215,11 @@ def count_params(in_f, hidden, layers, classes):
 SIZE = r"([\d.]+) (B|KiB|MiB|GiB)"
 # dsworker, rank 0: "memory per rank at start: ..." (stderr, prefixed "dsworker: ") and "memory per rank at peak: ...;
 # peak RSS ..." (stdout); both prefixed "[rank 0] " by dsrun.
-MEM_RE = re.compile(rf"memory per rank at (start|peak): params {SIZE}, grads {SIZE}, optimizer state {SIZE}"
+MEM_RE = re.compile(rf"memory per rank at (start|peak): params {SIZE}(?: \+ [\d.]+ \w+ on NVMe)?, grads {SIZE}, "
+                    rf"optimizer state {SIZE}"
                     rf"(?: \+ [\d.]+ \w+ on NVMe)? \(model states {SIZE}\), activations {SIZE}(?:; peak RSS {SIZE})?")
 NVME_RE = re.compile(r"NVMe offload per rank: (.*)$")
+PARAM_NVME_RE = re.compile(r"NVMe parameter offload per rank: (.*)$")
 MEM_KEYS = ("params", "grads", "optimizer_state", "model_states", "activations", "peak_rss")
 SENT_RE = re.compile(r"sent per rank per step: (.*)$")
 SENT_ITEM_RE = re.compile(rf"(\w+) {SIZE}")
@@ -246,7 +253,7 @@ class Bench:
         env = self.base_env()
         if side == "ours-prescott":
             env["OPENBLAS_CORETYPE"] = "Prescott"
-        if side in ("peer", "peer-nvme"):
+        if is_peer(side):
             env["OMP_NUM_THREADS"] = "1"
             env["OPENBLAS_NUM_THREADS"] = "1"
             if self.args.peer_coretype not in ("auto", "off"):
@@ -358,6 +365,9 @@ class Bench:
             cfg["zero_optimization"]["sub_group_size"] = int(a.nvme_sub_group)
             cfg["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": a.nvme_path or rundir,
                                                              "buffer_count": a.nvme_buffers}
+        if side in INFINITY:
+            cfg["zero_optimization"]["offload_param"] = {"device": "nvme", "nvme_path": a.nvme_path or rundir,
+                                                         "buffer_count": a.nvme_param_buffers, "max_in_cpu": 0}
         cfg_path = os.path.join(rundir, "ds_config.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)
@@ -366,7 +376,7 @@ class Bench:
         argv = self.argv(side, cfg_path, metrics, steps, free_port())
         sample = {"side": side, "stage": stage, "rep": rep, "ok": False, "status": "failed", "errors": [],
                   "argv": argv, "loadavg": open("/proc/loadavg").read().split()[:3]}
-        if side in ("peer", "peer-nvme"):
+        if is_peer(side):
             sample["peer_impl"] = self.peer_impl
         env = self.env_for(side)
         sample["env"] = {k: env[k] for k in ("DSRUN_LOCAL_SLOTS", "DS_ACCELERATOR", "OMP_NUM_THREADS",
@@ -441,6 +451,9 @@ class Bench:
             m = NVME_RE.search(l)
             if m:
                 sample["nvme_line"] = m.group(1)
+            m = PARAM_NVME_RE.search(l)
+            if m:
+                sample["param_nvme_line"] = m.group(1)
             if l.startswith("PEER_INFO "):
                 info = json.loads(l[len("PEER_INFO "):])
                 sample["peer_info"] = info
@@ -597,6 +610,19 @@ def summary(bench, psi):
         if "ours-nvme" in med and "peer-nvme" in med:
             lines.append(f"  ratio ours-nvme/peer-nvme: step time {fmt_ratio(med['ours-nvme'], med['peer-nvme'])}, "
                          f"peak RSS (larger rank) {fmt_ratio(rss['ours-nvme'], rss['peer-nvme'])}")
+        if "ours" in med and "ours-infinity" in med:
+            lines.append(f"  ZeRO-Infinity (parameters and optimizer state on NVMe): step time "
+                         f"{fmt_ratio(med['ours-infinity'], med['ours'])} of in memory, peak RSS (larger rank) "
+                         f"{fmt_ratio(rss['ours-infinity'], rss['ours'])}")
+            for key in ("nvme_line", "param_nvme_line"):
+                io = next((s.get(key) for s in reversed(bench.samples)
+                           if s["side"] == "ours-infinity" and s["stage"] == stage and s.get(key)), None)
+                if io:
+                    lines.append(f"    last run's rank 0 ({'parameters' if key == 'param_nvme_line' else 'optimizer'}): {io}")
+        if "ours-infinity" in med and "peer-infinity" in med:
+            lines.append(f"  ratio ours-infinity/peer-infinity: step time "
+                         f"{fmt_ratio(med['ours-infinity'], med['peer-infinity'])}, peak RSS (larger rank) "
+                         f"{fmt_ratio(rss['ours-infinity'], rss['peer-infinity'])}")
         if "ours" in med and "ours-prescott" in med:
             lines.append(f"  OPENBLAS_CORETYPE=Prescott forced: step time "
                          f"{fmt_ratio(med['ours-prescott'], med['ours'])} of the default (the re-exec's core)")
@@ -644,9 +670,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stages", default="0", help="comma-separated ZeRO stages, e.g. 0,1,2,3 (default 0)")
     p.add_argument("--sides", default="ours,peer",
-                   help="comma-separated subset of ours,peer,ours-prescott,ours-nvme,peer-nvme")
+                   help="comma-separated subset of " + ",".join(ALL_SIDES))
     p.add_argument("--nvme-path", help="ours-nvme: the swap files' directory (default: each run's directory)")
     p.add_argument("--nvme-buffers", type=int, default=4, help="ours-nvme: offload_optimizer.buffer_count (default 4)")
+    p.add_argument("--nvme-param-buffers", type=int, default=5,
+                   help="ours-infinity: offload_param.buffer_count (default 5)")
     p.add_argument("--nvme-sub-group", type=float, default=2e6, help="ours-nvme: sub_group_size, elements (default 2e6)")
     p.add_argument("--reps", type=int, default=3, help="whole runs per side and stage (default 3)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps at the start of each run (default 5)")

@@ -1,8 +1,11 @@
 // Stage 3's parameter fetcher on 2 thread ranks: every layer acquired holds its gathered parameters;
 // the gathers a step issues (the last layer kept between forward and backward, persistent layers
-// gathered once after the step); prefetch within its limits; layers acquired out of order refused.
+// gathered once after the step); prefetch within its limits; layers acquired out of order refused;
+// chunks read in (parameter offload) in the order of the gathers, never more at once than the
+// source's buffers, each released once its gather is done.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -45,6 +48,41 @@ size_t run_step(ParamFetcher& f, const PartitionLayout& l) {
   f.end_step();
   return wrong;
 }
+
+// The partition, as if swapped: every chunk must be read in through `buffers` buffers. Records
+// the reads and the most buffers held at once.
+class ReadChunks final : public ChunkSource {
+ public:
+  ReadChunks(const PartitionLayout& l, const std::vector<float>& part, size_t buffers)
+      : layout_(l), part_(part), buffers_(buffers) {}
+  const std::byte* in_memory(size_t) const override { return nullptr; }
+  bool can_read() const override { return held_.size() < buffers_; }
+  void read(size_t unit) override {
+    REQUIRE(can_read());
+    held_.push_back(unit);
+    reads.push_back(unit);
+    most_held = std::max(most_held, held_.size());
+  }
+  const std::byte* wait(size_t unit) override {
+    REQUIRE(std::find(held_.begin(), held_.end(), unit) != held_.end());
+    return reinterpret_cast<const std::byte*>(part_.data() + layout_.units()[unit].part_offset);
+  }
+  void release(size_t unit) override {
+    auto it = std::find(held_.begin(), held_.end(), unit);
+    REQUIRE(it != held_.end());
+    held_.erase(it);
+  }
+  size_t held() const { return held_.size(); }
+
+  std::vector<size_t> reads;
+  size_t most_held = 0;
+
+ private:
+  const PartitionLayout& layout_;
+  const std::vector<float>& part_;
+  size_t buffers_;
+  std::vector<size_t> held_;
+};
 
 }  // namespace
 
@@ -98,5 +136,33 @@ TEST_CASE("param fetcher: a layer acquired out of order is refused") {
     f.acquire(0);
     CHECK_THROWS_WITH_AS(f.release(1), "ParamFetcher: layer 1 released out of order", std::logic_error);
     f.release(0);
+  });
+}
+
+TEST_CASE("param fetcher: chunks read in the order of the gathers, within the buffers, and released") {
+  run_ranks(2, [](ProcessGroup& g) {
+    const PartitionLayout l(kLayers, 1, true, g.size(), g.rank());
+    const std::vector<float> part = partition_of(l);
+    for (size_t buffers : {1, 2, 3}) {
+      for (int64_t prefetch : {int64_t{0}, int64_t{1'000'000}}) {
+        CAPTURE(buffers);
+        CAPTURE(prefetch);
+        ReadChunks chunks(l, part, buffers);
+        {
+          ParamFetcher f(l, g, chunks, amp::Storage::F32, FetchLimits{prefetch, 1'000'000, 0, 0}, 1);
+          CHECK(run_step(f, l) == 0);
+          CHECK(run_step(f, l) == 0);
+        }
+        // Each step gathers 0, 1, 2, then 1, 0 (2 kept for backward); the last step's end reads the
+        // next step's first chunks ahead, which the fetcher drops when it goes.
+        const std::vector<size_t> step{0, 1, 2, 1, 0};
+        std::vector<size_t> expected = step;
+        expected.insert(expected.end(), step.begin(), step.end());
+        expected.insert(expected.end(), step.begin(), step.begin() + static_cast<std::ptrdiff_t>(buffers));
+        CHECK(chunks.reads == expected);
+        CHECK(chunks.most_held == buffers);
+        CHECK(chunks.held() == 0);
+      }
+    }
   });
 }
