@@ -40,10 +40,8 @@ size_t element_bytes(DataType type) {
   throw CommError("comm: unknown DataType");
 }
 
-namespace {
-
-const char* type_name(DataType t) {
-  switch (t) {
+const char* data_type_name(DataType type) {
+  switch (type) {
     case DataType::F32: return "F32";
     case DataType::F64: return "F64";
     case DataType::I32: return "I32";
@@ -53,6 +51,8 @@ const char* type_name(DataType t) {
   }
   return "?";
 }
+
+namespace {
 
 // 16-bit floats: each pair is combined in fp32 and rounded back (what NCCL does per hop).
 template <amp::Half kType, bool kMax>
@@ -285,7 +285,7 @@ class GlooGroup final : public ProcessGroup {
   }
 
   static std::string describe(const char* op, size_t count, DataType type) {
-    return fmt::format("{} of {} {}", op, count, type_name(type));
+    return fmt::format("{} of {} {}", op, count, data_type_name(type));
   }
 
   // Rendezvous under prefix/ (naming ranks that never come), then Gloo's full mesh of TCP pairs.

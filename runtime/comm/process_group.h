@@ -1,7 +1,8 @@
 // Collective communication among the ranks of a job (DeepSpeed's torch.distributed calls).
-// One interface, backends behind it: Gloo over TCP for CPU ranks (gloo_group.cpp), NCCL later.
-// Every rank must issue the same collectives in the same order. Buffers are host memory; counts
-// are in elements. Collectives run on the group's own worker thread in issue order: the *_async
+// One interface, backends behind it: Gloo over TCP for CPU ranks (gloo_group.cpp), NCCL for CUDA
+// ranks (nccl_group.h). Every rank must issue the same collectives in the same order. Buffers are
+// host memory (device memory for NCCL); counts are in elements. Collectives run on the group's
+// own worker thread (NCCL: its stream) in issue order: the *_async
 // forms return at once with a Work to wait on (so communication overlaps computation); the plain
 // forms are *_async(...)->wait(). Errors (a peer gone, a timeout) throw CommError from wait().
 #pragma once
@@ -21,6 +22,7 @@ enum class DataType { F32, F64, I32, F16, BF16, U8 };
 enum class ReduceOp { Sum, Avg, Max };  // Avg: Sum, then divide by size (I32: truncating)
 
 size_t element_bytes(DataType type);
+const char* data_type_name(DataType type);  // "F32", "BF16", ...
 
 // A pending collective.
 class Work {
