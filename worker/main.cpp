@@ -74,6 +74,12 @@ amp::LossScalerConfig loss_scaler_config(const Fp16Config& f) {
   return s;
 }
 
+// DS_OFFLOAD_BUFFERED_IO=1: NVMe offload may use buffered I/O where the file system has no O_DIRECT.
+bool buffered_io_allowed() {
+  const char* value = std::getenv("DS_OFFLOAD_BUFFERED_IO");
+  return value && std::string_view(value) == "1";
+}
+
 EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   EngineConfig e;
   e.micro_batch = c.train_micro_batch_size_per_gpu;
@@ -102,8 +108,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     swap.sub_group = static_cast<size_t>(c.zero_optimization.sub_group_size);
     swap.buffer_count = static_cast<size_t>(offload->buffer_count);
     swap.aio = {c.aio.block_size, c.aio.queue_depth, c.aio.single_submit, c.aio.overlap_events};
-    const char* buffered = std::getenv("DS_OFFLOAD_BUFFERED_IO");
-    swap.allow_buffered = buffered && std::string_view(buffered) == "1";
+    swap.allow_buffered = buffered_io_allowed();
     e.nvme_offload = swap;
   }
   const auto& params = c.zero_optimization.offload_param;
@@ -114,13 +119,25 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     swap.buffer_size = static_cast<size_t>(params->buffer_size);
     swap.max_in_cpu = static_cast<size_t>(params->max_in_cpu);
     swap.aio = {c.aio.block_size, c.aio.queue_depth, c.aio.single_submit, c.aio.overlap_events};
-    const char* buffered = std::getenv("DS_OFFLOAD_BUFFERED_IO");
-    swap.allow_buffered = buffered && std::string_view(buffered) == "1";
+    swap.allow_buffered = buffered_io_allowed();
     e.param_offload = swap;
   }
   e.recompute = c.activation_checkpointing.present;
   e.seed = seed;
   return e;
+}
+
+// DeepSpeed's DS_ACCELERATOR (dsrun sets it to cuda where the machine has a GPU): cpu or cuda, else
+// an error naming the value. dsworker trains on the CPU either way until its CUDA engine exists, and
+// says so where cuda was asked for, so nobody mistakes CPU training for GPU training.
+std::string accelerator_warning() {
+  const char* value = std::getenv("DS_ACCELERATOR");
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "cpu") return "";
+  if (v == "cuda")
+    return "DS_ACCELERATOR=cuda, but dsworker has no CUDA training engine yet: training on the CPU (set "
+           "DS_ACCELERATOR=cpu to silence this)";
+  throw ConfigError(fmt::format("DS_ACCELERATOR='{}' is not one of cpu, cuda (from the environment)", v));
 }
 
 int world_size_from_env() {
@@ -215,6 +232,7 @@ int train(const WorkerOptions& o) {
     return 0;
   }
   start_heartbeat();  // dsrun's watchdog hears from this rank from here on (comm/heartbeat.h)
+  const std::string accelerator = accelerator_warning();
   const JobEnv env = read_job_env();
   if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
   DsConfig config = load_worker_config(o, env.world_size, plugin);
@@ -223,6 +241,7 @@ int train(const WorkerOptions& o) {
   if (lead) {
     print_lines("warning", config.warnings);
     print_lines("note", config.notes);
+    if (!accelerator.empty()) std::fprintf(stderr, "dsworker: warning: %s\n", accelerator.c_str());
   }
 
   if (!plugin) plugin = load_plugin(o, config.model);

@@ -157,6 +157,21 @@ def test_unimplemented_features_are_refused_not_ignored(dsrun, clean_env, tmp_pa
     assert r.returncode == 2 and expected in r.stderr and "not implemented" in r.stderr
 
 
+def test_ds_accelerator_cuda_is_named_as_cpu_training_and_other_values_refused(clean_env):
+    """DS_ACCELERATOR=cuda (dsrun sets it on GPU machines) trains on the CPU and says so; another value
+    is an error naming it."""
+    r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "1"], dict(clean_env, DS_ACCELERATOR="cuda"),
+            timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "DS_ACCELERATOR=cuda, but dsworker has no CUDA training engine yet: training on the CPU" in r.stderr
+    r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "1"], dict(clean_env, DS_ACCELERATOR="cpu"),
+            timeout=60)
+    assert r.returncode == 0 and "DS_ACCELERATOR" not in r.stderr, r.stderr
+    r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "1"], dict(clean_env, DS_ACCELERATOR="tpu"),
+            timeout=60)
+    assert r.returncode == 2 and "DS_ACCELERATOR='tpu' is not one of cpu, cuda (from the environment)" in r.stderr
+
+
 def test_a_missing_plugin_is_a_clear_error(clean_env):
     r = run([DSWORKER, "--model", "nosuchmodel", "--config", CONFIG, "--steps", "1"], clean_env, timeout=60)
     assert r.returncode == 1 and "libds_model_nosuchmodel.so" in r.stderr
