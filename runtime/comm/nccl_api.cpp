@@ -33,6 +33,9 @@ NcclApi load() {
   api.event_destroy = cudaEventDestroy;
   api.malloc = cudaMalloc;
   api.free = cudaFree;
+  api.memset_async = [](void* pointer, int value, size_t bytes, cudaStream_t stream) {
+    return cudaMemsetAsync(pointer, value, bytes, stream);
+  };
   api.cuda_error_string = cudaGetErrorString;
   bind(library, api.get_unique_id, "ncclGetUniqueId");
   bind(library, api.comm_init_rank_config, "ncclCommInitRankConfig");

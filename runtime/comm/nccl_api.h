@@ -20,6 +20,7 @@ struct NcclApi {
   cudaError_t (*event_destroy)(cudaEvent_t event);
   cudaError_t (*malloc)(void** pointer, size_t bytes);
   cudaError_t (*free)(void* pointer);
+  cudaError_t (*memset_async)(void* pointer, int value, size_t bytes, cudaStream_t stream);
   const char* (*cuda_error_string)(cudaError_t error);
   // NCCL
   ncclResult_t (*get_unique_id)(ncclUniqueId* id);

@@ -185,6 +185,8 @@ class NcclGroup final : public ProcessGroup {
     settle(api_.comm_init_rank_config(&comm_, size_, id, rank_, &config),
            fmt::format("set-up of the communicator ({} ranks)", size_));
     cuda(api_.malloc(&flag_, sizeof(int32_t)), "allocating the barrier's flag");
+    // On the group's stream, before any barrier: sums of zeros stay zero.
+    cuda(api_.memset_async(flag_, 0, sizeof(int32_t), stream_), "clearing the barrier's flag");
   }
 
   void release() {

@@ -199,6 +199,10 @@ NcclApi make_api() {
     std::free(p);
     return cudaSuccess;
   };
+  api.memset_async = [](void* p, int value, size_t bytes, cudaStream_t s) {
+    stream_of(s)->push([=] { std::memset(p, value, bytes); });
+    return cudaSuccess;
+  };
   api.cuda_error_string = [](cudaError_t e) -> const char* {
     return e == cudaSuccess ? "no error" : e == cudaErrorNotReady ? "device not ready" : "fake CUDA error";
   };
