@@ -33,6 +33,19 @@ inline Engine make_engine(const EngineConfig& e, Plugin& plugin, ProcessGroup& g
                 make_lr_schedule(config.scheduler, config.optimizer.lr));
 }
 
+// The plugin's own samples as a Dataset (for evaluate()).
+class PluginSamples : public Dataset {
+ public:
+  explicit PluginSamples(Plugin& plugin) : plugin_(plugin) {}
+  ds_dataset_info info() const override { return plugin_.dataset_info(); }
+  void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) override {
+    plugin_.get_batch(indices, n, input, target);
+  }
+
+ private:
+  Plugin& plugin_;
+};
+
 struct Run {
   std::vector<float> initial;    // rank 0's fp32 parameters before the first step
   std::vector<float> params;     // rank 0's fp32 parameters at the end

@@ -51,18 +51,6 @@ std::function<void(EngineConfig&)> setup(amp::Storage precision, std::optional<o
   };
 }
 
-class PluginSamples : public Dataset {
- public:
-  explicit PluginSamples(Plugin& plugin) : plugin_(plugin) {}
-  ds_dataset_info info() const override { return plugin_.dataset_info(); }
-  void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) override {
-    plugin_.get_batch(indices, n, input, target);
-  }
-
- private:
-  Plugin& plugin_;
-};
-
 const DsConfig& adam_config() {
   static const DsConfig config = parse_config(
       {{"train_micro_batch_size_per_gpu", 4}, {"optimizer", nlohmann::json::parse(kAdam)}}, "test", 1);

@@ -10,23 +10,6 @@
 using namespace ds;
 using namespace ds::test;
 
-namespace {
-
-// The mlp plugin's own samples as a Dataset, as an evaluation set.
-class PluginSamples : public Dataset {
- public:
-  explicit PluginSamples(Plugin& plugin) : plugin_(plugin) {}
-  ds_dataset_info info() const override { return plugin_.dataset_info(); }
-  void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) override {
-    plugin_.get_batch(indices, n, input, target);
-  }
-
- private:
-  Plugin& plugin_;
-};
-
-}  // namespace
-
 TEST_CASE("recompute: activation checkpointing gives bit-identical training at every stage") {
   for (int stage : {0, 1, 2, 3}) {
     for (amp::Storage p : {amp::Storage::F32, amp::Storage::BF16}) {
