@@ -218,7 +218,7 @@ int train(const WorkerOptions& o) {
   if (!o.aio_bench.empty()) return aio_bench(o.aio_bench, o.aio_bench_mib);
   if (o.selftest || !o.selftest_json.empty()) {
     const char* local_rank = std::getenv("LOCAL_RANK");  // one GPU per rank under dsrun
-    return run_selftest(local_rank ? std::atoi(local_rank) : 0, o.selftest_json);
+    return run_selftest(local_rank ? std::atoi(local_rank) : 0, o.selftest_json, machine_nccl());
   }
   if (o.config.empty()) throw ConfigError("--config (--deepspeed_config) is required");
   std::unique_ptr<Plugin> plugin;

@@ -16,11 +16,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cpu/attention.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cuda/launch.h"
+#include "comm/nccl_group.h"
 #include "optim/optimizers.h"
+#include "selftest_nccl.h"
 
 namespace ds {
 namespace {
@@ -151,6 +154,21 @@ void gelu(Check& c, size_t n, std::mt19937& rng) {
   compare(c, d_dx.to_host(), ref_dx, 1e-7, 1e-5);
 }
 
+void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::mt19937& rng) {
+  const auto rows = static_cast<size_t>(B * H * T), n = static_cast<size_t>(B * T * H * D);
+  const auto qkv = random_floats(rng, 3 * n, 0.0f, 1.5f), dout = random_floats(rng, n, 0.0f, 1.0f);
+  std::vector<float> ref_out(n), ref_stats(2 * rows), ref_dqkv(3 * n);
+  cpu::attention_forward_reference(qkv.data(), ref_out.data(), ref_stats.data(), B, T, H, D);
+  cpu::attention_backward_reference(qkv.data(), ref_stats.data(), dout.data(), ref_dqkv.data(), B, T, H, D);
+  DeviceArray<float> d_qkv(qkv), d_out(ref_out), d_stats(ref_stats), d_dout(dout), d_dqkv(ref_dqkv),
+      d_rowdot(std::vector<float>(rows, 0.0f));
+  cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), B, T, H, D, nullptr);
+  cuda::attention_backward(d_qkv.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_rowdot.get(), B, T, H, D, nullptr);
+  compare(c, d_out.to_host(), ref_out, 1e-5, 1e-5);
+  compare(c, d_stats.to_host(), ref_stats, 1e-5, 1e-5);
+  compare(c, d_dqkv.to_host(), ref_dqkv, 2e-5, 1e-4);
+}
+
 // Three steps against the CPU optimizer: the parameters and both moments bit for bit.
 void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
   std::vector<float> p = random_floats(rng, n, 0.0f, 1.0f), cpu_p = p;
@@ -185,7 +203,7 @@ void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
 }
 
 // The checks, each with its shape.
-std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks() {
+std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks(const SelftestNccl& nccl) {
   std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> all;
   auto add = [&](std::string kernel, std::string shape, std::function<void(Check&, std::mt19937&)> run,
                  bool bits = false) {
@@ -206,16 +224,41 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
         [=](Check& c, std::mt19937& rng) { cross_entropy(c, 4, classes, rng); });
   for (size_t n : {size_t{2407}, size_t{100'003}})
     add("gelu", fmt::format("{}", n), [=](Check& c, std::mt19937& rng) { gelu(c, n, rng); });
+  struct AttentionShape {
+    int64_t B, T, H, D;
+  };
+  std::vector<AttentionShape> attention_shapes{{1, 1, 1, 1}, {2, 37, 3, 16}};
+  if (!cuda::emulated()) attention_shapes.push_back({1, 1024, 2, 64});  // GPT-2's context (minutes on the emulator)
+  for (const auto s : attention_shapes)
+    add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
+        [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, rng); });
   for (bool decoupled : {false, true})
     for (size_t n : {size_t{1037}, size_t{65'539}})
       add(decoupled ? "adamw" : "adam", fmt::format("{} x 3 steps", n),
           [=](Check& c, std::mt19937& rng) { adam(c, n, decoupled, rng); }, true);
+  for (auto op : {NcclCollective::AllReduce, NcclCollective::ReduceScatter, NcclCollective::AllGather,
+                  NcclCollective::Broadcast})
+    for (auto type : {DataType::F32, DataType::F16, DataType::BF16})
+      if (nccl.ranks > 0)
+        add(fmt::format("nccl {}", collective_name(op)), fmt::format("{} ranks x 100003 {}", nccl.ranks, data_type_name(type)),
+            [=](Check& c, std::mt19937&) { c.differing = nccl_check(nccl.api(), op, type, 100'003, nccl.ranks); }, true);
   return all;
 }
 
 }  // namespace
 
-int run_selftest(int device, const std::string& json_path) {
+SelftestNccl machine_nccl() {
+  SelftestNccl nccl;
+  if (!nccl_built()) return nccl;
+  nccl.api = []() -> const NcclApi& { return real_nccl_api(); };
+  try {
+    nccl.ranks = cuda::device_count();
+  } catch (const std::exception&) {  // no usable GPU: run_selftest says so
+  }
+  return nccl;
+}
+
+int run_selftest(int device, const std::string& json_path, const SelftestNccl& nccl) {
   if (!cuda::built_with_cuda()) {
     std::fprintf(stderr, "dsworker --selftest: this dsworker was built without CUDA (no nvcc at build time, or "
                          "-DDS_CUDA=OFF): nothing to test\n");
@@ -251,12 +294,12 @@ int run_selftest(int device, const std::string& json_path) {
     }
   }
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
-  std::printf("%-20s %-16s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
-  std::printf("(of bound: the worst element's share of atol + rtol*|ref|, at most 1; Adam: elements that differ, bit for bit)\n");
+  std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
+  std::printf("(of bound: the worst element's share of atol + rtol*|ref|, at most 1; Adam, NCCL: elements that differ, bit for bit)\n");
   std::mt19937 rng(2024);
   nlohmann::json report = {{"device", device}, {"device_name", name}, {"emulated", cuda::emulated()}, {"checks", nlohmann::json::array()}};
   int failed = 0;
-  for (auto& [check, run] : checks()) {
+  for (auto& [check, run] : checks(nccl)) {
     const auto start = std::chrono::steady_clock::now();
     try {
       run(check, rng);
@@ -266,7 +309,7 @@ int run_selftest(int device, const std::string& json_path) {
     check.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     failed += !check.passed();
     const std::string bound = check.bits ? fmt::format("{} differ", check.differing) : fmt::format("{:.3f}", check.worst_share);
-    std::printf("%-20s %-16s %14.3g %10s %9.1f  %s\n", check.kernel.c_str(), check.shape.c_str(), check.worst_error,
+    std::printf("%-20s %-26s %14.3g %10s %9.1f  %s\n", check.kernel.c_str(), check.shape.c_str(), check.worst_error,
                 bound.c_str(), check.seconds * 1e3,
                 check.passed() ? "ok" : check.error.empty() ? "FAILED" : check.error.c_str());
     nlohmann::json entry = {{"kernel", check.kernel}, {"shape", check.shape}, {"worst_error", check.worst_error},
@@ -276,12 +319,13 @@ int run_selftest(int device, const std::string& json_path) {
     report["checks"].push_back(entry);
   }
   const size_t total = report["checks"].size();
-  const char* missing = "cuBLAS GEMMs, training steps on the GPU against the CPU, NCCL against Gloo (dsworker has no "
-                        "CUDA training backend yet)";
+  std::string missing = "cuBLAS GEMMs, training steps on the GPU against the CPU (dsworker has no CUDA training "
+                        "backend yet)";
+  if (nccl.ranks == 0) missing += "; NCCL (this build has no NCCL group)";
   report["passed"] = total - static_cast<size_t>(failed);
   report["failed"] = failed;
   report["not_checked"] = missing;
-  std::printf("not checked yet: %s\n", missing);
+  std::printf("not checked yet: %s\n", missing.c_str());
   std::printf("dsworker --selftest: %zu of %zu checks passed%s\n", total - static_cast<size_t>(failed), total,
               cuda::emulated() ? " (on the emulator, not a GPU)" : "");
   if (json.is_open() && !(json << report.dump(1) << "\n")) {

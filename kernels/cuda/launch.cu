@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/adam.cuh"
+#include "cuda/attention.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch_shape.h"
@@ -108,6 +109,29 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
   if (n <= 0) return;
   gelu_backward_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, dy, dx, n);
   check(cudaGetLastError(), "gelu_backward launch");
+}
+
+void attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
+                       void* stream) {
+  const size_t shared = attention_shared_bytes(T, false);
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  const auto rows = static_cast<unsigned>(B * H * T);
+  attention_forward_kernel<<<rows, kAttentionThreads, shared, static_cast<cudaStream_t>(stream)>>>(
+      qkv, out, stats, T, H, D, 1.0f / sqrtf(static_cast<float>(D)));
+  check(cudaGetLastError(), "attention_forward launch");
+}
+
+void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* rowdot,
+                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream) {
+  const size_t shared = attention_shared_bytes(T, true);
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  const auto rows = static_cast<unsigned>(B * H * T);
+  const float scale = 1.0f / sqrtf(static_cast<float>(D));
+  auto s = static_cast<cudaStream_t>(stream);
+  attention_backward_dq_kernel<<<rows, kAttentionThreads, shared, s>>>(qkv, stats, dout, dqkv, rowdot, T, H, D, scale);
+  check(cudaGetLastError(), "attention_backward (dq) launch");
+  attention_backward_dkv_kernel<<<rows, kAttentionThreads, shared, s>>>(qkv, stats, dout, rowdot, dqkv, T, H, D, scale);
+  check(cudaGetLastError(), "attention_backward (dk, dv) launch");
 }
 
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,

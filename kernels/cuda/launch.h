@@ -54,6 +54,16 @@ void cross_entropy_backward(const float* logits, const int32_t* labels, const fl
 void gelu_forward(const float* x, float* y, int64_t n, void* stream);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
 
+// Causal self-attention (kernels/cpu/attention.h's formulas and layouts): out[B, T, H, D] and
+// stats[B, H, T, 2] from qkv[B, T, 3, H, D]; one block per (b, h, t). T ≤ 6144, else
+// std::invalid_argument.
+void attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
+                       void* stream);
+// dqkv[B, T, 3, H, D] (overwritten) from qkv, the forward's stats and dout[B, T, H, D]; rowdot[B, H, T]
+// is scratch.
+void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* rowdot,
+                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream);
+
 // One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
                void* stream);

@@ -2,11 +2,13 @@
 // launch.cu, run synchronously (the stream is ignored), device memory being host memory. One
 // "device", the CPU. For tests of code above the launchers (dsworker --selftest) on machines
 // without a GPU.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "cuda/adam.cuh"
+#include "cuda/attention.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch.h"
@@ -71,6 +73,29 @@ void gelu_forward(const float* x, float* y, int64_t n, void*) {
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void*) {
   if (n <= 0) return;
   simt::launch(element_blocks(n), kElementThreads, {}, [&] { gelu_backward_kernel(x, dy, dx, n); });
+}
+
+void attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
+                       void*) {
+  simt::LaunchOptions options;
+  options.dynamic_shared_bytes = attention_shared_bytes(T, false);
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  simt::launch(static_cast<unsigned>(B * H * T), kAttentionThreads, options,
+               [&] { attention_forward_kernel(qkv, out, stats, T, H, D, scale); });
+}
+
+void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* rowdot,
+                        int64_t B, int64_t T, int64_t H, int64_t D, void*) {
+  simt::LaunchOptions options;
+  options.dynamic_shared_bytes = attention_shared_bytes(T, true);
+  if (B <= 0 || T <= 0 || H <= 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const auto rows = static_cast<unsigned>(B * H * T);
+  simt::launch(rows, kAttentionThreads, options,
+               [&] { attention_backward_dq_kernel(qkv, stats, dout, dqkv, rowdot, T, H, D, scale); });
+  simt::launch(rows, kAttentionThreads, options,
+               [&] { attention_backward_dkv_kernel(qkv, stats, dout, rowdot, dqkv, T, H, D, scale); });
 }
 
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,

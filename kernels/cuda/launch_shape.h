@@ -2,7 +2,10 @@
 // emulated ones (launch_emulated.cpp), so that the emulator runs each kernel as the GPU would.
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace ds::cuda {
 
@@ -21,5 +24,14 @@ inline unsigned element_blocks(int64_t n) {
 // LayerNorm backward's dgamma/dbeta kernel: one thread per column, in blocks of this many.
 constexpr unsigned kColumnThreads = 256;
 inline unsigned column_blocks(int64_t dim) { return static_cast<unsigned>((dim + kColumnThreads - 1) / kColumnThreads); }
+
+// Attention (attention.cuh): one block of kAttentionThreads per row; 2·T floats of dynamic shared
+// memory at most (backward), within the 48 KiB a block gets without an opt-in: T ≤ 6144.
+constexpr unsigned kAttentionThreads = 128;
+inline size_t attention_shared_bytes(int64_t T, bool backward) {
+  if (T > 6144) throw std::invalid_argument("cuda: attention: sequence length " + std::to_string(T) +
+                                            " is over the kernel's 6144 (its rows live in 48 KiB of shared memory)");
+  return sizeof(float) * static_cast<size_t>(T) * (backward ? 2 : 1);
+}
 
 }  // namespace ds::cuda

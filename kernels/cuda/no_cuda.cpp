@@ -52,6 +52,15 @@ void gelu_backward(const float*, const float*, float*, int64_t, void*) {
   throw std::runtime_error("cuda: gelu_backward: dsrun was built without CUDA");
 }
 
+void attention_forward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: attention_forward: dsrun was built without CUDA");
+}
+
+void attention_backward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
+                        void*) {
+  throw std::runtime_error("cuda: attention_backward: dsrun was built without CUDA");
+}
+
 void adam_step(float*, const float*, float*, float*, int64_t, const optim::AdamArgs&, bool, void*) {
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }

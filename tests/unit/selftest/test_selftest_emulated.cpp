@@ -1,6 +1,7 @@
 // dsworker --selftest's checks on the emulated launchers (kernels/cuda/launch_emulated.cpp): every
-// kernel through its launcher and device-memory copies against the CPU reference, the table and the
-// JSON report, as a GPU owner would get them.
+// kernel through its launcher and device-memory copies against the CPU reference, and (where the build
+// has the NCCL group) the NCCL checks on two thread ranks over the fake NCCL; the table and the JSON
+// report, as a GPU owner would get them.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -11,34 +12,54 @@
 
 #include "cuda/launch.h"
 #include "selftest.h"
+#ifdef DS_TEST_FAKE_NCCL
+#include "../nccl/fake_nccl.h"
+#endif
+
+namespace {
+
+// Two ranks on the fake NCCL where the build has the group; else no NCCL checks.
+ds::SelftestNccl test_nccl() {
+#ifdef DS_TEST_FAKE_NCCL
+  return {[]() -> const ds::NcclApi& { return ds::test::fake_nccl_api(); }, 2};
+#else
+  return {};
+#endif
+}
+
+}  // namespace
 
 TEST_CASE("selftest: every check passes on the emulated device and the JSON report says so") {
   REQUIRE(ds::cuda::emulated());
   const auto path = std::filesystem::temp_directory_path() / "dsrun-selftest-emulated.json";
-  CHECK(ds::run_selftest(0, path.string()) == 0);
+  const ds::SelftestNccl nccl = test_nccl();
+  CHECK(ds::run_selftest(0, path.string(), nccl) == 0);
   std::ifstream in(path);
   const nlohmann::json report = nlohmann::json::parse(in);
   std::filesystem::remove(path);
   CHECK(report["emulated"] == true);
   CHECK(report["device_name"] == "emulated CUDA device (the CPU SIMT emulator)");
   CHECK(report["failed"] == 0);
-  CHECK(report["checks"].size() == 20);
-  CHECK(report["passed"] == 20);
-  size_t adam = 0;
+  CHECK(report["passed"] == report["checks"].size());
+  size_t bitwise = 0, attention = 0, nccl_rows = 0;
   for (const auto& c : report["checks"]) {
     INFO(c.dump());
     CHECK(c["passed"] == true);
     if (c.contains("differing_elements")) {
-      CHECK(c["differing_elements"] == 0);  // Adam and AdamW: the CPU optimizer's bits
-      ++adam;
+      CHECK(c["differing_elements"] == 0);  // Adam and AdamW: the CPU optimizer's bits; NCCL: exact sums
+      ++bitwise;
     } else {
       CHECK(c["share_of_bound"].get<double>() <= 1.0);
     }
+    attention += c["kernel"] == "attention";
+    nccl_rows += std::string(c["kernel"]).starts_with("nccl ");
   }
-  CHECK(adam == 4);
-  CHECK(std::string(report["not_checked"]).find("NCCL") != std::string::npos);
+  CHECK(attention == 2);  // 1x1x1x1 and 2x37x3x16; GPT-2's 1024 only on a GPU
+  CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
+  CHECK(bitwise == 4 + nccl_rows);
+  CHECK((std::string(report["not_checked"]).find("NCCL") == std::string::npos) == (nccl.ranks > 0));
 }
 
 TEST_CASE("selftest: an unwritable JSON path is an error before the checks") {
-  CHECK(ds::run_selftest(0, "/nonexistent-dir/report.json") == 1);
+  CHECK(ds::run_selftest(0, "/nonexistent-dir/report.json", {}) == 1);
 }

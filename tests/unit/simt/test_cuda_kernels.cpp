@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "cpu/attention.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cuda/adam.cuh"
+#include "cuda/attention.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch.h"
@@ -89,14 +91,23 @@ TEST_CASE("cuda launchers: without a GPU a launch is an error naming CUDA's erro
 }
 
 TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
+  // offset 0: 16-byte aligned arrays (four elements per access, then the last n % 4 one at a time);
+  // offset 1: misaligned ones (one element at a time throughout)
+  for (size_t offset : {0, 1})
   for (bool decoupled : {true, false}) {
+    CAPTURE(offset);
     CAPTURE(decoupled);
     const size_t n = 1000 + 37;
     std::mt19937 rng(11);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> p(n), g(n);
     for (auto& v : p) v = normal(rng);
-    std::vector<float> cpu_p = p, gpu_p = p, gpu_m(n, 0.0f), gpu_v(n, 0.0f);
+    std::vector<float> cpu_p = p, gpu_p_buffer(offset), gpu_m_buffer(n + offset, 0.0f), gpu_v_buffer(n + offset, 0.0f),
+                       g_buffer(n + offset);
+    gpu_p_buffer.insert(gpu_p_buffer.end(), p.begin(), p.end());
+    float *gpu_p = gpu_p_buffer.data() + offset, *gpu_m = gpu_m_buffer.data() + offset,
+          *gpu_v = gpu_v_buffer.data() + offset, *g_device = g_buffer.data() + offset;
+    for (const float* a : {gpu_p, gpu_m, gpu_v, g_device}) REQUIRE(ds::cuda::aligned16(a) == (offset == 0));
     ds::AdamParams params;
     params.weight_decay = 0.01;
     params.adam_w_mode = decoupled;
@@ -109,9 +120,10 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
       const float beta1 = 0.9f, beta2 = 0.999f, lr_f = static_cast<float>(lr), wd = 0.01f;
       const float bc1 = ds::optim::bias_correction(beta1, step), bc2 = ds::optim::bias_correction(beta2, step);
       const ds::optim::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
-      ds::simt::launch(3, 128, {}, [&] {  // a grid-stride loop: fewer threads than elements
-        if (decoupled) ds::cuda::adam_kernel<true>(gpu_p.data(), g.data(), gpu_m.data(), gpu_v.data(), n, args);
-        else ds::cuda::adam_kernel<false>(gpu_p.data(), g.data(), gpu_m.data(), gpu_v.data(), n, args);
+      std::copy(g.begin(), g.end(), g_device);
+      ds::simt::launch(3, 64, {}, [&] {  // a grid-stride loop: fewer threads than elements (and than groups of 4)
+        if (decoupled) ds::cuda::adam_kernel<true>(gpu_p, g_device, gpu_m, gpu_v, n, args);
+        else ds::cuda::adam_kernel<false>(gpu_p, g_device, gpu_m, gpu_v, n, args);
       });
     }
     for (size_t i = 0; i < n; ++i)
@@ -119,10 +131,10 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
         MESSAGE("first difference at " << i << ": " << gpu_p[i] << " vs " << cpu_p[i]);
         break;
       }
-    CHECK(gpu_p == cpu_p);
+    CHECK(std::equal(gpu_p, gpu_p + n, cpu_p.data()));
     const auto state = adam->state();
-    CHECK(std::equal(gpu_m.begin(), gpu_m.end(), static_cast<const float*>(state[0].data)));
-    CHECK(std::equal(gpu_v.begin(), gpu_v.end(), static_cast<const float*>(state[1].data)));
+    CHECK(std::equal(gpu_m, gpu_m + n, static_cast<const float*>(state[0].data)));
+    CHECK(std::equal(gpu_v, gpu_v + n, static_cast<const float*>(state[1].data)));
   }
 }
 
@@ -224,4 +236,69 @@ TEST_CASE("cuda layernorm backward on the emulator matches the CPU reference") {
       }
     }
   }
+}
+
+TEST_CASE("cuda attention forward and backward on the emulator match the CPU reference") {
+  struct Shape {
+    int64_t B, T, H, D;
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  double worst_out = 0, worst_grad = 0;
+  for (const Shape s : {Shape{1, 1, 1, 1}, Shape{2, 5, 3, 7}, Shape{1, 33, 2, 16}, Shape{1, 70, 1, 64}}) {
+    for (unsigned threads : {32u, 96u}) {
+      CAPTURE(s.B);
+      CAPTURE(s.T);
+      CAPTURE(s.H);
+      CAPTURE(s.D);
+      CAPTURE(threads);
+      const size_t rows = static_cast<size_t>(s.B * s.H * s.T), n_out = static_cast<size_t>(s.B * s.T * s.H * s.D);
+      std::vector<float> qkv(3 * n_out), dout(n_out);
+      for (auto& v : qkv) v = 1.5f * normal(rng);
+      for (auto& v : dout) v = normal(rng);
+      std::vector<float> ref_out(n_out), ref_stats(2 * rows), ref_dqkv(3 * n_out);
+      ds::cpu::attention_forward_reference(qkv.data(), ref_out.data(), ref_stats.data(), s.B, s.T, s.H, s.D);
+      ds::cpu::attention_backward_reference(qkv.data(), ref_stats.data(), dout.data(), ref_dqkv.data(), s.B, s.T, s.H,
+                                            s.D);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+      const auto grid = static_cast<unsigned>(rows);
+      std::vector<float> out[2], stats[2], dqkv[2], rowdot(rows);
+      for (Order order : {Order::forward, Order::reverse}) {
+        const int i = order == Order::reverse;
+        out[i].assign(n_out, NAN);
+        stats[i].assign(2 * rows, NAN);
+        dqkv[i].assign(3 * n_out, NAN);
+        LaunchOptions o;
+        o.order = order;
+        o.dynamic_shared_bytes = sizeof(float) * static_cast<size_t>(s.T);
+        ds::simt::launch(grid, threads, o, [&] {
+          ds::cuda::attention_forward_kernel(qkv.data(), out[i].data(), stats[i].data(), s.T, s.H, s.D, scale);
+        });
+        o.dynamic_shared_bytes *= 2;
+        ds::simt::launch(grid, threads, o, [&] {
+          ds::cuda::attention_backward_dq_kernel(qkv.data(), stats[i].data(), dout.data(), dqkv[i].data(),
+                                                 rowdot.data(), s.T, s.H, s.D, scale);
+        });
+        ds::simt::launch(grid, threads, o, [&] {
+          ds::cuda::attention_backward_dkv_kernel(qkv.data(), stats[i].data(), dout.data(), rowdot.data(),
+                                                  dqkv[i].data(), s.T, s.H, s.D, scale);
+        });
+      }
+      CHECK(out[0] == out[1]);
+      CHECK(stats[0] == stats[1]);
+      CHECK(dqkv[0] == dqkv[1]);
+      for (size_t i = 0; i < n_out; ++i) {
+        const double err = std::fabs(static_cast<double>(out[0][i]) - ref_out[i]);
+        worst_out = std::max(worst_out, err);
+        REQUIRE(err <= 1e-5 + 1e-5 * std::fabs(ref_out[i]));
+      }
+      for (size_t i = 0; i < 2 * rows; ++i) REQUIRE(std::fabs(stats[0][i] - ref_stats[i]) <= 1e-5 + 1e-5 * std::fabs(ref_stats[i]));
+      for (size_t i = 0; i < 3 * n_out; ++i) {
+        const double err = std::fabs(static_cast<double>(dqkv[0][i]) - ref_dqkv[i]);
+        worst_grad = std::max(worst_grad, err);
+        REQUIRE(err <= 2e-5 + 1e-4 * std::fabs(ref_dqkv[i]));
+      }
+    }
+  }
+  std::printf("cuda attention (emulated) vs reference: worst |error| out %.3g, dqkv %.3g\n", worst_out, worst_grad);
 }
