@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -16,10 +17,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "amp/half.h"
 #include "cpu/attention.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
+#include "cpu/matmul.h"
+#include "cuda/gemm.h"
 #include "cuda/launch.h"
 #include "comm/nccl_group.h"
 #include "optim/optimizers.h"
@@ -74,6 +78,16 @@ void compare(Check& c, std::span<const float> got, std::span<const float> ref, d
   for (size_t i = 0; i < ref.size(); ++i) {
     const double err = std::fabs(static_cast<double>(got[i]) - ref[i]);
     const double share = std::isnan(err) ? INFINITY : err / (atol + rtol * std::fabs(ref[i]));
+    c.worst_error = std::max(c.worst_error, std::isnan(err) ? INFINITY : err);
+    c.worst_share = std::max(c.worst_share, share);
+  }
+}
+
+// As compare, against a bound of each element's own.
+void compare_bounded(Check& c, std::span<const float> got, std::span<const float> ref, std::span<const double> bound) {
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    const double share = std::isnan(err) ? INFINITY : err == 0 ? 0.0 : err / bound[i];
     c.worst_error = std::max(c.worst_error, std::isnan(err) ? INFINITY : err);
     c.worst_share = std::max(c.worst_share, share);
   }
@@ -169,6 +183,78 @@ void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::mt1993
   compare(c, d_dqkv.to_host(), ref_dqkv, 2e-5, 1e-4);
 }
 
+// A GEMM operand's bytes as the device holds them: fp32, or bf16 bit patterns (`values` rounded to
+// bf16 in place first, so that the reference multiplies what the device does).
+std::vector<unsigned char> gemm_bytes(cuda::GemmType type, std::vector<float>& values) {
+  std::vector<unsigned char> bytes(values.size() * (type == cuda::GemmType::F32 ? 4 : 2));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (type == cuda::GemmType::F32) {
+      std::memcpy(&bytes[4 * i], &values[i], 4);
+    } else {
+      const uint16_t bits = amp::bf16_from_float(values[i]);
+      values[i] = amp::bf16_to_float(bits);
+      std::memcpy(&bytes[2 * i], &bits, 2);
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> gemm_values(cuda::GemmType type, const std::vector<unsigned char>& bytes) {
+  std::vector<float> values(bytes.size() / (type == cuda::GemmType::F32 ? 4 : 2));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (type == cuda::GemmType::F32) {
+      std::memcpy(&values[i], &bytes[4 * i], 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, &bytes[2 * i], 2);
+      values[i] = amp::bf16_to_float(bits);
+    }
+  }
+  return values;
+}
+
+struct GemmCase {
+  int64_t batch, m, n, k;
+  bool trans_a, trans_b;
+  cuda::GemmType ab, c;
+  float alpha, beta;
+  bool shared_b;  // stride_b 0: one b for every batch entry
+};
+
+// c = alpha·op(a)·op(b) + beta·c against matmul_reference per batch entry. Each element's bound:
+// (k + 4)·2^-24 of |alpha|·Σ|a||b| + |beta·c| (fp32 accumulation in any order, k roundings, and those
+// of alpha, beta and the output; TF32 would be ~2^-11), plus one bf16 ulp, 2^-7·|ref|, for a bf16 c.
+// With beta 0, c starts as NaN, which the GEMM must not read.
+void gemm(Check& check, const GemmCase& g, std::mt19937& rng) {
+  const int64_t a_size = g.m * g.k, b_size = g.k * g.n, c_size = g.m * g.n;
+  const auto entries = static_cast<size_t>(g.batch);
+  std::vector<float> a = random_floats(rng, entries * a_size, 0.0f, 1.0f),
+                     b = random_floats(rng, (g.shared_b ? 1 : entries) * b_size, 0.0f, 1.0f),
+                     c = g.beta == 0.0f ? std::vector<float>(entries * c_size, NAN)
+                                        : random_floats(rng, entries * c_size, 0.0f, 1.0f);
+  DeviceArray<unsigned char> d_a(gemm_bytes(g.ab, a)), d_b(gemm_bytes(g.ab, b)), d_c(gemm_bytes(g.c, c));
+  cuda::gemm(d_a.get(), d_b.get(), d_c.get(), g.m, g.n, g.k, g.trans_a, g.trans_b, g.ab, g.c, g.alpha, g.beta, g.batch,
+             a_size, g.shared_b ? 0 : b_size, c_size, nullptr);
+  const std::vector<float> got = gemm_values(g.c, d_c.to_host());
+  std::vector<float> ref(got.size()), product(static_cast<size_t>(c_size)), scale(product.size()), abs_a(a), abs_b(b);
+  std::vector<double> bound(got.size());
+  for (float& x : abs_a) x = std::fabs(x);
+  for (float& x : abs_b) x = std::fabs(x);
+  const double rounding = static_cast<double>(g.k + 4) * 0x1p-24, out_rtol = g.c == cuda::GemmType::BF16 ? 0x1p-7 : 0.0;
+  for (int64_t entry = 0; entry < g.batch; ++entry) {
+    const int64_t a_at = entry * a_size, b_at = g.shared_b ? 0 : entry * b_size;
+    cpu::matmul_reference(a.data() + a_at, b.data() + b_at, product.data(), g.m, g.n, g.k, g.trans_a, g.trans_b, false);
+    cpu::matmul(abs_a.data() + a_at, abs_b.data() + b_at, scale.data(), g.m, g.n, g.k, g.trans_a, g.trans_b, false);
+    for (size_t i = 0; i < product.size(); ++i) {
+      const size_t at = static_cast<size_t>(entry * c_size) + i;
+      const double old = g.beta == 0.0f ? 0.0 : static_cast<double>(g.beta) * c[at];
+      ref[at] = static_cast<float>(g.alpha * static_cast<double>(product[i]) + old);
+      bound[at] = rounding * (std::fabs(g.alpha) * scale[i] + std::fabs(old)) + out_rtol * std::fabs(ref[at]);
+    }
+  }
+  compare_bounded(check, got, ref, bound);
+}
+
 // Three steps against the CPU optimizer: the parameters and both moments bit for bit.
 void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
   std::vector<float> p = random_floats(rng, n, 0.0f, 1.0f), cpu_p = p;
@@ -232,6 +318,27 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
   for (const auto s : attention_shapes)
     add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
         [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, rng); });
+  // GEMMs: every transpose at odd sizes, batches (one with a b shared by every entry, one whose odd
+  // strides leave bf16 entries 2-byte aligned), k 0, and the shape of GPT-2's MLP down-projection
+  // forward (tokens x hidden x 4·hidden).
+  const auto F32 = cuda::GemmType::F32, BF16 = cuda::GemmType::BF16;
+  std::vector<std::pair<std::string, GemmCase>> gemms;
+  for (auto [kernel, type] : {std::pair{"gemm", F32}, {"gemm_bf16", BF16}}) {
+    gemms.push_back({kernel, {1, 1, 1, 1, false, false, type, type, 1.0f, 0.0f, false}});
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true})
+        gemms.push_back({kernel, {1, 17, 33, 65, trans_a, trans_b, type, type, 1.25f, -0.5f, false}});
+    gemms.push_back({kernel, {3, 64, 48, 80, false, type == BF16, type, type, 0.5f, 2.0f, type == F32}});
+  }
+  gemms.push_back({"gemm", {3, 17, 33, 0, false, false, F32, F32, 1.0f, -0.5f, false}});  // k 0: beta·c
+  if (!cuda::emulated())  // seconds of scalar loops on the emulator
+    gemms.push_back({"gemm_bf16", {1, 1024, 768, 3072, false, true, BF16, BF16, 1.0f, 0.0f, false}});
+  gemms.push_back({"gemm_bf16_f32", {3, 17, 33, 65, true, false, BF16, F32, 1.0f, 0.5f, false}});  // 2-byte aligned
+  gemms.push_back({"gemm_bf16_f32", {3, 64, 48, 80, true, false, BF16, F32, 1.0f, 0.0f, true}});
+  for (const auto& [kernel, g] : gemms)
+    add(kernel, fmt::format("{}{}x{}x{} {}{}{}", g.batch > 1 ? fmt::format("{} x ", g.batch) : "", g.m, g.n, g.k,
+                            g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.shared_b ? ", b shared" : ""),
+        [=](Check& c, std::mt19937& rng) { gemm(c, g, rng); });
   for (bool decoupled : {false, true})
     for (size_t n : {size_t{1037}, size_t{65'539}})
       add(decoupled ? "adamw" : "adam", fmt::format("{} x 3 steps", n),
@@ -295,7 +402,8 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
   }
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
   std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
-  std::printf("(of bound: the worst element's share of atol + rtol*|ref|, at most 1; Adam, NCCL: elements that differ, bit for bit)\n");
+  std::printf("(of bound: the worst element's share of atol + rtol*|ref| (GEMMs: of fp32 rounding relative to sum "
+              "|a||b|), at most 1; Adam, NCCL: elements that differ, bit for bit)\n");
   std::mt19937 rng(2024);
   nlohmann::json report = {{"device", device}, {"device_name", name}, {"emulated", cuda::emulated()}, {"checks", nlohmann::json::array()}};
   int failed = 0;
@@ -319,7 +427,7 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
     report["checks"].push_back(entry);
   }
   const size_t total = report["checks"].size();
-  std::string missing = "cuBLAS GEMMs, training steps on the GPU against the CPU (dsworker has no CUDA training "
+  std::string missing = "training steps on the GPU against the CPU (dsworker has no CUDA training "
                         "backend yet)";
   if (nccl.ranks == 0) missing += "; NCCL (this build has no NCCL group)";
   report["passed"] = total - static_cast<size_t>(failed);

@@ -1,6 +1,7 @@
-// dsworker --selftest: every CUDA kernel run through its launcher (kernels/cuda/launch.h) on this
-// machine's GPU, at odd shapes, against the CPU reference (kernels/cpu, the CPU optimizer), each
-// within the bound the emulator's unit tests hold it to (Adam bit for bit). Prints a table; writes
+// dsworker --selftest: every CUDA kernel run through its launcher (kernels/cuda/launch.h) and the
+// cuBLASLt GEMMs (kernels/cuda/gemm.h) on this machine's GPU, at odd shapes, against the CPU reference
+// (kernels/cpu, the CPU optimizer), each within the bound the emulator's unit tests hold it to (Adam
+// bit for bit; GEMMs fp32 rounding relative to sum |a||b|). Prints a table; writes
 // the same as JSON when asked. Linked with the emulated launchers, the same checks run on the CPU
 // SIMT emulator (the unit test of the self-test itself).
 #pragma once

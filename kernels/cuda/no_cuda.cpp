@@ -1,6 +1,7 @@
-// The launchers of launch.h in a build without the CUDA toolkit: each says so.
+// The launchers of launch.h and gemm.h's gemm in a build without the CUDA toolkit: each says so.
 #include <stdexcept>
 
+#include "cuda/gemm.h"
 #include "cuda/launch.h"
 
 namespace ds::cuda {
@@ -63,6 +64,11 @@ void attention_backward(const float*, const float*, const float*, float*, float*
 
 void adam_step(float*, const float*, float*, float*, int64_t, const optim::AdamArgs&, bool, void*) {
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
+}
+
+void gemm(const void*, const void*, void*, int64_t, int64_t, int64_t, bool, bool, GemmType, GemmType, float, float,
+          int64_t, int64_t, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: gemm: dsrun was built without CUDA");
 }
 
 }  // namespace ds::cuda

@@ -41,7 +41,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   CHECK(report["device_name"] == "emulated CUDA device (the CPU SIMT emulator)");
   CHECK(report["failed"] == 0);
   CHECK(report["passed"] == report["checks"].size());
-  size_t bitwise = 0, attention = 0, nccl_rows = 0;
+  size_t bitwise = 0, attention = 0, gemm = 0, nccl_rows = 0;
   for (const auto& c : report["checks"]) {
     INFO(c.dump());
     CHECK(c["passed"] == true);
@@ -52,12 +52,15 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
       CHECK(c["share_of_bound"].get<double>() <= 1.0);
     }
     attention += c["kernel"] == "attention";
+    gemm += std::string(c["kernel"]).starts_with("gemm");
     nccl_rows += std::string(c["kernel"]).starts_with("nccl ");
   }
   CHECK(attention == 2);  // 1x1x1x1 and 2x37x3x16; GPT-2's 1024 only on a GPU
+  CHECK(gemm == 15);  // f32, bf16: 1x1x1, 17x33x65 x 4 transposes, a batch; f32: k 0; bf16->f32: 2; the big: GPU
   CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
   CHECK(bitwise == 4 + nccl_rows);
   CHECK((std::string(report["not_checked"]).find("NCCL") == std::string::npos) == (nccl.ranks > 0));
+  CHECK(std::string(report["not_checked"]).find("GEMM") == std::string::npos);
 }
 
 TEST_CASE("selftest: an unwritable JSON path is an error before the checks") {
