@@ -12,19 +12,25 @@
 #include <random>
 #include <span>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "amp/half.h"
+#include "amp/storage.h"
 #include "cpu/attention.h"
+#include "cpu/bias.h"
 #include "cpu/cross_entropy.h"
+#include "cpu/elementwise.h"
+#include "cpu/embedding.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
+#include "cuda/launch_shape.h"
 #include "comm/nccl_group.h"
 #include "optim/optimizers.h"
 #include "selftest_nccl.h"
@@ -255,6 +261,74 @@ void gemm(Check& check, const GemmCase& g, std::mt19937& rng) {
   compare_bounded(check, got, ref, bound);
 }
 
+size_t differing(const std::vector<float>& got, const float* want) {
+  size_t d = 0;
+  for (size_t i = 0; i < got.size(); ++i) d += got[i] != want[i];
+  return d;
+}
+
+// Bias forward and backward and the residual add against the CPU fast paths, bit for bit.
+void bias_and_residual(Check& c, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const size_t n = static_cast<size_t>(rows * cols);
+  const auto y0 = random_floats(rng, n, 0.0f, 1.0f), bias = random_floats(rng, cols, 0.0f, 1.0f),
+             x = random_floats(rng, n, 0.0f, 1.0f), dbias0 = random_floats(rng, cols, 0.0f, 1.0f);
+  DeviceArray<float> d_y(y0), d_bias(bias), d_x(x), d_dy(y0), d_dbias(dbias0);
+  auto y = y0, dbias = dbias0;
+  cpu::bias_add(y.data(), bias.data(), rows, cols);
+  cpu::add_into(y.data(), x.data(), rows * cols);
+  cpu::bias_grad(y0.data(), dbias.data(), rows, cols);
+  cuda::bias_add(d_y.get(), d_bias.get(), rows, cols, nullptr);
+  cuda::add_into(d_y.get(), d_x.get(), rows * cols, nullptr);
+  cuda::bias_grad(d_dy.get(), d_dbias.get(), rows, cols, nullptr);
+  c.differing = differing(d_y.to_host(), y.data()) + differing(d_dbias.to_host(), dbias.data());
+}
+
+// Embedding forward and backward (tokens repeating) against the CPU fast path, bit for bit.
+void embedding(Check& c, int64_t B, int64_t T, int64_t C, int64_t vocab, std::mt19937& rng) {
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919) % static_cast<size_t>(vocab / 2 + 1));
+  const auto wte = random_floats(rng, vocab * C, 0.0f, 1.0f), wpe = random_floats(rng, T * C, 0.0f, 1.0f),
+             dout = random_floats(rng, B * T * C, 0.0f, 1.0f);
+  auto dwte = random_floats(rng, vocab * C, 0.0f, 1.0f), dwpe = random_floats(rng, T * C, 0.0f, 1.0f);
+  std::vector<float> out(static_cast<size_t>(B * T * C));
+  DeviceArray<int32_t> d_tokens(tokens);
+  DeviceArray<float> d_wte(wte), d_wpe(wpe), d_dout(dout), d_dwte(dwte), d_dwpe(dwpe), d_out(out);
+  cpu::embedding_forward(tokens.data(), wte.data(), wpe.data(), out.data(), B, T, C, vocab);
+  cpu::embedding_backward(tokens.data(), dout.data(), dwte.data(), dwpe.data(), B, T, C, vocab);
+  cuda::embedding_forward(d_tokens.get(), d_wte.get(), d_wpe.get(), d_out.get(), B, T, C, vocab, nullptr);
+  cuda::embedding_backward(d_tokens.get(), d_dout.get(), d_dwte.get(), d_dwpe.get(), B, T, C, vocab, nullptr);
+  c.differing = differing(d_out.to_host(), out.data()) + differing(d_dwte.to_host(), dwte.data()) +
+                differing(d_dwpe.to_host(), dwpe.data());
+}
+
+// Σ x² (added onto 0.25) against the CPU's double sum: within 1e-12 relative.
+void sum_squares(Check& c, size_t n, std::mt19937& rng) {
+  auto x = random_floats(rng, n, 0.0f, 1.0f);
+  x[n / 2] = 3e19f;  // its square is beyond fp32's range
+  const double want = amp::sum_squares(amp::Storage::F32, x.data(), n, 0.25);
+  DeviceArray<float> d_x(x);
+  DeviceArray<double> d_total(std::vector<double>{0.25}), d_partial(std::vector<double>(cuda::kSumSquaresBlocks, 0.0));
+  cuda::sum_squares(d_x.get(), static_cast<int64_t>(n), d_total.get(), d_partial.get(), nullptr);
+  const double got = d_total.to_host()[0];
+  c.worst_error = std::fabs(got - want);
+  c.worst_share = std::isnan(got) ? INFINITY : c.worst_error / (1e-12 * want);
+}
+
+// The overflow check on clean data, an inf at the end and a NaN at the start: the wrong answers.
+void nonfinite(Check& c, size_t n, std::mt19937& rng) {
+  const auto clean = random_floats(rng, n, 0.0f, 1.0f);
+  size_t wrong = 0;
+  for (auto [at, value, want] : {std::tuple<size_t, float, int32_t>{0, 1.0f, 0}, {n - 1, INFINITY, 1}, {0, NAN, 1}}) {
+    auto x = clean;
+    if (want) x[at] = value;
+    DeviceArray<float> d_x(x);
+    DeviceArray<int32_t> d_flag(std::vector<int32_t>{0});
+    cuda::find_nonfinite(d_x.get(), static_cast<int64_t>(n), d_flag.get(), nullptr);
+    wrong += d_flag.to_host()[0] != want;
+  }
+  c.differing = wrong;
+}
+
 // Three steps against the CPU optimizer: the parameters and both moments bit for bit.
 void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
   std::vector<float> p = random_floats(rng, n, 0.0f, 1.0f), cpu_p = p;
@@ -277,11 +351,6 @@ void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
     cuda::synchronize();
   }
   const auto state = cpu_adam->state();
-  auto differing = [](const std::vector<float>& got, const float* want) {
-    size_t d = 0;
-    for (size_t i = 0; i < got.size(); ++i) d += got[i] != want[i];
-    return d;
-  };
   const std::vector<float> got_p = d_p.to_host();
   for (size_t i = 0; i < n; ++i) c.worst_error = std::max<double>(c.worst_error, std::fabs(got_p[i] - cpu_p[i]));
   c.differing = differing(got_p, cpu_p.data()) + differing(d_m.to_host(), static_cast<const float*>(state[0].data)) +
@@ -339,6 +408,15 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
     add(kernel, fmt::format("{}{}x{}x{} {}{}{}", g.batch > 1 ? fmt::format("{} x ", g.batch) : "", g.m, g.n, g.k,
                             g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.shared_b ? ", b shared" : ""),
         [=](Check& c, std::mt19937& rng) { gemm(c, g, rng); });
+  const int64_t big_rows = cuda::emulated() ? 33 : 1024;  // GPT-2's 1024 tokens x 768 on a GPU (seconds on the emulator)
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {big_rows, 768}})
+    add("bias+residual", fmt::format("{} x {}", rows, cols),
+        [=](Check& c, std::mt19937& rng) { bias_and_residual(c, rows, cols, rng); }, true);
+  add("embedding", "4x64x768, vocab 1001", [](Check& c, std::mt19937& rng) { embedding(c, 4, 64, 768, 1001, rng); },
+      true);
+  for (size_t n : {size_t{1}, cuda::emulated() ? size_t{70'001} : size_t{10'000'019}})
+    add("sum_squares", fmt::format("{}", n), [=](Check& c, std::mt19937& rng) { sum_squares(c, n, rng); });
+  add("nonfinite", "100003, 3 cases", [](Check& c, std::mt19937& rng) { nonfinite(c, 100'003, rng); }, true);
   for (bool decoupled : {false, true})
     for (size_t n : {size_t{1037}, size_t{65'539}})
       add(decoupled ? "adamw" : "adam", fmt::format("{} x 3 steps", n),
@@ -403,7 +481,7 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
   std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
   std::printf("(of bound: the worst element's share of atol + rtol*|ref| (GEMMs: of fp32 rounding relative to sum "
-              "|a||b|), at most 1; Adam, NCCL: elements that differ, bit for bit)\n");
+              "|a||b|), at most 1; bias, embedding, Adam, NCCL: elements that differ, bit for bit)\n");
   std::mt19937 rng(2024);
   nlohmann::json report = {{"device", device}, {"device_name", name}, {"emulated", cuda::emulated()}, {"checks", nlohmann::json::array()}};
   int failed = 0;

@@ -10,15 +10,16 @@ namespace ds::cuda {
 
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 
-// The sum of `value` over the block's threads, in every thread. blockDim.x must be a multiple of 32
-// (whole warps) and blockDim.y = blockDim.z = 1; `scratch` is a shared array of 32 floats, free again
-// when this returns.
-DS_DEVICE inline float block_sum(float value, float* scratch) {
+// The sum of `value` (float or double) over the block's threads, in every thread. blockDim.x must be
+// a multiple of 32 (whole warps) and blockDim.y = blockDim.z = 1; `scratch` is a shared array of 32
+// values, free again when this returns.
+template <typename T>
+DS_DEVICE inline T block_sum(T value, T* scratch) {
   const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullWarp, value, offset);
   if (lane == 0) scratch[warp] = value;
   __syncthreads();
-  value = lane < warps ? scratch[lane] : 0.0f;
+  value = lane < warps ? scratch[lane] : T(0);
   for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullWarp, value, offset);
   __syncthreads();  // every warp has read scratch before anyone writes it again
   return value;

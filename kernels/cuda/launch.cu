@@ -11,9 +11,11 @@
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/cross_entropy.cuh"
+#include "cuda/elementwise.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
+#include "cuda/norm.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -132,6 +134,59 @@ void attention_backward(const float* qkv, const float* stats, const float* dout,
   check(cudaGetLastError(), "attention_backward (dq) launch");
   attention_backward_dkv_kernel<<<rows, kAttentionThreads, shared, s>>>(qkv, stats, dout, rowdot, dqkv, T, H, D, scale);
   check(cudaGetLastError(), "attention_backward (dk, dv) launch");
+}
+
+void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void* stream) {
+  if (rows <= 0 || cols <= 0) return;
+  bias_add_kernel<<<element_blocks(rows * cols), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, bias, rows,
+                                                                                                          cols);
+  check(cudaGetLastError(), "bias_add launch");
+}
+
+void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void* stream) {
+  if (rows <= 0 || cols <= 0) return;
+  bias_grad_kernel<<<column_blocks(cols), kColumnThreads, 0, static_cast<cudaStream_t>(stream)>>>(dy, dbias, rows, cols);
+  check(cudaGetLastError(), "bias_grad launch");
+}
+
+void add_into(float* y, const float* x, int64_t n, void* stream) {
+  if (n <= 0) return;
+  add_into_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, x, n);
+  check(cudaGetLastError(), "add_into launch");
+}
+
+void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B, int64_t T,
+                       int64_t C, int64_t vocab, void* stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  embedding_forward_kernel<<<element_blocks(B * T * C), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      tokens, wte, wpe, out, B * T, T, C, vocab);
+  check(cudaGetLastError(), "embedding_forward launch");
+}
+
+void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int64_t B, int64_t T,
+                        int64_t C, int64_t vocab, void* stream) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  embedding_backward_wpe_kernel<<<column_blocks(T * C), kColumnThreads, 0, s>>>(dout, dwpe, B, T, C);
+  check(cudaGetLastError(), "embedding_backward (dwpe) launch");
+  embedding_backward_wte_kernel<<<column_blocks(C), kColumnThreads, 0, s>>>(tokens, dout, dwte, B * T, C, vocab);
+  check(cudaGetLastError(), "embedding_backward (dwte) launch");
+}
+
+void sum_squares(const float* x, int64_t n, double* total, double* partial, void* stream) {
+  if (n <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = sum_squares_blocks(n);
+  sum_squares_partial_kernel<<<blocks, kReduceThreads, 0, s>>>(x, n, partial);
+  check(cudaGetLastError(), "sum_squares (partials) launch");
+  sum_partials_kernel<<<1, kReduceThreads, 0, s>>>(partial, blocks, total);
+  check(cudaGetLastError(), "sum_squares (total) launch");
+}
+
+void find_nonfinite(const float* x, int64_t n, int32_t* flag, void* stream) {
+  if (n <= 0) return;
+  nonfinite_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, n, flag);
+  check(cudaGetLastError(), "find_nonfinite launch");
 }
 
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,

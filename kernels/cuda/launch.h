@@ -64,6 +64,26 @@ void attention_forward(const float* qkv, float* out, float* stats, int64_t B, in
 void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* rowdot,
                         int64_t B, int64_t T, int64_t H, int64_t D, void* stream);
 
+// Bias and residual (kernels/cpu/bias.h, elementwise.h): y[rows, cols] += bias[cols];
+// dbias[cols] += Σ_r dy[r, cols] (rows in order); y[n] += x[n]. The CPU fast paths' bits.
+void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void* stream);
+void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void* stream);
+void add_into(float* y, const float* x, int64_t n, void* stream);
+
+// Token + position embedding (kernels/cpu/embedding.h): out[B, T, C] from tokens[B, T], wte[vocab, C],
+// wpe[T, C] (a token outside [0, vocab) gives its row NaN); backward accumulates dwte and dwpe in
+// the CPU fast path's order (its bits).
+void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B, int64_t T,
+                       int64_t C, int64_t vocab, void* stream);
+void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int64_t B, int64_t T,
+                        int64_t C, int64_t vocab, void* stream);
+
+// total[0] += Σ x[i]² over x[n], in double; partial is scratch of kSumSquaresBlocks doubles
+// (launch_shape.h). All three in device memory.
+void sum_squares(const float* x, int64_t n, double* total, double* partial, void* stream);
+// flag[0] = 1 when some x[i] is inf or NaN, left as it is otherwise (device int32).
+void find_nonfinite(const float* x, int64_t n, int32_t* flag, void* stream);
+
 // One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
                void* stream);

@@ -10,10 +10,12 @@
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/cross_entropy.cuh"
+#include "cuda/elementwise.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
+#include "cuda/norm.cuh"
 #include "simt/simt.h"
 
 namespace ds::cuda {
@@ -96,6 +98,48 @@ void attention_backward(const float* qkv, const float* stats, const float* dout,
                [&] { attention_backward_dq_kernel(qkv, stats, dout, dqkv, rowdot, T, H, D, scale); });
   simt::launch(rows, kAttentionThreads, options,
                [&] { attention_backward_dkv_kernel(qkv, stats, dout, rowdot, dqkv, T, H, D, scale); });
+}
+
+void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void*) {
+  if (rows <= 0 || cols <= 0) return;
+  simt::launch(element_blocks(rows * cols), kElementThreads, {}, [&] { bias_add_kernel(y, bias, rows, cols); });
+}
+
+void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void*) {
+  if (rows <= 0 || cols <= 0) return;
+  simt::launch(column_blocks(cols), kColumnThreads, {}, [&] { bias_grad_kernel(dy, dbias, rows, cols); });
+}
+
+void add_into(float* y, const float* x, int64_t n, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { add_into_kernel(y, x, n); });
+}
+
+void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B, int64_t T,
+                       int64_t C, int64_t vocab, void*) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  simt::launch(element_blocks(B * T * C), kElementThreads, {},
+               [&] { embedding_forward_kernel(tokens, wte, wpe, out, B * T, T, C, vocab); });
+}
+
+void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int64_t B, int64_t T,
+                        int64_t C, int64_t vocab, void*) {
+  if (B <= 0 || T <= 0 || C <= 0) return;
+  simt::launch(column_blocks(T * C), kColumnThreads, {}, [&] { embedding_backward_wpe_kernel(dout, dwpe, B, T, C); });
+  simt::launch(column_blocks(C), kColumnThreads, {},
+               [&] { embedding_backward_wte_kernel(tokens, dout, dwte, B * T, C, vocab); });
+}
+
+void sum_squares(const float* x, int64_t n, double* total, double* partial, void*) {
+  if (n <= 0) return;
+  const unsigned blocks = sum_squares_blocks(n);
+  simt::launch(blocks, kReduceThreads, {}, [&] { sum_squares_partial_kernel(x, n, partial); });
+  simt::launch(1, kReduceThreads, {}, [&] { sum_partials_kernel(partial, blocks, total); });
+}
+
+void find_nonfinite(const float* x, int64_t n, int32_t* flag, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { nonfinite_kernel(x, n, flag); });
 }
 
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,

@@ -25,6 +25,13 @@ inline unsigned element_blocks(int64_t n) {
 constexpr unsigned kColumnThreads = 256;
 inline unsigned column_blocks(int64_t dim) { return static_cast<unsigned>((dim + kColumnThreads - 1) / kColumnThreads); }
 
+// sum_squares (norm.cuh): partial sums of this many blocks of kReduceThreads, then one block.
+constexpr unsigned kSumSquaresBlocks = 1024;
+constexpr unsigned kReduceThreads = 256;
+inline unsigned sum_squares_blocks(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kReduceThreads - 1) / kReduceThreads, 1, kSumSquaresBlocks));
+}
+
 // Attention (attention.cuh): one block of kAttentionThreads per row; 2·T floats of dynamic shared
 // memory at most (backward), within the 48 KiB a block gets without an opt-in: T ≤ 6144.
 constexpr unsigned kAttentionThreads = 128;

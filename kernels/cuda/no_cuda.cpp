@@ -62,6 +62,34 @@ void attention_backward(const float*, const float*, const float*, float*, float*
   throw std::runtime_error("cuda: attention_backward: dsrun was built without CUDA");
 }
 
+void bias_add(float*, const float*, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: bias_add: dsrun was built without CUDA");
+}
+
+void bias_grad(const float*, float*, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: bias_grad: dsrun was built without CUDA");
+}
+
+void add_into(float*, const float*, int64_t, void*) {
+  throw std::runtime_error("cuda: add_into: dsrun was built without CUDA");
+}
+
+void embedding_forward(const int32_t*, const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: embedding_forward: dsrun was built without CUDA");
+}
+
+void embedding_backward(const int32_t*, const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: embedding_backward: dsrun was built without CUDA");
+}
+
+void sum_squares(const float*, int64_t, double*, double*, void*) {
+  throw std::runtime_error("cuda: sum_squares: dsrun was built without CUDA");
+}
+
+void find_nonfinite(const float*, int64_t, int32_t*, void*) {
+  throw std::runtime_error("cuda: find_nonfinite: dsrun was built without CUDA");
+}
+
 void adam_step(float*, const float*, float*, float*, int64_t, const optim::AdamArgs&, bool, void*) {
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }

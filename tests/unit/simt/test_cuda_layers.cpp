@@ -1,0 +1,128 @@
+// kernels/cuda's small layers (elementwise.cuh) and gradient checks (norm.cuh) on the SIMT emulator
+// against kernels/cpu and runtime/amp: bias, residual and embedding bit for bit against the CPU fast
+// paths (same order of additions) and within rounding of the double references; Σ x² within a few
+// roundings of the CPU's double sum; inf and NaN found wherever they sit. Small grids, so every
+// grid-stride loop wraps.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "amp/storage.h"
+#include "cpu/bias.h"
+#include "cpu/elementwise.h"
+#include "cpu/embedding.h"
+#include "cuda/elementwise.cuh"
+#include "cuda/norm.cuh"
+
+namespace {
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+// Element kernels have no cooperation between threads: one order suffices (the reductions below run both).
+void launch(unsigned grid, unsigned block, const std::function<void()>& kernel) { ds::simt::launch(grid, block, {}, kernel); }
+
+}  // namespace
+
+TEST_CASE("cuda bias, residual add: the CPU's bits") {
+  std::mt19937 rng(3);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {65, 3}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const auto y0 = random_floats(rng, rows * cols), bias = random_floats(rng, cols), x = random_floats(rng, rows * cols);
+    auto cpu_y = y0, gpu_y = y0;
+    ds::cpu::bias_add(cpu_y.data(), bias.data(), rows, cols);
+    launch(2, 32, [&] { ds::cuda::bias_add_kernel(gpu_y.data(), bias.data(), rows, cols); });
+    CHECK(gpu_y == cpu_y);
+    ds::cpu::add_into(cpu_y.data(), x.data(), rows * cols);
+    launch(2, 32, [&] { ds::cuda::add_into_kernel(gpu_y.data(), x.data(), rows * cols); });
+    CHECK(gpu_y == cpu_y);
+    const auto dbias0 = random_floats(rng, cols);
+    auto cpu_db = dbias0, gpu_db = dbias0, ref_db = dbias0;
+    ds::cpu::bias_grad(y0.data(), cpu_db.data(), rows, cols);
+    ds::cpu::bias_grad_reference(y0.data(), ref_db.data(), rows, cols);
+    launch(static_cast<unsigned>((cols + 31) / 32), 32, [&] { ds::cuda::bias_grad_kernel(y0.data(), gpu_db.data(), rows, cols); });
+    CHECK(gpu_db == cpu_db);
+    for (int64_t c = 0; c < cols; ++c) CHECK(std::fabs(gpu_db[c] - ref_db[c]) <= 1e-5f * (1.0f + std::fabs(ref_db[c])));
+  }
+}
+
+TEST_CASE("cuda embedding forward and backward: the CPU's bits, repeated tokens included") {
+  std::mt19937 rng(4);
+  const int64_t B = 3, T = 5, C = 37, vocab = 11;
+  std::vector<int32_t> tokens(B * T);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 4) % 7);  // repeats
+  const auto wte = random_floats(rng, vocab * C), wpe = random_floats(rng, T * C), dout = random_floats(rng, B * T * C);
+  std::vector<float> cpu_out(B * T * C), gpu_out(B * T * C, NAN);
+  ds::cpu::embedding_forward(tokens.data(), wte.data(), wpe.data(), cpu_out.data(), B, T, C, vocab);
+  launch(3, 64, [&] { ds::cuda::embedding_forward_kernel(tokens.data(), wte.data(), wpe.data(), gpu_out.data(), B * T, T, C, vocab); });
+  CHECK(gpu_out == cpu_out);
+
+  auto cpu_dwte = random_floats(rng, vocab * C), cpu_dwpe = random_floats(rng, T * C);
+  auto gpu_dwte = cpu_dwte, gpu_dwpe = cpu_dwpe, ref_dwte = cpu_dwte, ref_dwpe = cpu_dwpe;
+  ds::cpu::embedding_backward(tokens.data(), dout.data(), cpu_dwte.data(), cpu_dwpe.data(), B, T, C, vocab);
+  ds::cpu::embedding_backward_reference(tokens.data(), dout.data(), ref_dwte.data(), ref_dwpe.data(), B, T, C, vocab);
+  launch(static_cast<unsigned>((T * C + 31) / 32), 32, [&] { ds::cuda::embedding_backward_wpe_kernel(dout.data(), gpu_dwpe.data(), B, T, C); });
+  launch(1, 64, [&] { ds::cuda::embedding_backward_wte_kernel(tokens.data(), dout.data(), gpu_dwte.data(), B * T, C, vocab); });
+  CHECK(gpu_dwte == cpu_dwte);
+  CHECK(gpu_dwpe == cpu_dwpe);
+  for (size_t i = 0; i < ref_dwte.size(); ++i) CHECK(std::fabs(gpu_dwte[i] - ref_dwte[i]) <= 1e-5f * (1.0f + std::fabs(ref_dwte[i])));
+
+  tokens[4] = static_cast<int32_t>(vocab);  // out of range: its row is NaN, the others unchanged
+  launch(3, 64, [&] { ds::cuda::embedding_forward_kernel(tokens.data(), wte.data(), wpe.data(), gpu_out.data(), B * T, T, C, vocab); });
+  for (int64_t i = 0; i < B * T * C; ++i) {
+    if (i / C == 4) CHECK(std::isnan(gpu_out[i]));
+    else CHECK(gpu_out[i] == cpu_out[i]);
+  }
+}
+
+TEST_CASE("cuda sum of squares within rounding of the CPU's double sum, both thread orders alike") {
+  std::mt19937 rng(5);
+  for (int64_t n : {1, 31, 1000, 70001}) {
+    CAPTURE(n);
+    auto x = random_floats(rng, static_cast<size_t>(n));
+    x[0] = 1e18f;  // a large element: squares beyond fp32's range still add up in double
+    const double cpu = ds::amp::sum_squares(ds::amp::Storage::F32, x.data(), static_cast<size_t>(n), 0.5);
+    double results[2];
+    for (auto order : {ds::simt::Order::forward, ds::simt::Order::reverse}) {
+      ds::simt::LaunchOptions o;
+      o.order = order;
+      const unsigned blocks = 5;
+      std::vector<double> partial(blocks, NAN);
+      double total = 0.5;  // accumulated onto
+      ds::simt::launch(blocks, 64, o, [&] { ds::cuda::sum_squares_partial_kernel(x.data(), n, partial.data()); });
+      ds::simt::launch(1, 32, o, [&] { ds::cuda::sum_partials_kernel(partial.data(), blocks, &total); });
+      results[order == ds::simt::Order::reverse] = total;
+    }
+    CHECK(results[0] == results[1]);
+    CHECK(std::fabs(results[0] - cpu) <= 1e-13 * cpu);
+  }
+}
+
+TEST_CASE("cuda nonfinite check finds inf and NaN anywhere and leaves the flag alone otherwise") {
+  std::mt19937 rng(6);
+  const int64_t n = 3001;
+  const auto clean = random_floats(rng, n);
+  auto flag_of = [&](const std::vector<float>& x) {
+    int32_t flag = 0;
+    ds::simt::launch(3, 64, {}, [&] { ds::cuda::nonfinite_kernel(x.data(), n, &flag); });
+    return flag;
+  };
+  CHECK(flag_of(clean) == 0);
+  for (int64_t at : {int64_t{0}, int64_t{1234}, n - 1})
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), NAN}) {
+      CAPTURE(at);
+      CAPTURE(bad);
+      auto x = clean;
+      x[at] = bad;
+      CHECK(flag_of(x) == 1);
+    }
+}
