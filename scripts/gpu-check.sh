@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # For a machine with an NVIDIA GPU: builds dsrun with CUDA, then runs in one go what can only run there:
-# the GPU-labelled tests (ctest -L gpu) and `dsworker --selftest` on every visible GPU, and writes all
-# of it, with the machine's description, to one file (default gpu-check-<host>-<UTC time>.txt; the
+# the GPU-labelled tests (ctest -L gpu), `dsworker --selftest` on every visible GPU (kernels, GEMMs and
+# NCCL) and, where python3 has a CUDA torch, bench/gpu; and writes all of it, with the machine's
+# description, to one file (default gpu-check-<host>-<UTC time>.txt; the
 # self-test's JSON reports beside it). Exit status: 0 when everything passed, else 1.
 #   scripts/gpu-check.sh [RESULTS_FILE]
 # Needs the CUDA toolkit under /usr/local/cuda (or nvcc on PATH) and the NVIDIA driver.
@@ -37,6 +38,11 @@ gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 for ((i = 0; i < gpus; i++)); do
   LOCAL_RANK=$i run build/worker/dsworker --selftest --selftest_json "${out%.txt}-selftest-gpu$i.json"
 done
-log "gpu-check: not yet part of this check (no CUDA training backend yet): cuBLAS GEMMs, training on the GPU, NCCL, bench/gpu"
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  run python3 bench/gpu/run.py --json "${out%.txt}-bench-gpu.json"
+else
+  log "gpu-check: bench/gpu skipped: python3 has no CUDA torch (the benchmark's peer)"
+fi
+log "gpu-check: not yet part of this check (no CUDA training backend yet): training on the GPU against the CPU"
 log "gpu-check: $([ $status -eq 0 ] && echo 'everything passed' || echo 'something FAILED (see above)'); results in $out"
 exit $status

@@ -1,17 +1,22 @@
 // bench/gpu's side "ours": times kernels/cuda's launchers on this machine's GPU (CUDA events) and the
 // bound they are held to; prints one JSON line. See bench/gpu/run.py.
 //   gpu_bench adam --params N --steps S
+//   gpu_bench gemm --size N --steps S
+//   gpu_bench attention --batch B --seq T --heads H --head_dim D --steps S
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
 // parameter), against a device-to-device copy of 14·N bytes (the same 28·N bytes moved).
+// gemm: an N x N x N bf16 product (fp32 accumulation, bf16 out) through kernels/cuda/gemm.h: TFLOP/s.
+// attention: kernels/cuda/attention.cuh's causal forward, and forward + backward, on qkv[B, T, 3, H, D].
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <exception>
 #include <functional>
 #include <string>
 
+#include "cuda/gemm.h"
 #include "cuda/launch.h"
 
 namespace {
@@ -67,19 +72,76 @@ int adam(long long params, int steps) {
   return 0;
 }
 
+int gemm(long long size, int steps) {
+  const size_t n = static_cast<size_t>(size), bytes = n * n * 2;
+  void *a, *b, *c;
+  for (void** p : {&a, &b, &c}) check(cudaMalloc(p, bytes), "cudaMalloc");
+  check(cudaMemset(a, 0x3c, bytes), "cudaMemset");  // bf16 0x3c3c: about 0.0115
+  check(cudaMemset(b, 0x3c, bytes), "cudaMemset");
+  const auto bf16 = ds::cuda::GemmType::BF16;
+  const double ms = mean_ms(steps, [&] {
+    ds::cuda::gemm(a, b, c, size, size, size, false, false, bf16, bf16, 1.0f, 0.0f, 1, 0, 0, 0, nullptr);
+  });
+  check(cudaDeviceSynchronize(), "the products");
+  std::printf("{\"side\": \"ours\", \"bench\": \"gemm\", \"size\": %lld, \"ms\": %.4f, \"tflops\": %.1f}\n", size, ms,
+              2.0 * static_cast<double>(n * n * n) / ms / 1e9);
+  for (void* p : {a, b, c}) cudaFree(p);
+  return 0;
+}
+
+int attention(long long B, long long T, long long H, long long D, int steps) {
+  const size_t n = static_cast<size_t>(B * T * H * D), rows = static_cast<size_t>(B * H * T);
+  float *qkv, *out, *stats, *dout, *dqkv, *rowdot;
+  check(cudaMalloc(&qkv, 3 * n * 4), "cudaMalloc");
+  check(cudaMalloc(&dqkv, 3 * n * 4), "cudaMalloc");
+  check(cudaMalloc(&out, n * 4), "cudaMalloc");
+  check(cudaMalloc(&dout, n * 4), "cudaMalloc");
+  check(cudaMalloc(&stats, 2 * rows * 4), "cudaMalloc");
+  check(cudaMalloc(&rowdot, rows * 4), "cudaMalloc");
+  check(cudaMemset(qkv, 0x3c, 3 * n * 4), "cudaMemset");
+  check(cudaMemset(dout, 0x3b, n * 4), "cudaMemset");
+  const double forward_ms = mean_ms(steps, [&] { ds::cuda::attention_forward(qkv, out, stats, B, T, H, D, nullptr); });
+  const double both_ms = mean_ms(steps, [&] {
+    ds::cuda::attention_forward(qkv, out, stats, B, T, H, D, nullptr);
+    ds::cuda::attention_backward(qkv, stats, dout, dqkv, rowdot, B, T, H, D, nullptr);
+  });
+  check(cudaDeviceSynchronize(), "the attention passes");
+  std::printf("{\"side\": \"ours\", \"bench\": \"attention\", \"shape\": [%lld, %lld, %lld, %lld], \"forward_ms\": %.4f, "
+              "\"forward_backward_ms\": %.4f}\n", B, T, H, D, forward_ms, both_ms);
+  for (float* p : {qkv, out, stats, dout, dqkv, rowdot}) cudaFree(p);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  long long params = 124'000'000;
+  long long params = 124'000'000, size = 8192, batch = 8, seq = 1024, heads = 12, head_dim = 64;
   int steps = 20;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--params")) params = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else argc = 0;  // an unknown option: the usage below
+  bool ok = argc >= 2;
+  for (int i = 2; i + 1 < argc && ok; i += 2) {
+    const std::string option = argv[i];
+    const long long value = std::atoll(argv[i + 1]);
+    if (option == "--params") params = value;
+    else if (option == "--steps") steps = static_cast<int>(value);
+    else if (option == "--size") size = value;
+    else if (option == "--batch") batch = value;
+    else if (option == "--seq") seq = value;
+    else if (option == "--heads") heads = value;
+    else if (option == "--head_dim") head_dim = value;
+    else ok = false;
+    ok = ok && value > 0;
   }
-  if (argc < 2 || std::strcmp(argv[1], "adam") != 0 || params <= 0 || steps <= 0) {
-    std::fprintf(stderr, "usage: gpu_bench adam [--params N] [--steps S]\n");
-    return 2;
-  }
-  return adam(params, steps);
+  const std::string bench = argc >= 2 ? argv[1] : "";
+  if (ok && steps > 0) try {
+      if (bench == "adam") return adam(params, steps);
+      if (bench == "gemm") return gemm(size, steps);
+      if (bench == "attention") return attention(batch, seq, heads, head_dim, steps);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpu_bench: %s\n", e.what());
+      return 1;
+    }
+  std::fprintf(stderr, "usage: gpu_bench adam [--params N] [--steps S]\n"
+                       "       gpu_bench gemm [--size N] [--steps S]\n"
+                       "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n");
+  return 2;
 }

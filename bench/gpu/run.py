@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""GPU benchmark (needs an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
+"""GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--params 124000000] [--steps 20] [--reps 3]
+    python3 bench/gpu/run.py [--benches adam,gemm,attention] [--reps 3] [--steps 20] [--json PATH]
 
-adam: one fused AdamW step over --params fp32 parameters (GPT-2 124M's count by default): ours is
-kernels/cuda/adam.cuh (one element per thread through the CPU optimizer's own element body, bit-identical to the
-CPU), the peer torch.optim.AdamW(fused=True). An fp32 AdamW step reads parameters, gradients and both moments and
-writes parameters and moments: 28 bytes per parameter, so its bound is a device-to-device copy moving the same
-bytes, measured by each side (cudaMemcpyAsync; torch's copy_). Each side a fresh process per repetition,
-interleaved; reported: the median over repetitions, GB/s, the share of the copy's bandwidth, ours / torch.
+adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
+           (bit-identical to the CPU optimizer), the peer torch.optim.AdamW(fused=True). An fp32 AdamW step reads
+           parameters, gradients and both moments and writes parameters and moments, 28 bytes per parameter, so its
+           bound is a device-to-device copy of the same bytes, measured by each side (cudaMemcpyAsync; torch's copy_).
+gemm       an --size³ bf16 product, fp32 accumulation: ours kernels/cuda/gemm.h (cuBLASLt), the peer torch.matmul.
+attention  causal self-attention at GPT-2's shape (batch 8, context 1024, 12 heads of 64), forward and
+           forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention
+           (its bf16 flash-attention time is printed for reference).
+Each side a fresh process per repetition, interleaved; reported: the median over repetitions and ours / torch.
 """
 import argparse, json, os, statistics, subprocess, sys
 
@@ -17,54 +20,92 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def run_side(a, side):
-    if side == "ours":
-        argv = [a.ours, "adam", "--params", str(a.params), "--steps", str(a.steps)]
-    else:
-        argv = [a.python, os.path.join(HERE, "peer_torch.py"), "adam", "--params", str(a.params), "--steps", str(a.steps)]
+def options(a, bench):
+    if bench == "adam":
+        return ["--params", str(a.params), "--steps", str(a.steps)]
+    if bench == "gemm":
+        return ["--size", str(a.size), "--steps", str(a.steps)]
+    return ["--batch", "8", "--seq", "1024", "--heads", "12", "--head_dim", "64", "--steps", str(a.steps)]
+
+
+def run_side(a, bench, side):
+    argv = ([a.ours] if side == "ours" else [a.python, os.path.join(HERE, "peer_torch.py")]) + [bench] + options(a, bench)
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
-        return {"side": side, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        return {"side": side, "bench": bench, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def median(samples, side, key):
+    values = [s[key] for s in samples if s["side"] == side and key in s]
+    return statistics.median(values) if values else None
+
+
+def report(a, bench, samples):
+    errors = {s["side"]: s["error"] for s in samples if "error" in s}
+    for side, error in errors.items():
+        print(f"  {side:5} failed: {error}")
+    if bench == "adam":
+        moved = 28.0 * a.params
+        print(f"AdamW on {a.params:,} fp32 parameters (28 bytes each), mean of {a.steps} steps, median of {a.reps} runs")
+        for side in ("ours", "torch"):
+            adam, copy = median(samples, side, "adam_ms"), median(samples, side, "copy_ms")
+            if adam:
+                print(f"  {side:5} AdamW {adam:7.3f} ms  {moved / adam / 1e6:6.0f} GB/s   copy {moved / copy / 1e6:6.0f} GB/s"
+                      f"   AdamW / copy bandwidth {copy / adam:4.0%}")
+        ours, torch = median(samples, "ours", "adam_ms"), median(samples, "torch", "adam_ms")
+        if ours and torch:
+            print(f"  ours / torch (step rate): {torch / ours:.2f}x")
+    elif bench == "gemm":
+        print(f"bf16 GEMM {a.size}³, mean of {a.steps} products, median of {a.reps} runs")
+        for side in ("ours", "torch"):
+            t = median(samples, side, "tflops")
+            if t:
+                print(f"  {side:5} {t:6.0f} TFLOP/s")
+        ours, torch = median(samples, "ours", "tflops"), median(samples, "torch", "tflops")
+        if ours and torch:
+            print(f"  ours / torch: {ours / torch:.2f}x")
+    else:
+        print(f"causal attention fp32, batch 8 x context 1024 x 12 heads x 64, mean of {a.steps} passes, median of {a.reps} runs")
+        for side in ("ours", "torch"):
+            f, fb = median(samples, side, "forward_ms"), median(samples, side, "forward_backward_ms")
+            if f:
+                print(f"  {side:5} forward {f:8.3f} ms   forward + backward {fb:8.3f} ms")
+        f, fb = median(samples, "torch", "bf16_forward_ms"), median(samples, "torch", "bf16_forward_backward_ms")
+        if f:
+            print(f"  torch bf16 (flash): forward {f:.3f} ms, forward + backward {fb:.3f} ms")
+        ours, torch = median(samples, "ours", "forward_backward_ms"), median(samples, "torch", "forward_backward_ms")
+        if ours and torch:
+            print(f"  ours / torch (fp32 forward + backward rate): {torch / ours:.2f}x")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--benches", default="adam,gemm,attention")
     p.add_argument("--params", type=int, default=124_000_000)
+    p.add_argument("--size", type=int, default=8192)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--ours", default=os.path.join(REPO, "build", "bench", "gpu_bench"))
     p.add_argument("--python", default=sys.executable, help="a python with a CUDA torch (default: this one)")
     p.add_argument("--json", metavar="PATH")
     a = p.parse_args()
-    samples = []
-    for rep in range(a.reps):
-        for side in ("ours", "torch"):
-            s = run_side(a, side)
-            samples.append(s)
-            print(f"rep {rep + 1} {side:5} " + (f"AdamW {s['adam_ms']:.3f} ms, copy {s['copy_ms']:.3f} ms"
-                                                if "error" not in s else f"failed: {s['error']}"), file=sys.stderr, flush=True)
-    ok = [s for s in samples if "error" not in s]
-    device = ok[0]["device"] if ok else "?"
-    print(f"AdamW on {a.params:,} fp32 parameters ({device}), mean of {a.steps} steps per run, median of {a.reps} runs;"
-          " 28 bytes per parameter")
-    med = {}
-    for side in ("ours", "torch"):
-        runs = [s for s in ok if s["side"] == side]
-        if not runs:
-            print(f"  {side:5} failed: " + next(s["error"] for s in samples if s["side"] == side))
-            continue
-        adam_ms = statistics.median(s["adam_ms"] for s in runs)
-        copy_ms = statistics.median(s["copy_ms"] for s in runs)
-        med[side] = adam_ms
-        moved = 28.0 * a.params
-        print(f"  {side:5} AdamW {adam_ms:7.3f} ms  {moved / adam_ms / 1e6:6.0f} GB/s   copy {moved / copy_ms / 1e6:6.0f} GB/s"
-              f"   AdamW / copy bandwidth {copy_ms / adam_ms:4.0%}")
-    if len(med) == 2:
-        print(f"  ours / torch (AdamW step rate): {med['torch'] / med['ours']:.2f}x")
+    everything = []
+    for bench in [b for b in a.benches.split(",") if b]:
+        samples = []
+        for rep in range(a.reps):
+            for side in ("ours", "torch"):
+                s = run_side(a, bench, side)
+                samples.append(s)
+                print(f"{bench} rep {rep + 1} {side}: " + json.dumps(s), file=sys.stderr, flush=True)
+        device = next((s["device"] for s in samples if "device" in s), None)
+        if device:
+            print(f"[{device}]")
+        report(a, bench, samples)
+        everything += samples
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(samples, f, indent=1)
+            json.dump(everything, f, indent=1)
 
 
 if __name__ == "__main__":
