@@ -9,7 +9,8 @@
 //   backward dkv block (b, h, j): P_tj and dS_tj for t ≥ j recomputed the same way (the same code, so
 //                the same bits), then dv_j[d] = Σ_t P_tj·dout_t[d], dk_j[d] = scale·Σ_t dS_tj·q_t[d].
 // Dot products and row sums in fp32 in a fixed order (deterministic; the CPU reference sums in
-// double). Shared memory: T floats forward, 2·T backward (the launchers allow T ≤ 6144, 48 KiB).
+// double). Shared memory: one row of attention_row_floats(T) (T padded to a multiple of 4) forward,
+// two backward (the launchers allow T ≤ 6144, 48 KiB).
 // A first, simple kernel: correct at any shape, not yet fast (each thread reads whole k/v rows).
 // Written in the CUDA subset: nvcc compiles it, the SIMT emulator runs it in the unit tests.
 #pragma once
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention_shape.h"
 #include "cuda/block_reduce.cuh"
 
 namespace ds::cuda {
@@ -44,7 +46,7 @@ DS_HD inline float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-// grid.x = B·H·T, block.x a multiple of 32, T floats of dynamic shared memory. out [B, T, H, D],
+// grid.x = B·H·T, block.x a multiple of 32, one row of dynamic shared memory. out [B, T, H, D],
 // stats [B, H, T, 2].
 DS_KERNEL void attention_forward_kernel(const float* qkv, float* out, float* stats, int64_t T, int64_t H, int64_t D,
                                         float scale) {
@@ -86,25 +88,25 @@ DS_HD inline ProbAndGrad prob_and_grad(const AttentionRow& qr, const float* stat
   return {expf(s - stats_row[0] - stats_row[1]), dot(dout_row, qr.v0 + j * qr.stride, D)};
 }
 
-// Backward, dq part: grid.x = B·H·T, block.x a multiple of 32, 2·T floats of dynamic shared memory.
+// Backward, dq part: grid.x = B·H·T, block.x a multiple of 32, two rows of dynamic shared memory.
 // Writes dq of dqkv [B, T, 3, H, D] and rowdot [B, H, T].
 DS_KERNEL void attention_backward_dq_kernel(const float* qkv, const float* stats, const float* dout, float* dqkv,
                                             float* rowdot, int64_t T, int64_t H, int64_t D, float scale) {
   DS_SHARED(float, scratch, 32);
-  DS_EXTERN_SHARED(float, shared);  // P_tj at [j], dP_tj at [T + j]
-  const int64_t row = blockIdx.x;
+  DS_EXTERN_SHARED(float, shared);  // P_tj at [j], dP_tj at [R + j], R = attention_row_floats(T)
+  const int64_t row = blockIdx.x, R = attention_row_floats(T);
   const AttentionRow r(qkv, row, T, H, D);
   const float* dout_row = dout + r.out_offset;
   float partial = 0.0f;
   for (int64_t j = threadIdx.x; j <= r.t; j += blockDim.x) {
     const ProbAndGrad pg = prob_and_grad(r, stats + 2 * row, dout_row, j, D, scale);
     shared[j] = pg.p;
-    shared[T + j] = pg.dp;
+    shared[R + j] = pg.dp;
     partial += pg.p * pg.dp;
   }
   const float total = block_sum(partial, scratch);
   if (threadIdx.x == 0) rowdot[row] = total;
-  for (int64_t j = threadIdx.x; j <= r.t; j += blockDim.x) shared[j] = shared[j] * (shared[T + j] - total);  // dS_tj
+  for (int64_t j = threadIdx.x; j <= r.t; j += blockDim.x) shared[j] = shared[j] * (shared[R + j] - total);  // dS_tj
   __syncthreads();
   float* dq = dqkv + (r.q - qkv);
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
@@ -114,19 +116,20 @@ DS_KERNEL void attention_backward_dq_kernel(const float* qkv, const float* stats
   }
 }
 
-// Backward, dk and dv parts: grid.x = B·H·T (block (b, h, j)), block.x any, 2·T floats of dynamic
+// Backward, dk and dv parts: grid.x = B·H·T (block (b, h, j)), block.x any, two rows of dynamic
 // shared memory; reads rowdot from the dq kernel. Writes dk and dv of dqkv.
 DS_KERNEL void attention_backward_dkv_kernel(const float* qkv, const float* stats, const float* dout,
                                              const float* rowdot, float* dqkv, int64_t T, int64_t H, int64_t D,
                                              float scale) {
-  DS_EXTERN_SHARED(float, shared);  // P_tj at [t − j], dS_tj at [T + t − j], t ≥ j
+  DS_EXTERN_SHARED(float, shared);  // P_tj at [t − j], dS_tj at [R + t − j], t ≥ j
   const int64_t key = blockIdx.x, j = key % T, first_row = key - j;  // block (b, h, 0)'s row
+  const int64_t R = attention_row_floats(T);
   for (int64_t t = j + threadIdx.x; t < T; t += blockDim.x) {
     const int64_t row = first_row + t;
     const AttentionRow qr(qkv, row, T, H, D);
     const ProbAndGrad pg = prob_and_grad(qr, stats + 2 * row, dout + qr.out_offset, j, D, scale);
     shared[t - j] = pg.p;
-    shared[T + t - j] = pg.p * (pg.dp - rowdot[row]);
+    shared[R + t - j] = pg.p * (pg.dp - rowdot[row]);
   }
   __syncthreads();
   const AttentionRow kr(qkv, key, T, H, D);  // row j: its q is where k_j and v_j sit, minus C and 2·C
@@ -138,7 +141,7 @@ DS_KERNEL void attention_backward_dkv_kernel(const float* qkv, const float* stat
     float acc_v = 0.0f, acc_k = 0.0f;
     for (int64_t t = j; t < T; ++t) {
       acc_v += shared[t - j] * dout_j[(t - j) * C + d];
-      acc_k += shared[T + t - j] * kr.q[(t - j) * kr.stride + d];
+      acc_k += shared[R + t - j] * kr.q[(t - j) * kr.stride + d];
     }
     dv[d] = acc_v;
     dk[d] = acc_k * scale;

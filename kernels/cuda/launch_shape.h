@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "cuda/attention_shape.h"
+
 namespace ds::cuda {
 
 // Threads for a row of `dim` elements: whole warps, at most 1024, about one element each.
@@ -32,13 +34,14 @@ inline unsigned sum_squares_blocks(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kReduceThreads - 1) / kReduceThreads, 1, kSumSquaresBlocks));
 }
 
-// Attention (attention.cuh): one block of kAttentionThreads per row; 2·T floats of dynamic shared
-// memory at most (backward), within the 48 KiB a block gets without an opt-in: T ≤ 6144.
+// Attention (attention.cuh): one block of kAttentionThreads per row; one padded row of T floats of
+// dynamic shared memory forward, two backward (attention_shape.h), within the 48 KiB a block gets
+// without an opt-in: T ≤ 6144.
 constexpr unsigned kAttentionThreads = 128;
 inline size_t attention_shared_bytes(int64_t T, bool backward) {
   if (T > 6144) throw std::invalid_argument("cuda: attention: sequence length " + std::to_string(T) +
                                             " is over the kernel's 6144 (its rows live in 48 KiB of shared memory)");
-  return sizeof(float) * static_cast<size_t>(T) * (backward ? 2 : 1);
+  return sizeof(float) * static_cast<size_t>(attention_row_floats(T)) * (backward ? 2 : 1);
 }
 
 }  // namespace ds::cuda

@@ -20,6 +20,7 @@
 #include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch.h"
+#include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "optim/optimizers.h"
 
@@ -270,11 +271,11 @@ TEST_CASE("cuda attention forward and backward on the emulator match the CPU ref
         dqkv[i].assign(3 * n_out, NAN);
         LaunchOptions o;
         o.order = order;
-        o.dynamic_shared_bytes = sizeof(float) * static_cast<size_t>(s.T);
+        o.dynamic_shared_bytes = ds::cuda::attention_shared_bytes(s.T, false);
         ds::simt::launch(grid, threads, o, [&] {
           ds::cuda::attention_forward_kernel(qkv.data(), out[i].data(), stats[i].data(), s.T, s.H, s.D, scale);
         });
-        o.dynamic_shared_bytes *= 2;
+        o.dynamic_shared_bytes = ds::cuda::attention_shared_bytes(s.T, true);
         ds::simt::launch(grid, threads, o, [&] {
           ds::cuda::attention_backward_dq_kernel(qkv.data(), stats[i].data(), dout.data(), dqkv[i].data(),
                                                  rowdot.data(), s.T, s.H, s.D, scale);
