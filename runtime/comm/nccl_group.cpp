@@ -167,7 +167,9 @@ class NcclGroup final : public ProcessGroup {
   // The device, the stream, the unique id from rank 0, the communicator and the barrier's flag.
   void set_up(Store& store, int device) {
     cuda(api_.set_device(device), fmt::format("selecting device {}", device));
-    cuda(api_.stream_create(&stream_, cudaStreamNonBlocking), "creating its stream");
+    cudaStream_t stream = nullptr;  // kept only once made: release() must not destroy what a failed call left
+    cuda(api_.stream_create(&stream, cudaStreamNonBlocking), "creating its stream");
+    stream_ = stream;
     ncclUniqueId id{};
     const std::string key = prefix_ + "/nccl_id";
     if (rank_ == 0) {
@@ -184,7 +186,9 @@ class NcclGroup final : public ProcessGroup {
     config.blocking = 0;  // every call returns at once; progress and errors are polled, so nothing hangs
     settle(api_.comm_init_rank_config(&comm_, size_, id, rank_, &config),
            fmt::format("set-up of the communicator ({} ranks)", size_));
-    cuda(api_.malloc(&flag_, sizeof(int32_t)), "allocating the barrier's flag");
+    void* flag = nullptr;
+    cuda(api_.malloc(&flag, sizeof(int32_t)), "allocating the barrier's flag");
+    flag_ = flag;
     // On the group's stream, before any barrier: sums of zeros stay zero.
     cuda(api_.memset_async(flag_, 0, sizeof(int32_t), stream_), "clearing the barrier's flag");
   }

@@ -187,3 +187,21 @@ TEST_CASE("NCCL group (fake NCCL): a rank that never joins fails the set-up with
                     0) == 0);
   CHECK(error.find("did not join") != std::string::npos);
 }
+
+TEST_CASE("NCCL group (fake NCCL): a stream that cannot be made is an error, and what the failed call left is not released") {
+  // On an H200 under compute-sanitizer, after a kernel's fault, cudaStreamCreateWithFlags failed and the
+  // group then destroyed the handle it had left (cudaErrorInvalidResourceHandle).
+  static std::atomic<int> bad_destroys{0};
+  NcclApi api = test::fake_nccl_api();
+  api.stream_create = [](cudaStream_t* s, unsigned) {
+    *s = reinterpret_cast<cudaStream_t>(uintptr_t{0x10});  // what a failing call may leave behind
+    return cudaErrorLaunchFailure;
+  };
+  api.stream_destroy = [](cudaStream_t s) {
+    bad_destroys += s == reinterpret_cast<cudaStream_t>(uintptr_t{0x10});
+    return cudaSuccess;
+  };
+  CHECK_THROWS_WITH_AS(make_nccl_group(api, make_memory_store(), 0, 1, "nccl", 10s, 0),
+                       doctest::Contains("creating its stream"), CommError);
+  CHECK(bad_destroys == 0);
+}
