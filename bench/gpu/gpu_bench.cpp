@@ -6,7 +6,7 @@
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
 // parameter), against a device-to-device copy of 14·N bytes (the same 28·N bytes moved).
 // gemm: an N x N x N bf16 product (fp32 accumulation, bf16 out) through kernels/cuda/gemm.h: TFLOP/s.
-// attention: kernels/cuda/attention.cuh's causal forward, and forward + backward, on qkv[B, T, 3, H, D].
+// attention: kernels/cuda's causal attention (attention.cpp) forward, and forward + backward, on qkv[B, T, 3, H, D].
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -91,24 +91,25 @@ int gemm(long long size, int steps) {
 
 int attention(long long B, long long T, long long H, long long D, int steps) {
   const size_t n = static_cast<size_t>(B * T * H * D), rows = static_cast<size_t>(B * H * T);
-  float *qkv, *out, *stats, *dout, *dqkv, *rowdot;
+  float *qkv, *out, *stats, *dout, *dqkv, *workspace;
   check(cudaMalloc(&qkv, 3 * n * 4), "cudaMalloc");
   check(cudaMalloc(&dqkv, 3 * n * 4), "cudaMalloc");
   check(cudaMalloc(&out, n * 4), "cudaMalloc");
   check(cudaMalloc(&dout, n * 4), "cudaMalloc");
   check(cudaMalloc(&stats, 2 * rows * 4), "cudaMalloc");
-  check(cudaMalloc(&rowdot, rows * 4), "cudaMalloc");
+  check(cudaMalloc(&workspace, static_cast<size_t>(ds::cuda::attention_workspace_floats(B, T, H, D)) * 4), "cudaMalloc");
   check(cudaMemset(qkv, 0x3c, 3 * n * 4), "cudaMemset");
   check(cudaMemset(dout, 0x3b, n * 4), "cudaMemset");
-  const double forward_ms = mean_ms(steps, [&] { ds::cuda::attention_forward(qkv, out, stats, B, T, H, D, nullptr); });
+  const double forward_ms =
+      mean_ms(steps, [&] { ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr); });
   const double both_ms = mean_ms(steps, [&] {
-    ds::cuda::attention_forward(qkv, out, stats, B, T, H, D, nullptr);
-    ds::cuda::attention_backward(qkv, stats, dout, dqkv, rowdot, B, T, H, D, nullptr);
+    ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr);
+    ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr);
   });
   check(cudaDeviceSynchronize(), "the attention passes");
   std::printf("{\"side\": \"ours\", \"bench\": \"attention\", \"shape\": [%lld, %lld, %lld, %lld], \"forward_ms\": %.4f, "
               "\"forward_backward_ms\": %.4f}\n", B, T, H, D, forward_ms, both_ms);
-  for (float* p : {qkv, out, stats, dout, dqkv, rowdot}) cudaFree(p);
+  for (float* p : {qkv, out, stats, dout, dqkv, workspace}) cudaFree(p);
   return 0;
 }
 

@@ -113,27 +113,41 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
   check(cudaGetLastError(), "gelu_backward launch");
 }
 
-void attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
-                       void* stream) {
-  const size_t shared = attention_shared_bytes(T, false);
-  if (B <= 0 || T <= 0 || H <= 0) return;
-  const auto rows = static_cast<unsigned>(B * H * T);
-  attention_forward_kernel<<<rows, kAttentionThreads, shared, static_cast<cudaStream_t>(stream)>>>(
-      qkv, out, stats, T, H, D, 1.0f / sqrtf(static_cast<float>(D)));
-  check(cudaGetLastError(), "attention_forward launch");
+void attention_rows_to_heads(const float* rows, int64_t row_stride, float* heads, int64_t B, int64_t T, int64_t H,
+                             int64_t D, void* stream) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  rows_to_heads_kernel<<<element_blocks(B * T * H * D), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      rows, row_stride, heads, B, T, H, D);
+  check(cudaGetLastError(), "attention rows_to_heads launch");
 }
 
-void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* rowdot,
-                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream) {
-  const size_t shared = attention_shared_bytes(T, true);
-  if (B <= 0 || T <= 0 || H <= 0) return;
-  const auto rows = static_cast<unsigned>(B * H * T);
-  const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  auto s = static_cast<cudaStream_t>(stream);
-  attention_backward_dq_kernel<<<rows, kAttentionThreads, shared, s>>>(qkv, stats, dout, dqkv, rowdot, T, H, D, scale);
-  check(cudaGetLastError(), "attention_backward (dq) launch");
-  attention_backward_dkv_kernel<<<rows, kAttentionThreads, shared, s>>>(qkv, stats, dout, rowdot, dqkv, T, H, D, scale);
-  check(cudaGetLastError(), "attention_backward (dk, dv) launch");
+void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride, int64_t B, int64_t T, int64_t H,
+                             int64_t D, void* stream) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  heads_to_rows_kernel<<<element_blocks(B * T * H * D), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      heads, rows, row_stride, B, T, H, D);
+  check(cudaGetLastError(), "attention heads_to_rows launch");
+}
+
+void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, void* stream) {
+  if (rows <= 0 || T <= 0) return;
+  softmax_rows_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(scores,
+                                                                                                           stats, T);
+  check(cudaGetLastError(), "attention softmax_rows launch");
+}
+
+void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, void* stream) {
+  if (rows <= 0 || T <= 0) return;
+  probs_from_stats_kernel<<<element_blocks(rows * T), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      scores, stats, rows, T);
+  check(cudaGetLastError(), "attention probs_from_stats launch");
+}
+
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void* stream) {
+  if (rows <= 0 || T <= 0) return;
+  softmax_backward_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(
+      probs, dprobs, T);
+  check(cudaGetLastError(), "attention softmax_backward launch");
 }
 
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void* stream) {

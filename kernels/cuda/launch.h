@@ -54,15 +54,31 @@ void cross_entropy_backward(const float* logits, const int32_t* labels, const fl
 void gelu_forward(const float* x, float* y, int64_t n, void* stream);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
 
-// Causal self-attention (kernels/cpu/attention.h's formulas and layouts): out[B, T, H, D] and
-// stats[B, H, T, 2] from qkv[B, T, 3, H, D]; one block per (b, h, t). T ≤ 6144, else
-// std::invalid_argument.
-void attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
-                       void* stream);
-// dqkv[B, T, 3, H, D] (overwritten) from qkv, the forward's stats and dout[B, T, H, D]; rowdot[B, H, T]
-// is scratch.
-void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* rowdot,
+// Causal self-attention (kernels/cpu/attention.h's formulas and layouts), attention.cpp: the
+// products are batched GEMMs (gemm.h: QKᵀ, PV forward; QKᵀ again, PᵀdO, dO·Vᵀ, dS·K, dSᵀ·Q backward)
+// over the heads in groups of attention_chunk_heads, with the softmax rows between them.
+//   forward:  out[B, T, H, D] and stats[B, H, T, 2] from qkv[B, T, 3, H, D]
+//   backward: dqkv[B, T, 3, H, D] (overwritten) from qkv, the forward's stats and dout[B, T, H, D]
+// Both need `workspace`: attention_workspace_floats(B, T, H, D) floats of device memory.
+inline int64_t attention_chunk_heads(int64_t B, int64_t T, int64_t H) {  // T×T scores of at most 256 MiB
+  const int64_t heads = B * H, fit = (int64_t{1} << 26) / (T > 0 ? T * T : 1);
+  return fit < 1 ? 1 : fit > heads ? heads : fit;
+}
+inline int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t D) {
+  return 7 * B * T * H * D + 2 * attention_chunk_heads(B, T, H) * T * T;
+}
+void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
+                       int64_t D, void* stream);
+void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
                         int64_t B, int64_t T, int64_t H, int64_t D, void* stream);
+// Its parts (attention.cuh), for attention.cpp: `rows` holds one matrix per head [heads·T, T].
+void attention_rows_to_heads(const float* rows, int64_t row_stride, float* heads, int64_t B, int64_t T, int64_t H,
+                             int64_t D, void* stream);
+void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride, int64_t B, int64_t T, int64_t H,
+                             int64_t D, void* stream);
+void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, void* stream);
+void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, void* stream);
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void* stream);
 
 // Bias and residual (kernels/cpu/bias.h, elementwise.h): y[rows, cols] += bias[cols];
 // dbias[cols] += Σ_r dy[r, cols] (rows in order); y[n] += x[n]. The CPU fast paths' bits.

@@ -2,7 +2,6 @@
 // launch.cu, run synchronously (the stream is ignored), device memory being host memory. One
 // "device", the CPU. For tests of code above the launchers (dsworker --selftest) on machines
 // without a GPU.
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -77,27 +76,33 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void*)
   simt::launch(element_blocks(n), kElementThreads, {}, [&] { gelu_backward_kernel(x, dy, dx, n); });
 }
 
-void attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
-                       void*) {
-  simt::LaunchOptions options;
-  options.dynamic_shared_bytes = attention_shared_bytes(T, false);
-  if (B <= 0 || T <= 0 || H <= 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  simt::launch(static_cast<unsigned>(B * H * T), kAttentionThreads, options,
-               [&] { attention_forward_kernel(qkv, out, stats, T, H, D, scale); });
+void attention_rows_to_heads(const float* rows, int64_t row_stride, float* heads, int64_t B, int64_t T, int64_t H,
+                             int64_t D, void*) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  simt::launch(element_blocks(B * T * H * D), kElementThreads, {},
+               [&] { rows_to_heads_kernel(rows, row_stride, heads, B, T, H, D); });
 }
 
-void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* rowdot,
-                        int64_t B, int64_t T, int64_t H, int64_t D, void*) {
-  simt::LaunchOptions options;
-  options.dynamic_shared_bytes = attention_shared_bytes(T, true);
-  if (B <= 0 || T <= 0 || H <= 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const auto rows = static_cast<unsigned>(B * H * T);
-  simt::launch(rows, kAttentionThreads, options,
-               [&] { attention_backward_dq_kernel(qkv, stats, dout, dqkv, rowdot, T, H, D, scale); });
-  simt::launch(rows, kAttentionThreads, options,
-               [&] { attention_backward_dkv_kernel(qkv, stats, dout, rowdot, dqkv, T, H, D, scale); });
+void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride, int64_t B, int64_t T, int64_t H,
+                             int64_t D, void*) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  simt::launch(element_blocks(B * T * H * D), kElementThreads, {},
+               [&] { heads_to_rows_kernel(heads, rows, row_stride, B, T, H, D); });
+}
+
+void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, void*) {
+  if (rows <= 0 || T <= 0) return;
+  simt::launch(static_cast<unsigned>(rows), row_threads(T), {}, [&] { softmax_rows_kernel(scores, stats, T); });
+}
+
+void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, void*) {
+  if (rows <= 0 || T <= 0) return;
+  simt::launch(element_blocks(rows * T), kElementThreads, {}, [&] { probs_from_stats_kernel(scores, stats, rows, T); });
+}
+
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void*) {
+  if (rows <= 0 || T <= 0) return;
+  simt::launch(static_cast<unsigned>(rows), row_threads(T), {}, [&] { softmax_backward_kernel(probs, dprobs, T); });
 }
 
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void*) {

@@ -4,10 +4,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
-
-#include "cuda/attention_shape.h"
 
 namespace ds::cuda {
 
@@ -32,16 +28,6 @@ constexpr unsigned kSumSquaresBlocks = 1024;
 constexpr unsigned kReduceThreads = 256;
 inline unsigned sum_squares_blocks(int64_t n) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + kReduceThreads - 1) / kReduceThreads, 1, kSumSquaresBlocks));
-}
-
-// Attention (attention.cuh): one block of kAttentionThreads per row; one padded row of T floats of
-// dynamic shared memory forward, two backward (attention_shape.h), within the 48 KiB a block gets
-// without an opt-in: T ≤ 6144.
-constexpr unsigned kAttentionThreads = 128;
-inline size_t attention_shared_bytes(int64_t T, bool backward) {
-  if (T > 6144) throw std::invalid_argument("cuda: attention: sequence length " + std::to_string(T) +
-                                            " is over the kernel's 6144 (its rows live in 48 KiB of shared memory)");
-  return sizeof(float) * static_cast<size_t>(attention_row_floats(T)) * (backward ? 2 : 1);
 }
 
 }  // namespace ds::cuda
