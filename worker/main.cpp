@@ -27,6 +27,7 @@
 #include "core/errors.h"
 #include "cpu/blas.h"
 #include "cpu/parallel.h"
+#include "cuda/launch.h"
 #include "engine/engine.h"
 #include "checkpoint/checkpoint.h"
 #include "data_source.h"
@@ -127,17 +128,28 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   return e;
 }
 
-// DeepSpeed's DS_ACCELERATOR (dsrun sets it to cuda where the machine has a GPU): cpu or cuda, else
-// an error naming the value. dsworker trains on the CPU either way until its CUDA engine exists, and
-// says so where cuda was asked for, so nobody mistakes CPU training for GPU training.
+// DeepSpeed's DS_ACCELERATOR (dsrun sets it to cuda where the machine has a GPU): cpu, or cuda, which
+// needs a usable GPU (without one: an error naming CUDA's, exit 1); any other value is an error naming
+// it. dsworker trains on the CPU either way until its CUDA engine exists, and says so where cuda was
+// asked for, so nobody mistakes CPU training for GPU training.
 std::string accelerator_warning() {
   const char* value = std::getenv("DS_ACCELERATOR");
   const std::string_view v = value ? value : "";
   if (v.empty() || v == "cpu") return "";
-  if (v == "cuda")
-    return "DS_ACCELERATOR=cuda, but dsworker has no CUDA training engine yet: training on the CPU (set "
-           "DS_ACCELERATOR=cpu to silence this)";
-  throw ConfigError(fmt::format("DS_ACCELERATOR='{}' is not one of cpu, cuda (from the environment)", v));
+  if (v != "cuda") throw ConfigError(fmt::format("DS_ACCELERATOR='{}' is not one of cpu, cuda (from the environment)", v));
+  int gpus = 0;
+  try {
+    gpus = cuda::device_count();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("DS_ACCELERATOR=cuda, but no usable GPU: {}", e.what()));
+  }
+  if (gpus == 0) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw std::runtime_error(fmt::format("DS_ACCELERATOR=cuda, but no GPU is visible (CUDA_VISIBLE_DEVICES={})",
+                                         visible ? visible : "unset"));
+  }
+  return "DS_ACCELERATOR=cuda, but dsworker has no CUDA training engine yet: training on the CPU (set "
+         "DS_ACCELERATOR=cpu to silence this)";
 }
 
 int world_size_from_env() {
