@@ -20,6 +20,7 @@
 
 #include "amp/half.h"
 #include "amp/storage.h"
+#include "cpu/activation.h"
 #include "cpu/attention.h"
 #include "cpu/bias.h"
 #include "cpu/cross_entropy.h"
@@ -301,6 +302,66 @@ void embedding(Check& c, int64_t B, int64_t T, int64_t C, int64_t vocab, std::mt
                 differing(d_dwpe.to_host(), dwpe.data());
 }
 
+// Inputs for 16-bit rounding: ties, each format's range edges, denormals, ±0, ±inf, NaN, then random
+// magnitudes over 1e-13..1e13.
+std::vector<float> conversion_inputs(std::mt19937& rng, size_t n) {
+  std::vector<float> x{0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 6e-8f, 3e-8f, 1e-40f, 3.4e38f, 1.00390625f,
+                       1.01171875f, 1.0009765625f, 2049.0f, INFINITY, -INFINITY, NAN};
+  std::uniform_real_distribution<float> exponent(-30.0f, 30.0f), sign(-1.0f, 1.0f);
+  while (x.size() < n) x.push_back(std::copysign(std::exp(exponent(rng)), sign(rng)));
+  return x;
+}
+
+// The elements whose bits differ (two NaNs count as equal: an fp16 NaN's payload may differ).
+template <typename T>
+size_t bits_differing(const std::vector<T>& got, const std::vector<T>& want, bool half_nan) {
+  size_t d = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if constexpr (sizeof(T) == 2) {
+      const bool both_nan = half_nan && (got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x3ff) && (want[i] & 0x7c00) == 0x7c00 &&
+                            (want[i] & 0x3ff);
+      d += got[i] != want[i] && !both_nan;
+    } else {
+      d += std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && !(std::isnan(got[i]) && std::isnan(want[i]));
+    }
+  }
+  return d;
+}
+
+// fp32 → 16 bits, back, and accumulation into 16 bits against runtime/amp, bit for bit.
+void conversions(Check& c, amp::Half type, size_t n, std::mt19937& rng) {
+  const auto x = conversion_inputs(rng, n), add = random_floats(rng, n, 0.0f, 1.0f);
+  std::vector<uint16_t> half(n);
+  std::vector<float> back(n);
+  amp::from_float(type, x.data(), half.data(), n);
+  amp::to_float(type, half.data(), back.data(), n);
+  DeviceArray<float> d_x(x), d_back(back), d_add(add);
+  DeviceArray<uint16_t> d_half(half), d_from_cpu(half);
+  const auto len = static_cast<int64_t>(n);
+  cuda::float_to_half(type, d_x.get(), d_half.get(), len, nullptr);
+  cuda::half_to_float(type, d_from_cpu.get(), d_back.get(), len, nullptr);
+  const bool fp16 = type == amp::Half::F16;
+  c.differing = bits_differing(d_half.to_host(), half, fp16) + bits_differing(d_back.to_host(), back, false);
+  amp::accumulate(type, add.data(), half.data(), n);
+  cuda::half_accumulate(type, d_add.get(), d_from_cpu.get(), len, nullptr);
+  c.differing += bits_differing(d_from_cpu.to_host(), half, fp16);
+}
+
+// ReLU forward and backward and the unscale against the CPU, bit for bit (NaN passes through ReLU).
+void relu_and_scale(Check& c, size_t n, std::mt19937& rng) {
+  const auto x = conversion_inputs(rng, n), dy = random_floats(rng, n, 0.0f, 1.0f);
+  std::vector<float> y(n), dx(n), scaled = x;
+  cpu::relu_forward(x.data(), y.data(), static_cast<int64_t>(n));
+  cpu::relu_backward(x.data(), dy.data(), dx.data(), static_cast<int64_t>(n));
+  amp::scale(amp::Storage::F32, scaled.data(), n, 3.0 / 65536.0);
+  DeviceArray<float> d_x(x), d_dy(dy), d_y(y), d_dx(dx), d_scaled(x);
+  cuda::relu_forward(d_x.get(), d_y.get(), static_cast<int64_t>(n), nullptr);
+  cuda::relu_backward(d_x.get(), d_dy.get(), d_dx.get(), static_cast<int64_t>(n), nullptr);
+  cuda::scale(d_scaled.get(), static_cast<int64_t>(n), 3.0 / 65536.0, nullptr);
+  c.differing = bits_differing(d_y.to_host(), y, false) + bits_differing(d_dx.to_host(), dx, false) +
+                bits_differing(d_scaled.to_host(), scaled, false);
+}
+
 // Σ x² (added onto 0.25) against the CPU's double sum: within 1e-12 relative.
 void sum_squares(Check& c, size_t n, std::mt19937& rng) {
   auto x = random_floats(rng, n, 0.0f, 1.0f);
@@ -419,6 +480,10 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
       true);
   for (size_t n : {size_t{1}, cuda::emulated() ? size_t{70'001} : size_t{10'000'019}})
     add("sum_squares", fmt::format("{}", n), [=](Check& c, std::mt19937& rng) { sum_squares(c, n, rng); });
+  add("relu+scale", "100003", [](Check& c, std::mt19937& rng) { relu_and_scale(c, 100'003, rng); }, true);
+  for (auto type : {amp::Half::BF16, amp::Half::F16})
+    add(type == amp::Half::BF16 ? "convert_bf16" : "convert_fp16", "100003 (3 ways)",
+        [=](Check& c, std::mt19937& rng) { conversions(c, type, 100'003, rng); }, true);
   add("nonfinite", "100003, 3 cases", [](Check& c, std::mt19937& rng) { nonfinite(c, 100'003, rng); }, true);
   for (bool decoupled : {false, true})
     for (size_t n : {size_t{1037}, size_t{65'539}})
@@ -484,7 +549,7 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
   std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
   std::printf("(of bound: the worst element's share of atol + rtol*|ref| (GEMMs: of fp32 rounding relative to sum "
-              "|a||b|), at most 1; bias, embedding, Adam, NCCL: elements that differ, bit for bit)\n");
+              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, NCCL: elements that differ, bit for bit)\n");
   std::mt19937 rng(2024);
   nlohmann::json report = {{"device", device}, {"device_name", name}, {"emulated", cuda::emulated()}, {"checks", nlohmann::json::array()}};
   int failed = 0;

@@ -1,6 +1,6 @@
 // The small layers between the big kernels, on the GPU (formulas: kernels/cpu/bias.h,
-// elementwise.h, embedding.h): bias forward and backward, the residual addition, and the token +
-// position embedding forward and backward. Every sum runs in the CPU fast path's order (rows, then
+// elementwise.h, activation.h, embedding.h): bias forward and backward, the residual addition, ReLU,
+// and the token + position embedding forward and backward. Every sum runs in the CPU fast path's order (rows, then
 // positions, in order, fp32), so results are the CPU's bits. Written in the CUDA subset: nvcc compiles
 // it, the SIMT emulator runs it in the unit tests.
 #pragma once
@@ -34,6 +34,14 @@ DS_KERNEL void bias_grad_kernel(const float* dy, float* dbias, int64_t rows, int
 // y[i] += x[i] for i < n; any grid and block.
 DS_KERNEL void add_into_kernel(float* y, const float* x, int64_t n) {
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] += x[i];
+}
+
+// y[i] = relu(x[i]) (NaN passes through, as on the CPU) and dx[i] = x[i] > 0 ? dy[i] : 0; any grid and block.
+DS_KERNEL void relu_forward_kernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = x[i] <= 0.0f ? 0.0f : x[i];
+}
+DS_KERNEL void relu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
 // out[b, t, c] = wte[tokens[b, t], c] + wpe[t, c] over out[B·T, C]; a token outside [0, vocab)

@@ -10,6 +10,7 @@
 
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
+#include "cuda/convert.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/elementwise.cuh"
 #include "cuda/gelu.cuh"
@@ -167,6 +168,43 @@ void add_into(float* y, const float* x, int64_t n, void* stream) {
   if (n <= 0) return;
   add_into_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, x, n);
   check(cudaGetLastError(), "add_into launch");
+}
+
+void relu_forward(const float* x, float* y, int64_t n, void* stream) {
+  if (n <= 0) return;
+  relu_forward_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n);
+  check(cudaGetLastError(), "relu_forward launch");
+}
+
+void relu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream) {
+  if (n <= 0) return;
+  relu_backward_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, dy, dx, n);
+  check(cudaGetLastError(), "relu_backward launch");
+}
+
+void half_to_float(amp::Half type, const uint16_t* in, float* out, int64_t n, void* stream) {
+  if (n <= 0) return;
+  half_to_float_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(type, in, out, n);
+  check(cudaGetLastError(), "half_to_float launch");
+}
+
+void float_to_half(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream) {
+  if (n <= 0) return;
+  float_to_half_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(type, in, out, n);
+  check(cudaGetLastError(), "float_to_half launch");
+}
+
+void half_accumulate(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream) {
+  if (n <= 0) return;
+  half_accumulate_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(type, in, out,
+                                                                                                      n);
+  check(cudaGetLastError(), "half_accumulate launch");
+}
+
+void scale(float* x, int64_t n, double factor, void* stream) {
+  if (n <= 0) return;
+  scale_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, n, factor);
+  check(cudaGetLastError(), "scale launch");
 }
 
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B, int64_t T,

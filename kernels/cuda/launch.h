@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "amp/half.h"
 #include "optim/adam_element.h"
 
 namespace ds::cuda {
@@ -85,6 +86,18 @@ void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows,
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void* stream);
 void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void* stream);
 void add_into(float* y, const float* x, int64_t n, void* stream);
+
+// ReLU (kernels/cpu/activation.h): y[n] from x[n]; dx[n] from x[n] and dy[n]. The CPU's bits.
+void relu_forward(const float* x, float* y, int64_t n, void* stream);
+void relu_backward(const float* x, const float* dy, float* dx, int64_t n, void* stream);
+
+// fp32 ⇄ 16-bit storage (runtime/amp/half.h), with the CPU's bits (an fp16 NaN's payload aside):
+// out[n] = float(in[n]); out[n] = half(in[n]); out[i] = half(float(out[i]) + in[i]). And the
+// unscale x[i] = float(x[i]·factor) with the product in double, as amp::scale.
+void half_to_float(amp::Half type, const uint16_t* in, float* out, int64_t n, void* stream);
+void float_to_half(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream);
+void half_accumulate(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream);
+void scale(float* x, int64_t n, double factor, void* stream);
 
 // Token + position embedding (kernels/cpu/embedding.h): out[B, T, C] from tokens[B, T], wte[vocab, C],
 // wpe[T, C] (a token outside [0, vocab) gives its row NaN); backward accumulates dwte and dwpe in

@@ -8,6 +8,7 @@
 
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
+#include "cuda/convert.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/elementwise.cuh"
 #include "cuda/gelu.cuh"
@@ -118,6 +119,36 @@ void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void*)
 void add_into(float* y, const float* x, int64_t n, void*) {
   if (n <= 0) return;
   simt::launch(element_blocks(n), kElementThreads, {}, [&] { add_into_kernel(y, x, n); });
+}
+
+void relu_forward(const float* x, float* y, int64_t n, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { relu_forward_kernel(x, y, n); });
+}
+
+void relu_backward(const float* x, const float* dy, float* dx, int64_t n, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { relu_backward_kernel(x, dy, dx, n); });
+}
+
+void half_to_float(amp::Half type, const uint16_t* in, float* out, int64_t n, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { half_to_float_kernel(type, in, out, n); });
+}
+
+void float_to_half(amp::Half type, const float* in, uint16_t* out, int64_t n, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { float_to_half_kernel(type, in, out, n); });
+}
+
+void half_accumulate(amp::Half type, const float* in, uint16_t* out, int64_t n, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { half_accumulate_kernel(type, in, out, n); });
+}
+
+void scale(float* x, int64_t n, double factor, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { scale_kernel(x, n, factor); });
 }
 
 void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B, int64_t T,

@@ -74,6 +74,28 @@ void add_into(float*, const float*, int64_t, void*) {
   throw std::runtime_error("cuda: add_into: dsrun was built without CUDA");
 }
 
+void relu_forward(const float*, float*, int64_t, void*) {
+  throw std::runtime_error("cuda: relu_forward: dsrun was built without CUDA");
+}
+
+void relu_backward(const float*, const float*, float*, int64_t, void*) {
+  throw std::runtime_error("cuda: relu_backward: dsrun was built without CUDA");
+}
+
+void half_to_float(amp::Half, const uint16_t*, float*, int64_t, void*) {
+  throw std::runtime_error("cuda: half_to_float: dsrun was built without CUDA");
+}
+
+void float_to_half(amp::Half, const float*, uint16_t*, int64_t, void*) {
+  throw std::runtime_error("cuda: float_to_half: dsrun was built without CUDA");
+}
+
+void half_accumulate(amp::Half, const float*, uint16_t*, int64_t, void*) {
+  throw std::runtime_error("cuda: half_accumulate: dsrun was built without CUDA");
+}
+
+void scale(float*, int64_t, double, void*) { throw std::runtime_error("cuda: scale: dsrun was built without CUDA"); }
+
 void embedding_forward(const int32_t*, const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
   throw std::runtime_error("cuda: embedding_forward: dsrun was built without CUDA");
 }

@@ -18,6 +18,13 @@
 #define DS_AMP_BULK
 #endif
 
+// Marks the few functions the CUDA kernels share (`__host__ __device__` under nvcc).
+#if defined(__CUDACC__)
+#define DS_AMP_HD __host__ __device__
+#else
+#define DS_AMP_HD
+#endif
+
 namespace ds::amp {
 
 // The compiler's IEEE binary16 type. Clang before 15 has no _Float16 on x86 but has __fp16, the
@@ -43,12 +50,18 @@ inline float fp16_to_float(uint16_t bits) {
   return static_cast<float>(h);
 }
 
-inline uint16_t bf16_from_float(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
+// bf16 from a float's bits: an integer function, so the GPU's conversion (kernels/cuda/convert.cuh)
+// runs this same code.
+DS_AMP_HD inline uint16_t bf16_from_float_bits(uint32_t u) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep it quiet
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even (carries into the exponent)
   return static_cast<uint16_t>(u >> 16);
+}
+
+inline uint16_t bf16_from_float(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return bf16_from_float_bits(u);
 }
 
 inline float bf16_to_float(uint16_t bits) {

@@ -58,7 +58,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   CHECK(attention == 2);  // 1x1x1x1 and 2x37x3x16; GPT-2's 1024 only on a GPU
   CHECK(gemm == 15);  // f32, bf16: 1x1x1, 17x33x65 x 4 transposes, a batch; f32: k 0; bf16->f32: 2; the big: GPU
   CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
-  CHECK(bitwise == 4 + 3 + 1 + 1 + nccl_rows);  // Adam x 4, bias+residual x 3, embedding, nonfinite
+  CHECK(bitwise == 4 + 3 + 1 + 1 + 3 + nccl_rows);  // Adam x 4, bias+residual x 3, embedding, nonfinite, relu+scale, 2 conversions
   CHECK((std::string(report["not_checked"]).find("NCCL") == std::string::npos) == (nccl.ranks > 0));
   CHECK(std::string(report["not_checked"]).find("GEMM") == std::string::npos);
 }

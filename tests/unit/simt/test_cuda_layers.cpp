@@ -1,20 +1,25 @@
-// kernels/cuda's small layers (elementwise.cuh) and gradient checks (norm.cuh) on the SIMT emulator
-// against kernels/cpu and runtime/amp: bias, residual and embedding bit for bit against the CPU fast
-// paths (same order of additions) and within rounding of the double references; Σ x² within a few
+// kernels/cuda's small layers (elementwise.cuh), conversions (convert.cuh) and gradient checks (norm.cuh)
+// on the SIMT emulator against kernels/cpu and runtime/amp: bias, residual, ReLU, embedding, the unscale
+// and the 16-bit conversions bit for bit against the CPU (same order of additions), the sums also within
+// rounding of the double references; Σ x² within a few
 // roundings of the CPU's double sum; inf and NaN found wherever they sit. Small grids, so every
 // grid-stride loop wraps.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "amp/half.h"
 #include "amp/storage.h"
+#include "cpu/activation.h"
 #include "cpu/bias.h"
 #include "cpu/elementwise.h"
 #include "cpu/embedding.h"
+#include "cuda/convert.cuh"
 #include "cuda/elementwise.cuh"
 #include "cuda/norm.cuh"
 
@@ -125,4 +130,52 @@ TEST_CASE("cuda nonfinite check finds inf and NaN anywhere and leaves the flag a
       x[at] = bad;
       CHECK(flag_of(x) == 1);
     }
+}
+
+namespace {
+
+// Values that exercise 16-bit rounding: ties, the edges of each format's range, denormals, ±0, ±inf, NaN.
+std::vector<float> conversion_inputs(std::mt19937& rng) {
+  std::vector<float> x{0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, -70000.0f, 6e-8f, 3e-8f, 1e-40f,
+                       3.0e38f, 3.4e38f, -3.4e38f, 1.00390625f, 1.01171875f, 1.0009765625f, 2049.0f,
+                       std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), NAN};
+  std::uniform_real_distribution<float> log_scale(-30.0f, 30.0f), sign(-1.0f, 1.0f);
+  for (int i = 0; i < 3000; ++i) x.push_back(std::copysign(std::exp(log_scale(rng)), sign(rng)));
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("cuda relu, unscale and 16-bit conversions: the CPU's bits") {
+  std::mt19937 rng(8);
+  const auto x = conversion_inputs(rng);
+  const auto n = static_cast<int64_t>(x.size());
+  const auto dy = random_floats(rng, x.size());
+  std::vector<float> cpu(x.size()), gpu(x.size());
+  ds::cpu::relu_forward(x.data(), cpu.data(), n);
+  launch(3, 64, [&] { ds::cuda::relu_forward_kernel(x.data(), gpu.data(), n); });
+  CHECK(std::memcmp(cpu.data(), gpu.data(), 4 * x.size()) == 0);  // NaN passes through alike
+  ds::cpu::relu_backward(x.data(), dy.data(), cpu.data(), n);
+  launch(3, 64, [&] { ds::cuda::relu_backward_kernel(x.data(), dy.data(), gpu.data(), n); });
+  CHECK(std::memcmp(cpu.data(), gpu.data(), 4 * x.size()) == 0);
+
+  cpu = x;
+  gpu = x;
+  ds::amp::scale(ds::amp::Storage::F32, cpu.data(), x.size(), 1.0 / 65536.0 * 3.0);
+  launch(3, 64, [&] { ds::cuda::scale_kernel(gpu.data(), n, 1.0 / 65536.0 * 3.0); });
+  CHECK(std::memcmp(cpu.data(), gpu.data(), 4 * x.size()) == 0);
+
+  for (auto type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
+    CAPTURE(static_cast<int>(type));
+    std::vector<uint16_t> cpu_h(x.size()), gpu_h(x.size());
+    ds::amp::from_float(type, x.data(), cpu_h.data(), x.size());
+    launch(3, 64, [&] { ds::cuda::float_to_half_kernel(type, x.data(), gpu_h.data(), n); });
+    CHECK(cpu_h == gpu_h);
+    ds::amp::to_float(type, cpu_h.data(), cpu.data(), x.size());
+    launch(3, 64, [&] { ds::cuda::half_to_float_kernel(type, cpu_h.data(), gpu.data(), n); });
+    CHECK(std::memcmp(cpu.data(), gpu.data(), 4 * x.size()) == 0);
+    ds::amp::accumulate(type, dy.data(), cpu_h.data(), x.size());
+    launch(3, 64, [&] { ds::cuda::half_accumulate_kernel(type, dy.data(), gpu_h.data(), n); });
+    CHECK(cpu_h == gpu_h);
+  }
 }

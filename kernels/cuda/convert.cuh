@@ -1,0 +1,66 @@
+// fp32 ⇄ fp16/bf16 on the GPU, with the CPU's bits (runtime/amp/half.h): bf16 through the CPU's own
+// integer rounding (amp::bf16_from_float_bits: to nearest even, NaN kept quiet), fp16 through the
+// hardware's IEEE conversion (to nearest even, as the CPU's F16C and _Float16; a NaN's payload may
+// differ, a NaN stays a NaN). Also the gradient unscale x ·= factor in double, as amp::scale does.
+// Element kernels in the CUDA subset: nvcc compiles them, the SIMT emulator runs them in the unit tests
+// (there the fp16 conversion is the CPU's).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "amp/half.h"
+#include "simt/cuda_subset.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
+namespace ds::cuda {
+
+DS_HD inline uint16_t to_half_bits(amp::Half type, float x) {
+#if defined(__CUDA_ARCH__)
+  if (type == amp::Half::F16) return __half_as_ushort(__float2half_rn(x));
+  return amp::bf16_from_float_bits(__float_as_uint(x));
+#else
+  return amp::half_from_float(type, x);
+#endif
+}
+
+DS_HD inline float from_half_bits(amp::Half type, uint16_t bits) {
+#if defined(__CUDA_ARCH__)
+  if (type == amp::Half::F16) return __half2float(__ushort_as_half(bits));
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+#else
+  return amp::half_to_float(type, bits);
+#endif
+}
+
+// out[i] = float(in[i]) for i < n; any grid and block.
+DS_KERNEL void half_to_float_kernel(amp::Half type, const uint16_t* in, float* out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = from_half_bits(type, in[i]);
+}
+
+// out[i] = half(in[i]) for i < n; any grid and block.
+DS_KERNEL void float_to_half_kernel(amp::Half type, const float* in, uint16_t* out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = to_half_bits(type, in[i]);
+}
+
+// out[i] = half(float(out[i]) + in[i]): accumulation into 16-bit storage; any grid and block.
+DS_KERNEL void half_accumulate_kernel(amp::Half type, const float* in, uint16_t* out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = to_half_bits(type, from_half_bits(type, out[i]) + in[i]);
+}
+
+// x[i] = float(x[i] · factor), the product in double (amp::scale's fp32 rule); any grid and block.
+DS_KERNEL void scale_kernel(float* x, int64_t n, double factor) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] = static_cast<float>(x[i] * factor);
+}
+
+}  // namespace ds::cuda
