@@ -1,7 +1,8 @@
 // fp32 ⇄ fp16/bf16 on the GPU, with the CPU's bits (runtime/amp/half.h): bf16 through the CPU's own
 // integer rounding (amp::bf16_from_float_bits: to nearest even, NaN kept quiet), fp16 through the
-// hardware's IEEE conversion (to nearest even, as the CPU's F16C and _Float16; a NaN's payload may
-// differ, a NaN stays a NaN). Also the gradient unscale x ·= factor in double, as amp::scale does.
+// hardware's IEEE conversion (to nearest even, as the CPU's F16C and _Float16). A NaN stays a NaN, but
+// its payload may differ: the GPU's conversion, and its arithmetic on a NaN (the accumulation), give
+// the canonical NaN where x86 keeps the operand's. Also the gradient unscale x ·= factor in double, as amp::scale does.
 // Element kernels in the CUDA subset: nvcc compiles them, the SIMT emulator runs them in the unit tests
 // (there the fp16 conversion is the CPU's).
 #pragma once
