@@ -2,7 +2,6 @@
 #include "offload/param_swapper.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -17,7 +16,6 @@ double since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 
 }  // namespace
 
-void ParamSwapper::Free::operator()(std::byte* p) const { std::free(p); }
 
 ParamSwapper::ParamSwapper(const std::vector<size_t>& chunk_bytes, const std::vector<bool>& kept, size_t buffer_count,
                            const std::string& dir, const AioConfig& aio, bool allow_buffered, const std::string& what)
@@ -38,10 +36,7 @@ ParamSwapper::ParamSwapper(const std::vector<size_t>& chunk_bytes, const std::ve
   if (in_file == 0) return;  // everything fits in memory: no file, no buffers
   file_ = std::make_unique<SwapFile>(dir, in_file, allow_buffered, what);
   buffers_.resize(buffer_count);
-  for (Buffer& b : buffers_) {
-    b.data.reset(static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, region_)));
-    if (!b.data) throw std::bad_alloc();
-  }
+  for (Buffer& b : buffers_) b.data = direct_buffer(region_);
   aio_ = std::make_unique<AioQueue>(aio);
 }
 
@@ -148,8 +143,7 @@ void ParamSwapper::commit(size_t unit) {
 void ParamSwapper::read_now(size_t unit, std::byte* out) {
   if (kept_[unit]) throw std::logic_error(fmt::format("ParamSwapper: unit {} is in memory", unit));
   wait_writes(unit);
-  std::unique_ptr<std::byte, Free> bounce(static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, io_bytes(unit))));
-  if (!bounce) throw std::bad_alloc();
+  const DirectBuffer bounce = direct_buffer(io_bytes(unit));
   const auto start = Clock::now();
   aio_->wait(aio_->read(file_->fd(), bounce.get(), io_bytes(unit), offset_[unit], what_));
   stats_.wait_seconds += since(start);

@@ -58,11 +58,8 @@ class ParamSwapper final : public zero::ChunkSource {
 
  private:
   enum class Use { Free, Reading, Held, Staged, Writing };
-  struct Free {
-    void operator()(std::byte* p) const;
-  };
   struct Buffer {
-    std::unique_ptr<std::byte, Free> data;  // [region_], kDirectAlign-aligned
+    DirectBuffer data;  // [region_]
     Use use = Use::Free;
     size_t unit = 0;
     uint64_t order = 0;          // when it was taken: the oldest of a unit's reads is served first

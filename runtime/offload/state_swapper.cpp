@@ -2,7 +2,6 @@
 #include "offload/state_swapper.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <numeric>
 #include <stdexcept>
 
@@ -17,7 +16,6 @@ double since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 
 }  // namespace
 
-void StateSwapper::Free::operator()(std::byte* p) const { std::free(p); }
 
 StateSwapper::StateSwapper(std::vector<size_t> stream_bytes, size_t elements, size_t sub_group, size_t buffer_count,
                            const std::string& dir, const AioConfig& aio, bool allow_buffered, const std::string& what)
@@ -33,10 +31,7 @@ StateSwapper::StateSwapper(std::vector<size_t> stream_bytes, size_t elements, si
   }
   file_ = std::make_unique<SwapFile>(dir, static_cast<uint64_t>(region_) * sub_groups(), allow_buffered, what);
   buffers_.resize(std::min(buffer_count, std::max<size_t>(sub_groups(), 1)));
-  for (Buffer& b : buffers_) {
-    b.data.reset(static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, std::max(region_, kDirectAlign))));
-    if (!b.data) throw std::bad_alloc();
-  }
+  for (Buffer& b : buffers_) b.data = direct_buffer(region_);
   aio_ = std::make_unique<AioQueue>(aio);
 }
 

@@ -63,11 +63,8 @@ class StateSwapper {
   size_t elements_, sub_group_, region_;
   std::string what_;
   std::unique_ptr<SwapFile> file_;
-  struct Free {
-    void operator()(std::byte* p) const;
-  };
   struct Buffer {
-    std::unique_ptr<std::byte, Free> data;  // [region_], kDirectAlign-aligned
+    DirectBuffer data;  // [region_]
     AioQueue::Ticket read = 0, write = 0;   // outstanding, or 0
   };
   std::vector<Buffer> buffers_;

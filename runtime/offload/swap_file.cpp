@@ -7,12 +7,23 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 namespace ds::offload {
+
+void FreeDirect::operator()(std::byte* p) const { std::free(p); }
+
+DirectBuffer direct_buffer(size_t bytes) {
+  DirectBuffer buffer(static_cast<std::byte*>(std::aligned_alloc(kDirectAlign, align_up(bytes ? bytes : 1))));
+  if (!buffer) throw std::bad_alloc();
+  return buffer;
+}
+
 namespace {
 
 std::string size_text(uint64_t bytes) {

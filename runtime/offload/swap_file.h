@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ds::offload {
@@ -12,6 +13,13 @@ namespace ds::offload {
 // O_DIRECT transfers: buffers, offsets and sizes are multiples of this.
 constexpr size_t kDirectAlign = 4096;
 constexpr size_t align_up(size_t n) { return (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign; }
+
+// Memory for O_DIRECT transfers: kDirectAlign-aligned, align_up(bytes) long (at least one block).
+struct FreeDirect {
+  void operator()(std::byte* p) const;
+};
+using DirectBuffer = std::unique_ptr<std::byte, FreeDirect>;
+DirectBuffer direct_buffer(size_t bytes);  // throws std::bad_alloc
 
 class SwapFile {
  public:
