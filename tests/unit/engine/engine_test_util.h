@@ -128,4 +128,34 @@ inline double relative_difference(const std::vector<float>& a, const std::vector
   return distance(a, b) / distance(b, std::vector<float>(b.size(), 0.0f));
 }
 
+// An engine built with a setting off or on (say, state in a swap file), handed to `body`.
+using WithEngine = std::function<void(bool on, const std::function<void(Engine&)>& body)>;
+
+// Checkpoints move between the two settings: 6 steps straight (setting off) give the same parameters
+// as 3 steps, a checkpoint, and 3 more in a fresh engine, for saved/loaded with the setting on/on,
+// on/off and off/on.
+inline void check_checkpoints_cross(const WithEngine& with_engine) {
+  std::vector<float> straight;
+  with_engine(false, [&](Engine& engine) {
+    for (int s = 0; s < 6; ++s) engine.step();
+    straight = engine.gather_parameters();
+  });
+  for (auto [save_on, load_on] : {std::pair{true, true}, {true, false}, {false, true}}) {
+    CAPTURE(save_on);
+    CAPTURE(load_on);
+    TrainingState saved;
+    with_engine(save_on, [&](Engine& engine) {
+      for (int s = 0; s < 3; ++s) engine.step();
+      saved = engine.checkpoint_shard();
+    });
+    std::vector<float> resumed;
+    with_engine(load_on, [&](Engine& engine) {
+      engine.restore(saved);
+      for (int s = 0; s < 3; ++s) engine.step();
+      resumed = engine.gather_parameters();
+    });
+    CHECK(resumed == straight);
+  }
+}
+
 }  // namespace ds::test

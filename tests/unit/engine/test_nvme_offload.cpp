@@ -126,27 +126,7 @@ TEST_CASE("NVMe offload: checkpoints move between the swap file and memory") {
       body(engine);
     });
   };
-  std::vector<float> straight;
-  with_engine(false, [&](Engine& engine) {
-    for (int s = 0; s < 6; ++s) engine.step();
-    straight = engine.gather_parameters();
-  });
-  for (auto [save_swapped, load_swapped] : {std::pair{true, true}, {true, false}, {false, true}}) {
-    CAPTURE(save_swapped);
-    CAPTURE(load_swapped);
-    TrainingState saved;
-    with_engine(save_swapped, [&](Engine& engine) {
-      for (int s = 0; s < 3; ++s) engine.step();
-      saved = engine.checkpoint_shard();
-    });
-    std::vector<float> resumed;
-    with_engine(load_swapped, [&](Engine& engine) {
-      engine.restore(saved);
-      for (int s = 0; s < 3; ++s) engine.step();
-      resumed = engine.gather_parameters();
-    });
-    CHECK(resumed == straight);
-  }
+  check_checkpoints_cross(with_engine);
 }
 
 TEST_CASE("NVMe offload: a missing directory is a configuration error naming it") {
