@@ -32,8 +32,13 @@ void* device_alloc(size_t bytes) {
   return p;
 }
 void device_free(void* p) { std::free(p); }
-void copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+// (memcpy's pointers must not be null even for 0 bytes; an empty host vector's data() may be)
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
 void synchronize() {}
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
