@@ -34,40 +34,11 @@
 #include "cuda/launch_shape.h"
 #include "comm/nccl_group.h"
 #include "optim/optimizers.h"
+#include "device_array.h"
 #include "selftest_nccl.h"
 
 namespace ds {
 namespace {
-
-// Device memory holding a copy of a host vector.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
-    ptr_ = static_cast<T*>(cuda::device_alloc(bytes()));
-    cuda::copy_to_device(ptr_, host.data(), bytes());
-  }
-  ~DeviceArray() {
-    try {
-      cuda::device_free(ptr_);
-    } catch (...) {  // a device that failed earlier: that error is the one reported
-    }
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> to_host() const {
-    cuda::synchronize();
-    std::vector<T> host(n_);
-    cuda::copy_to_host(host.data(), ptr_, bytes());
-    return host;
-  }
-
- private:
-  size_t bytes() const { return n_ * sizeof(T); }
-  size_t n_;
-  T* ptr_ = nullptr;
-};
 
 // One check's outcome: the worst element's error and its share of the bound atol + rtol·|ref| (at
 // most 1 passes), or for a bit-for-bit check the elements that differ (none passes).

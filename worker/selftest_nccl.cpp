@@ -14,6 +14,7 @@
 #include "comm/nccl_group.h"
 #include "comm/store.h"
 #include "cuda/launch.h"
+#include "device_array.h"
 
 namespace ds {
 namespace {
@@ -48,32 +49,6 @@ std::vector<float> decode(DataType type, const std::vector<uint8_t>& bytes) {
   return values;
 }
 
-// Device memory holding `bytes`, freed on scope exit.
-class DeviceBytes {
- public:
-  explicit DeviceBytes(const std::vector<uint8_t>& bytes) : size_(bytes.size()), ptr_(cuda::device_alloc(size_)) {
-    cuda::copy_to_device(ptr_, bytes.data(), size_);
-  }
-  ~DeviceBytes() {
-    try {
-      cuda::device_free(ptr_);
-    } catch (...) {  // a device that failed earlier: that error is the one reported
-    }
-  }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  void* get() const { return ptr_; }
-  std::vector<uint8_t> to_host() const {
-    std::vector<uint8_t> bytes(size_);
-    cuda::copy_to_host(bytes.data(), ptr_, size_);
-    return bytes;
-  }
-
- private:
-  size_t size_;
-  void* ptr_;
-};
-
 // One rank's part: its input, the collective, and its output's differing elements.
 size_t check_rank(const NcclApi& api, std::shared_ptr<Store> store, NcclCollective op, DataType type, size_t count,
                   int rank, int ranks) {
@@ -99,7 +74,7 @@ size_t check_rank(const NcclApi& api, std::shared_ptr<Store> store, NcclCollecti
         expected[i] = value(root, i);
         break;
     }
-  DeviceBytes in(encode(type, input)), out(std::vector<uint8_t>(out_count * element_bytes(type), 0xff));
+  DeviceArray<uint8_t> in(encode(type, input)), out(std::vector<uint8_t>(out_count * element_bytes(type), 0xff));
   switch (op) {
     case NcclCollective::AllReduce: group->allreduce(in.get(), count, type, ReduceOp::Sum); break;
     case NcclCollective::ReduceScatter: group->reduce_scatter(in.get(), out.get(), count, type, ReduceOp::Sum); break;

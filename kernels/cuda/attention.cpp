@@ -31,6 +31,14 @@ void per_head(const float* a, const float* b, float* c, int64_t m, int64_t n, in
        trans_b ? n * k : k * n, m * n, stream);
 }
 
+// q, k and v from qkv's interleaved rows into the workspace's [B, H, T, D] arrays.
+void split_qkv(const float* qkv, const Workspace& w, int64_t B, int64_t T, int64_t H, int64_t D, void* stream) {
+  const int64_t C = H * D;
+  attention_rows_to_heads(qkv, 3 * C, w.q, B, T, H, D, stream);
+  attention_rows_to_heads(qkv + C, 3 * C, w.k, B, T, H, D, stream);
+  attention_rows_to_heads(qkv + 2 * C, 3 * C, w.v, B, T, H, D, stream);
+}
+
 }  // namespace
 
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
@@ -39,9 +47,7 @@ void attention_forward(const float* qkv, float* out, float* stats, float* worksp
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
   const Workspace w(workspace, n, chunk * T * T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  attention_rows_to_heads(qkv, 3 * C, w.q, B, T, H, D, stream);
-  attention_rows_to_heads(qkv + C, 3 * C, w.k, B, T, H, D, stream);
-  attention_rows_to_heads(qkv + 2 * C, 3 * C, w.v, B, T, H, D, stream);
+  split_qkv(qkv, w, B, T, H, D, stream);
   for (int64_t first = 0; first < heads; first += chunk) {
     const int64_t count = std::min(chunk, heads - first), at = first * T * D;
     per_head(w.q + at, w.k + at, w.s, T, T, D, false, true, scale, count, stream);
@@ -57,9 +63,7 @@ void attention_backward(const float* qkv, const float* stats, const float* dout,
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
   const Workspace w(workspace, n, chunk * T * T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  attention_rows_to_heads(qkv, 3 * C, w.q, B, T, H, D, stream);
-  attention_rows_to_heads(qkv + C, 3 * C, w.k, B, T, H, D, stream);
-  attention_rows_to_heads(qkv + 2 * C, 3 * C, w.v, B, T, H, D, stream);
+  split_qkv(qkv, w, B, T, H, D, stream);
   attention_rows_to_heads(dout, C, w.o, B, T, H, D, stream);  // dO where forward kept O
   for (int64_t first = 0; first < heads; first += chunk) {
     const int64_t count = std::min(chunk, heads - first), at = first * T * D;
