@@ -3,21 +3,32 @@
 //   gpu_bench adam --params N --steps S
 //   gpu_bench gemm --size N --steps S
 //   gpu_bench attention --batch B --seq T --heads H --head_dim D --steps S
+//   gpu_bench gpt --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
 // parameter), against a device-to-device copy of 14·N bytes (the same 28·N bytes moved).
 // gemm: an N x N x N bf16 product (fp32 accumulation, bf16 out) through kernels/cuda/gemm.h: TFLOP/s.
 // attention: kernels/cuda's causal attention (attention.cpp) forward, and forward + backward, on qkv[B, T, 3, H, D].
+// gpt: training steps of the gpt plugin on the CUDA backend (worker/device_model.h: the plugin's layers
+// through the backend's ops, then AdamW), fp32: tokens/s and the model's TFLOP/s (nanoGPT's count,
+// 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product).
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "backend/backend.h"
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
+#include "device_model.h"
+#include "optim/optimizers.h"
+#include "plugin/plugin.h"
 
 namespace {
 
@@ -113,10 +124,51 @@ int attention(long long B, long long T, long long H, long long D, int steps) {
   return 0;
 }
 
+int gpt(long long B, long long T, long long layers, long long heads, long long embd, long long vocab, int steps) {
+  const std::string config = "{\"n_layer\": " + std::to_string(layers) + ", \"n_head\": " + std::to_string(heads) +
+                             ", \"n_embd\": " + std::to_string(embd) + ", \"seq_len\": " + std::to_string(T) +
+                             ", \"vocab_size\": " + std::to_string(vocab) + "}";
+  ds::backend::Cuda cuda(0);
+  const auto plugin = ds::Plugin::load("gpt", config, cuda.table());
+  const long long n = ds::DeviceModel::count_parameters(*plugin);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> initial(static_cast<size_t>(n));
+  for (float& x : initial) x = normal(rng);
+  ds::DeviceModel model(*plugin, B, initial);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> input(static_cast<size_t>(B * T)), target(input.size());
+  for (auto* v : {&input, &target})
+    for (int32_t& t : *v) t = token(rng);
+  float loss = 0;
+  auto step = [&](int i) {
+    loss = model.forward_backward(input, target);
+    const float lr = 3e-4f, bc1 = ds::optim::bias_correction(0.9f, i), bc2 = ds::optim::bias_correction(0.999f, i);
+    model.adam_step({0.9f, 0.999f, 1e-8f, 0.1f, -lr / bc1, 1.0f / std::sqrt(bc2), -lr * 0.1f}, true);
+  };
+  for (int i = 1; i <= 3; ++i) step(i);
+  model.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 4; i < 4 + steps; ++i) step(i);
+  model.synchronize();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / steps;
+  const double adam_ms = mean_ms(steps, [&] { model.adam_step({0.9f, 0.999f, 1e-8f, 0.1f, -3e-4f, 1.0f, -3e-5f}, true); });
+  const double tokens = static_cast<double>(B * T);
+  const double flops = 6.0 * static_cast<double>(n) + 12.0 * static_cast<double>(layers * T * embd);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("{\"side\": \"ours\", \"bench\": \"gpt\", \"device\": \"%s\", \"params\": %lld, \"batch\": %lld, "
+              "\"seq\": %lld, \"step_ms\": %.2f, \"adam_ms\": %.2f, \"tokens_per_s\": %.0f, \"model_tflops\": %.2f, "
+              "\"loss\": %.4f}\n",
+              prop.name, n, B, T, ms, adam_ms, tokens / ms * 1e3, flops * tokens / ms / 1e9, loss);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  long long params = 124'000'000, size = 8192, batch = 8, seq = 1024, heads = 12, head_dim = 64;
+  long long params = 124'000'000, size = 8192, batch = 8, seq = 1024, heads = 12, head_dim = 64, layers = 12,
+            embd = 768, vocab = 50257;
   int steps = 20;
   bool ok = argc >= 2;
   for (int i = 2; i + 1 < argc && ok; i += 2) {
@@ -129,6 +181,9 @@ int main(int argc, char** argv) {
     else if (option == "--seq") seq = value;
     else if (option == "--heads") heads = value;
     else if (option == "--head_dim") head_dim = value;
+    else if (option == "--layers") layers = value;
+    else if (option == "--embd") embd = value;
+    else if (option == "--vocab") vocab = value;
     else ok = false;
     ok = ok && value > 0;
   }
@@ -137,12 +192,15 @@ int main(int argc, char** argv) {
       if (bench == "adam") return adam(params, steps);
       if (bench == "gemm") return gemm(size, steps);
       if (bench == "attention") return attention(batch, seq, heads, head_dim, steps);
+      if (bench == "gpt") return gpt(batch, seq, layers, heads, embd, vocab, steps);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpu_bench: %s\n", e.what());
       return 1;
     }
   std::fprintf(stderr, "usage: gpu_bench adam [--params N] [--steps S]\n"
                        "       gpu_bench gemm [--size N] [--steps S]\n"
-                       "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n");
+                       "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n"
+                       "       gpu_bench gpt [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] [--vocab V] "
+                       "[--steps S]\n");
   return 2;
 }

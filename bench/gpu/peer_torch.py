@@ -3,11 +3,14 @@
     peer_torch.py adam --params N --steps S
     peer_torch.py gemm --size N --steps S
     peer_torch.py attention --batch B --seq T --heads H --head_dim D --steps S
+    peer_torch.py gpt --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 adam: torch.optim.AdamW(fused=True) stepping N fp32 parameters, and torch's device-to-device copy of 14·N bytes
 (the 28·N bytes an fp32 AdamW step moves). gemm: torch.matmul of two N x N bf16 matrices. attention:
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) on fp32 q, k, v [B, H, T, D] (what ours computes),
 forward and forward + backward; also in bf16 (flash attention), for reference. Each the mean over S steps after 3
-untimed ones, by CUDA events.
+untimed ones, by CUDA events. gpt: training steps of a GPT-2 written as the gpt plugin is (nanoGPT's model: tied LM
+head, tanh GELU, causal SDPA), fp32 with TF32 off (ours never uses TF32), AdamW(fused=True), the loss read back each
+step as ours does: tokens/s.
 """
 import argparse, json
 
@@ -66,18 +69,77 @@ def attention(a):
             "torch": torch.__version__}
 
 
+class Block(torch.nn.Module):
+    def __init__(self, c, h):
+        super().__init__()
+        self.h = h
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
+        self.c_attn, self.attn_proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
+        self.c_fc, self.mlp_proj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(a.vocab, a.embd), torch.nn.Embedding(a.seq, a.embd)
+        self.blocks = torch.nn.ModuleList(Block(a.embd, a.heads) for _ in range(a.layers))
+        self.ln_f = torch.nn.LayerNorm(a.embd)
+
+    def forward(self, tokens, targets):
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1], device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def gpt(a):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = Gpt(a).cuda()
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+    tokens = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda")
+    targets = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda")
+    last = [0.0]
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = model(tokens, targets)
+        loss.backward()
+        opt.step()
+        last[0] = loss.item()
+    ms = mean_ms(a.steps, step)
+    tokens_per_step = a.batch * a.seq
+    flops = 6.0 * params + 12.0 * a.layers * a.seq * a.embd
+    return {"side": "torch", "bench": "gpt", "device": torch.cuda.get_device_name(), "params": params,
+            "batch": a.batch, "seq": a.seq, "step_ms": ms, "tokens_per_s": tokens_per_step / ms * 1e3,
+            "model_tflops": flops * tokens_per_step / ms / 1e9, "loss": last[0], "torch": torch.__version__}
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("bench", choices=("adam", "gemm", "attention"))
+    p.add_argument("bench", choices=("adam", "gemm", "attention", "gpt"))
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head_dim", type=int, default=64)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--embd", type=int, default=768)
+    p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--steps", type=int, default=20)
     a = p.parse_args()
-    print(json.dumps({"adam": adam, "gemm": gemm, "attention": attention}[a.bench](a)))
+    print(json.dumps({"adam": adam, "gemm": gemm, "attention": attention, "gpt": gpt}[a.bench](a)))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ gemm       an --size³ bf16 product, fp32 accumulation: ours kernels/cuda/gemm.h
 attention  causal self-attention at GPT-2's shape (batch 8, context 1024, 12 heads of 64), forward and
            forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention
            (its bf16 flash-attention time is printed for reference).
+gpt        GPT-2 124M (12 layers x 768, context 1024, vocabulary 50257, batch --gpt_batch) training steps in fp32:
+           ours the gpt plugin on the CUDA backend with AdamW (worker/device_model.h), the peer the same model in
+           torch (TF32 off, fused AdamW): tokens/s and the model's TFLOP/s (6·Ψ + 12·L·T·C per token).
 Each side a fresh process per repetition, interleaved; reported: the median over repetitions and ours / torch.
 """
 import argparse, json, os, statistics, subprocess, sys
@@ -25,6 +28,9 @@ def options(a, bench):
         return ["--params", str(a.params), "--steps", str(a.steps)]
     if bench == "gemm":
         return ["--size", str(a.size), "--steps", str(a.steps)]
+    if bench == "gpt":
+        return ["--batch", str(a.gpt_batch), "--seq", "1024", "--layers", "12", "--heads", "12", "--embd", "768",
+                "--vocab", "50257", "--steps", str(min(a.steps, 10))]
     return ["--batch", "8", "--seq", "1024", "--heads", "12", "--head_dim", "64", "--steps", str(a.steps)]
 
 
@@ -65,6 +71,15 @@ def report(a, bench, samples):
         ours, torch = median(samples, "ours", "tflops"), median(samples, "torch", "tflops")
         if ours and torch:
             print(f"  ours / torch: {ours / torch:.2f}x")
+    elif bench == "gpt":
+        print(f"GPT-2 124M training steps, fp32, batch {a.gpt_batch} x 1024 tokens, median of {a.reps} runs")
+        for side in ("ours", "torch"):
+            ms, tps, tf = (median(samples, side, k) for k in ("step_ms", "tokens_per_s", "model_tflops"))
+            if ms:
+                print(f"  {side:5} {ms:8.1f} ms/step  {tps:8.0f} tokens/s  {tf:5.1f} model TFLOP/s")
+        ours, torch = median(samples, "ours", "tokens_per_s"), median(samples, "torch", "tokens_per_s")
+        if ours and torch:
+            print(f"  ours / torch (tokens/s): {ours / torch:.2f}x")
     else:
         print(f"causal attention fp32, batch 8 x context 1024 x 12 heads x 64, mean of {a.steps} passes, median of {a.reps} runs")
         for side in ("ours", "torch"):
@@ -81,7 +96,8 @@ def report(a, bench, samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,attention")
+    p.add_argument("--benches", default="adam,gemm,attention,gpt")
+    p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--steps", type=int, default=20)

@@ -21,6 +21,11 @@ DS_KERNEL void bias_add_kernel(float* y, const float* bias, int64_t rows, int64_
   for (int64_t i = grid_first(); i < rows * cols; i += grid_stride()) y[i] += bias[i % cols];
 }
 
+// y[r, c] = bias[c] over y[rows, cols]; any grid and block.
+DS_KERNEL void bias_fill_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
+  for (int64_t i = grid_first(); i < rows * cols; i += grid_stride()) y[i] = bias[i % cols];
+}
+
 // dbias[c] += Σ_r dy[r, c], the rows in order: one thread per column (consecutive threads read
 // consecutive columns); any grid and block covering cols.
 DS_KERNEL void bias_grad_kernel(const float* dy, float* dbias, int64_t rows, int64_t cols) {

@@ -64,6 +64,17 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
 }
 
+void copy_on_device(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+        "cudaMemcpyAsync on the device");
+}
+
+void zero_on_device(void* dst, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  check(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream)), "cudaMemsetAsync");
+}
+
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
@@ -156,6 +167,13 @@ void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void* str
   bias_add_kernel<<<element_blocks(rows * cols), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(y, bias, rows,
                                                                                                           cols);
   check(cudaGetLastError(), "bias_add launch");
+}
+
+void bias_fill(float* y, const float* bias, int64_t rows, int64_t cols, void* stream) {
+  if (rows <= 0 || cols <= 0) return;
+  bias_fill_kernel<<<element_blocks(rows * cols), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      y, bias, rows, cols);
+  check(cudaGetLastError(), "bias_fill launch");
 }
 
 void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void* stream) {

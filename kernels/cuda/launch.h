@@ -31,6 +31,8 @@ void* device_alloc(size_t bytes);
 void device_free(void* p);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
+void copy_on_device(void* dst, const void* src, size_t bytes, void* stream);  // asynchronous on `stream`
+void zero_on_device(void* dst, size_t bytes, void* stream);                    // dst[bytes] = 0, asynchronous
 void synchronize();
 
 // LayerNorm forward (kernels/cpu/layernorm.h): y[rows, dim], stats[rows, 2] from x[rows, dim],
@@ -81,9 +83,10 @@ void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T
 void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, void* stream);
 void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void* stream);
 
-// Bias and residual (kernels/cpu/bias.h, elementwise.h): y[rows, cols] += bias[cols];
+// Bias and residual (kernels/cpu/bias.h, elementwise.h): y[rows, cols] += bias[cols] (or = bias[cols]);
 // dbias[cols] += Σ_r dy[r, cols] (rows in order); y[n] += x[n]. The CPU fast paths' bits.
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void* stream);
+void bias_fill(float* y, const float* bias, int64_t rows, int64_t cols, void* stream);  // y[r, c] = bias[c]
 void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void* stream);
 void add_into(float* y, const float* x, int64_t n, void* stream);
 

@@ -39,6 +39,12 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
+void copy_on_device(void* dst, const void* src, size_t bytes, void*) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+void zero_on_device(void* dst, size_t bytes, void*) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
 void synchronize() {}
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
@@ -114,6 +120,11 @@ void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows,
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void*) {
   if (rows <= 0 || cols <= 0) return;
   simt::launch(element_blocks(rows * cols), kElementThreads, {}, [&] { bias_add_kernel(y, bias, rows, cols); });
+}
+
+void bias_fill(float* y, const float* bias, int64_t rows, int64_t cols, void*) {
+  if (rows <= 0 || cols <= 0) return;
+  simt::launch(element_blocks(rows * cols), kElementThreads, {}, [&] { bias_fill_kernel(y, bias, rows, cols); });
 }
 
 void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols, void*) {

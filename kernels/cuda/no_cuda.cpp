@@ -26,6 +26,14 @@ void copy_to_device(void*, const void*, size_t) {
 
 void copy_to_host(void*, const void*, size_t) { throw std::runtime_error("cuda: copy_to_host: dsrun was built without CUDA"); }
 
+void copy_on_device(void*, const void*, size_t, void*) {
+  throw std::runtime_error("cuda: copy_on_device: dsrun was built without CUDA");
+}
+
+void zero_on_device(void*, size_t, void*) {
+  throw std::runtime_error("cuda: zero_on_device: dsrun was built without CUDA");
+}
+
 void synchronize() { throw std::runtime_error("cuda: synchronize: dsrun was built without CUDA"); }
 
 void layernorm_forward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, float, void*) {
@@ -68,6 +76,10 @@ void bias_add(float*, const float*, int64_t, int64_t, void*) {
 
 void bias_grad(const float*, float*, int64_t, int64_t, void*) {
   throw std::runtime_error("cuda: bias_grad: dsrun was built without CUDA");
+}
+
+void bias_fill(float*, const float*, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: bias_fill: dsrun was built without CUDA");
 }
 
 void add_into(float*, const float*, int64_t, void*) {

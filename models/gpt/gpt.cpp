@@ -1,5 +1,5 @@
-// The `gpt` model plugin: a GPT-2-style decoder (nanoGPT semantics, dropout 0, fp32) on the CPU
-// kernels.
+// The `gpt` model plugin: a GPT-2-style decoder (nanoGPT semantics, dropout 0, fp32), computed
+// through the backend's ops (plugin/sdk/ops.h), so it runs on every backend: the CPU and CUDA.
 //
 //   embed: x = wte[tokens] + wpe[0..T-1]                                  tokens i32 [B, T] → [B, T, C]
 //   h0..h{n_layer-1}: x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))          [B, T, C] → [B, T, C]
@@ -19,7 +19,7 @@
 // Predictions: the logits [B, T, vocab_size].
 //
 // Every layer keeps what backward needs in its workspace (the engine may re-run forward right
-// before backward); backward's own temporaries are local buffers.
+// before backward); backward's own temporaries are the backend's (ops.temp).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,20 +27,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "cpu/attention.h"
-#include "cpu/bias.h"
-#include "cpu/cross_entropy.h"
-#include "cpu/elementwise.h"
-#include "cpu/embedding.h"
-#include "cpu/gelu.h"
-#include "cpu/layernorm.h"
-#include "cpu/matmul.h"
 #include "plugin/ds_plugin_sdk.h"
 
 namespace {
 
 using ds::sdk::Backward;
 using ds::sdk::Forward;
+using ds::sdk::Ops;
 using ds::sdk::Shape;
 
 constexpr float kLnEps = 1e-5f;  // GPT-2's LayerNorm eps
@@ -62,21 +55,19 @@ void require_input(const Shape& in, int ndim, const Dims& d) {
                                 " with 1 <= T <= seq_len " + std::to_string(d.seq_len));
 }
 
-// n floats left uninitialised (every use below overwrites its buffer before reading it).
-std::unique_ptr<float[]> scratch(int64_t n) { return std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n)); }
-
 // Linear on rows: y[n,out] = x[n,in]·Wᵀ + b, the product accumulated onto the bias (one pass over
 // y fewer than zeroing it and adding b afterwards, as torch's addmm).
-void linear_forward(const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in, int64_t out) {
-  ds::cpu::bias_fill(y, b, n, out);
-  ds::cpu::matmul(x, W, y, n, out, in, false, true, true);
+void linear_forward(const Ops& ops, const float* x, const float* W, const float* b, float* y, int64_t n, int64_t in,
+                    int64_t out) {
+  ops.bias_fill(y, b, n, out);
+  ops.matmul(x, W, y, n, out, in, false, true, true);
 }
 // dx[n,in] = dy·W (overwritten; skipped when dx is null), dW += dyᵀ·x, db += Σ dy.
-void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int64_t n,
-                     int64_t in, int64_t out) {
-  if (dx != nullptr) ds::cpu::matmul(dy, W, dx, n, in, out, false, false, false);
-  ds::cpu::matmul(dy, x, dW, out, in, n, true, false, true);
-  ds::cpu::bias_grad(dy, db, n, out);
+void linear_backward(const Ops& ops, const float* x, const float* W, const float* dy, float* dx, float* dW, float* db,
+                     int64_t n, int64_t in, int64_t out) {
+  if (dx != nullptr) ops.matmul(dy, W, dx, n, in, out, false, false, false);
+  ops.matmul(dy, x, dW, out, in, n, true, false, true);
+  ops.bias_grad(dy, db, n, out);
 }
 
 // ---- embed ---------------------------------------------------------------------------------------
@@ -92,11 +83,11 @@ class Embed : public ds::sdk::Layer {
     return {in[0], in[1], d_.n_embd};
   }
   void forward(const Forward& f) override {
-    ds::cpu::embedding_forward(f.input.i32(), f.param(0).f32(), f.param(1).f32(), f.output.f32(), f.input.dim(0),
+    f.ops.embedding_forward(f.input.i32(), f.param(0).f32(), f.param(1).f32(), f.output.f32(), f.input.dim(0),
                                f.input.dim(1), d_.n_embd, d_.vocab);
   }
   void backward(const Backward& b) override {  // layer 0: no grad_input (the input is token ids)
-    ds::cpu::embedding_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(), b.grad_param(1).f32(),
+    b.ops.embedding_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(), b.grad_param(1).f32(),
                                 b.input.dim(0), b.input.dim(1), d_.n_embd, d_.vocab);
   }
 
@@ -141,16 +132,17 @@ class Block : public ds::sdk::Layer {
     const float* x = f.input.f32();
     float* y = f.output.f32();
     float* x2 = ws + w.x2;
-    ds::cpu::layernorm_forward(x, p(f, 0), p(f, 1), ws + w.ln1, ws + w.ln1_stats, N, C, kLnEps);
-    linear_forward(ws + w.ln1, p(f, 2), p(f, 3), ws + w.qkv, N, C, 3 * C);
-    ds::cpu::attention_forward(ws + w.qkv, ws + w.att, ws + w.att_ws, B, T, H, D);
-    linear_forward(ws + w.att, p(f, 4), p(f, 5), x2, N, C, C);
-    ds::cpu::add_into(x2, x, N * C);  // x2 = x + attn(ln_1(x))
-    ds::cpu::layernorm_forward(x2, p(f, 6), p(f, 7), ws + w.ln2, ws + w.ln2_stats, N, C, kLnEps);
-    linear_forward(ws + w.ln2, p(f, 8), p(f, 9), ws + w.fc, N, C, 4 * C);
-    ds::cpu::gelu_forward(ws + w.fc, ws + w.gelu, N * 4 * C);
-    linear_forward(ws + w.gelu, p(f, 10), p(f, 11), y, N, 4 * C, C);
-    ds::cpu::add_into(y, x2, N * C);  // y = x2 + mlp(ln_2(x2))
+    const Ops& ops = f.ops;
+    ops.layernorm_forward(x, p(f, 0), p(f, 1), ws + w.ln1, ws + w.ln1_stats, N, C, kLnEps);
+    linear_forward(ops, ws + w.ln1, p(f, 2), p(f, 3), ws + w.qkv, N, C, 3 * C);
+    ops.attention_forward(ws + w.qkv, ws + w.att, ws + w.att_stats, B, T, H, D);
+    linear_forward(ops, ws + w.att, p(f, 4), p(f, 5), x2, N, C, C);
+    ops.add_into(x2, x, N * C);  // x2 = x + attn(ln_1(x))
+    ops.layernorm_forward(x2, p(f, 6), p(f, 7), ws + w.ln2, ws + w.ln2_stats, N, C, kLnEps);
+    linear_forward(ops, ws + w.ln2, p(f, 8), p(f, 9), ws + w.fc, N, C, 4 * C);
+    ops.gelu_forward(ws + w.fc, ws + w.gelu, N * 4 * C);
+    linear_forward(ops, ws + w.gelu, p(f, 10), p(f, 11), y, N, 4 * C, C);
+    ops.add_into(y, x2, N * C);  // y = x2 + mlp(ln_2(x2))
   }
 
   void backward(const Backward& b) override {
@@ -161,26 +153,27 @@ class Block : public ds::sdk::Layer {
     const float* x = b.input.f32();
     const float* dy = b.grad_output.f32();
     auto g = [&](int32_t i) { return b.grad_param(i).f32(); };
-    const auto dx2 = scratch(N * C), d4 = scratch(N * 4 * C), dc = scratch(N * C), tmp = scratch(N * C),
-               dqkv = scratch(N * 3 * C);
+    const Ops& ops = b.ops;
+    const auto dx2 = ops.temp(N * C), d4 = ops.temp(N * 4 * C), dc = ops.temp(N * C), tmp = ops.temp(N * C),
+               dqkv = ops.temp(N * 3 * C);
     // mlp branch: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
-    linear_backward(ws + w.gelu, p(b, 10), dy, d4.get(), g(10), g(11), N, 4 * C, C);
-    ds::cpu::gelu_backward(ws + w.fc, d4.get(), d4.get(), N * 4 * C);
-    linear_backward(ws + w.ln2, p(b, 8), d4.get(), dc.get(), g(8), g(9), N, C, 4 * C);
-    ds::cpu::layernorm_backward(ws + w.x2, p(b, 6), ws + w.ln2_stats, dc.get(), tmp.get(), g(6), g(7), N, C);
-    ds::cpu::add(dy, tmp.get(), dx2.get(), N * C);  // d/dx2: through the residual and the mlp branch
+    linear_backward(ops, ws + w.gelu, p(b, 10), dy, d4.get(), g(10), g(11), N, 4 * C, C);
+    ops.gelu_backward(ws + w.fc, d4.get(), d4.get(), N * 4 * C);
+    linear_backward(ops, ws + w.ln2, p(b, 8), d4.get(), dc.get(), g(8), g(9), N, C, 4 * C);
+    ops.layernorm_backward(ws + w.x2, p(b, 6), ws + w.ln2_stats, dc.get(), tmp.get(), g(6), g(7), N, C);
+    ops.add(dy, tmp.get(), dx2.get(), N * C);  // d/dx2: through the residual and the mlp branch
     // attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x))))
-    linear_backward(ws + w.att, p(b, 4), dx2.get(), dc.get(), g(4), g(5), N, C, C);
-    ds::cpu::attention_backward(ws + w.qkv, ws + w.att_ws, dc.get(), dqkv.get(), B, T, H, D);
-    linear_backward(ws + w.ln1, p(b, 2), dqkv.get(), dc.get(), g(2), g(3), N, C, 3 * C);
-    ds::cpu::layernorm_backward(x, p(b, 0), ws + w.ln1_stats, dc.get(), tmp.get(), g(0), g(1), N, C);
-    if (!b.grad_input.empty()) ds::cpu::add(dx2.get(), tmp.get(), b.grad_input.f32(), N * C);
+    linear_backward(ops, ws + w.att, p(b, 4), dx2.get(), dc.get(), g(4), g(5), N, C, C);
+    ops.attention_backward(ws + w.qkv, ws + w.att_stats, dc.get(), dqkv.get(), B, T, H, D);
+    linear_backward(ops, ws + w.ln1, p(b, 2), dqkv.get(), dc.get(), g(2), g(3), N, C, 3 * C);
+    ops.layernorm_backward(x, p(b, 0), ws + w.ln1_stats, dc.get(), tmp.get(), g(0), g(1), N, C);
+    if (!b.grad_input.empty()) ops.add(dx2.get(), tmp.get(), b.grad_input.f32(), N * C);
   }
 
  private:
   // Float offsets into the workspace for an input [B, T, C].
   struct Slots {
-    size_t ln1, ln1_stats, qkv, att, att_ws, x2, ln2, ln2_stats, fc, gelu, total;
+    size_t ln1, ln1_stats, qkv, att, att_stats, x2, ln2, ln2_stats, fc, gelu, total;
     Slots(const Shape& s, const Dims& d) {
       const size_t B = static_cast<size_t>(s[0]), T = static_cast<size_t>(s[1]), C = static_cast<size_t>(d.n_embd);
       const size_t N = B * T;
@@ -194,7 +187,7 @@ class Block : public ds::sdk::Layer {
       ln1_stats = take(N * 2);
       qkv = take(N * 3 * C);
       att = take(N * C);
-      att_ws = take(ds::cpu::attention_workspace_floats(s[0], s[1], d.n_head, d.n_embd / d.n_head));
+      att_stats = take(B * static_cast<size_t>(d.n_head) * T * 2);  // [B, H, T, 2]
       x2 = take(N * C);
       ln2 = take(N * C);
       ln2_stats = take(N * 2);
@@ -233,16 +226,16 @@ class Head : public ds::sdk::Layer {
     const Slots w(s, d_);
     float* ws = workspace(f.workspace);
     const int64_t N = s[0] * s[1], C = d_.n_embd, V = d_.vocab;
-    ds::cpu::layernorm_forward(f.input.f32(), f.param(0).f32(), f.param(1).f32(), ws + w.lnf, ws + w.lnf_stats, N, C,
-                               kLnEps);
-    ds::cpu::matmul(ws + w.lnf, f.param(2).f32(), ws + w.logits, N, V, C, false, true, false);  // ln_f(x)·wteᵀ
-    f.output.f32()[0] = ds::cpu::cross_entropy_forward(ws + w.logits, targets(f.batch, s), N, V, ws + w.ce_stats);
+    const Ops& ops = f.ops;
+    ops.layernorm_forward(f.input.f32(), f.param(0).f32(), f.param(1).f32(), ws + w.lnf, ws + w.lnf_stats, N, C, kLnEps);
+    ops.matmul(ws + w.lnf, f.param(2).f32(), ws + w.logits, N, V, C, false, true, false);  // ln_f(x)·wteᵀ
+    ops.cross_entropy_forward(ws + w.logits, targets(f.batch, s), N, V, ws + w.ce_stats, f.output.f32());
     if (!f.batch.predictions.empty()) {
       const Shape want{s[0], s[1], V};
       if (!(f.batch.predictions.shape() == want))
         throw std::invalid_argument("predictions shape " + f.batch.predictions.shape().str() + ", expected " +
                                     want.str());
-      std::copy_n(ws + w.logits, N * V, f.batch.predictions.f32());
+      ops.copy(f.batch.predictions.f32(), ws + w.logits, static_cast<size_t>(N * V) * sizeof(float));
     }
   }
   void backward(const Backward& b) override {
@@ -250,16 +243,17 @@ class Head : public ds::sdk::Layer {
     const Slots w(s, d_);
     const float* ws = workspace(b.workspace);
     const int64_t N = s[0] * s[1], C = d_.n_embd, V = d_.vocab;
-    const auto dlogits = scratch(N * V), dlnf = scratch(N * C);
-    ds::cpu::cross_entropy_backward(ws + w.logits, targets(b.batch, s), ws + w.ce_stats, b.grad_output.f32()[0], N, V,
-                                    dlogits.get());
+    const Ops& ops = b.ops;
+    const auto dlogits = ops.temp(N * V), dlnf = ops.temp(N * C);
+    ops.cross_entropy_backward(ws + w.logits, targets(b.batch, s), ws + w.ce_stats, b.grad_output.f32(), N, V,
+                               dlogits.get());
     const float* wte = b.param(2).f32();
-    ds::cpu::matmul(dlogits.get(), ws + w.lnf, b.grad_param(2).f32(), V, C, N, true, false, true);  // dwte += dLᵀ·ln_f
-    ds::cpu::matmul(dlogits.get(), wte, dlnf.get(), N, C, V, false, false, false);                // dln_f = dL·wte
-    const auto unused_dx = b.grad_input.empty() ? scratch(N * C) : nullptr;
+    ops.matmul(dlogits.get(), ws + w.lnf, b.grad_param(2).f32(), V, C, N, true, false, true);  // dwte += dLᵀ·ln_f
+    ops.matmul(dlogits.get(), wte, dlnf.get(), N, C, V, false, false, false);                // dln_f = dL·wte
+    const auto unused_dx = ops.temp(b.grad_input.empty() ? N * C : 0);
     float* dx = b.grad_input.empty() ? unused_dx.get() : b.grad_input.f32();
-    ds::cpu::layernorm_backward(b.input.f32(), b.param(0).f32(), ws + w.lnf_stats, dlnf.get(), dx,
-                                b.grad_param(0).f32(), b.grad_param(1).f32(), N, C);
+    ops.layernorm_backward(b.input.f32(), b.param(0).f32(), ws + w.lnf_stats, dlnf.get(), dx, b.grad_param(0).f32(),
+                           b.grad_param(1).f32(), N, C);
   }
 
  private:
@@ -321,6 +315,7 @@ class Gpt : public ds::sdk::Model {
     for (int64_t i = 0; i < d_.n_layer; ++i) add_layer<Block>("h" + std::to_string(i), d_);
     add_layer<Head>(d_);
   }
+  bool runs_on(ds_device_type) const override { return true; }  // only the backend's ops touch tensors
   ds::sdk::DatasetInfo dataset_info() const override { return {0, DS_I32, {d_.seq_len}, DS_I32, {d_.seq_len}}; }
   Shape predictions_shape(const Shape& input) const override {
     if (input.ndim != 2) throw std::invalid_argument("input shape " + input.str() + ", expected [B, T] tokens");

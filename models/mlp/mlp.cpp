@@ -17,6 +17,8 @@
 //   label[i] = argmax_c (T · x[i])_c for a fixed random "teacher" T [classes, in_features] from
 //   data_seed; so labels are learnable (a linear model can reach ~0 loss), unlike random ones.
 // Input f32 [n, in_features]; target i32 [n] (one scalar per sample).
+// The layers compute through the backend's ops (plugin/sdk/ops.h), so the model runs on every
+// backend; inject_nonfinite_grad_steps, which writes a gradient itself, on the CPU only.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,10 +26,6 @@
 #include <string>
 #include <vector>
 
-#include "cpu/activation.h"
-#include "cpu/bias.h"
-#include "cpu/cross_entropy.h"
-#include "cpu/matmul.h"
 #include "plugin/ds_plugin_sdk.h"
 
 namespace {
@@ -71,19 +69,22 @@ class Linear : public ds::sdk::Layer {
   void forward(const Forward& f) override {
     const int64_t n = f.input.dim(0);
     float* y = f.output.f32();
-    ds::cpu::matmul(f.input.f32(), f.param(0).f32(), y, n, out_, in_, false, true, false);  // x·Wᵀ
-    ds::cpu::bias_add(y, f.param(1).f32(), n, out_);
+    f.ops.matmul(f.input.f32(), f.param(0).f32(), y, n, out_, in_, false, true, false);  // x·Wᵀ
+    f.ops.bias_add(y, f.param(1).f32(), n, out_);
   }
   void backward(const Backward& b) override {
     const int64_t n = b.input.dim(0);
     const float* dy = b.grad_output.f32();
     if (!b.grad_input.empty())  // dx = dy·W
-      ds::cpu::matmul(dy, b.param(0).f32(), b.grad_input.f32(), n, in_, out_, false, false, false);
+      b.ops.matmul(dy, b.param(0).f32(), b.grad_input.f32(), n, in_, out_, false, false, false);
     float* dW = b.grad_param(0).f32();
-    ds::cpu::matmul(dy, b.input.f32(), dW, out_, in_, n, true, false, true);  // dW += dyᵀ·x
-    ds::cpu::bias_grad(dy, b.grad_param(1).f32(), n, out_);                    // db += Σ dy
-    if (inject_.count(b.batch.step))
+    b.ops.matmul(dy, b.input.f32(), dW, out_, in_, n, true, false, true);  // dW += dyᵀ·x
+    b.ops.bias_grad(dy, b.grad_param(1).f32(), n, out_);                    // db += Σ dy
+    if (inject_.count(b.batch.step)) {
+      if (b.ops.device() != DS_DEVICE_CPU)
+        throw std::invalid_argument("model.inject_nonfinite_grad_steps works on the CPU backend only");
       for (int64_t i = 0; i < out_ * in_; ++i) dW[i] += INFINITY;
+    }
   }
 
  private:
@@ -95,10 +96,10 @@ class Relu : public ds::sdk::Layer {
  public:
   using Layer::Layer;
   Shape output_shape(const Shape& in) const override { return in; }
-  void forward(const Forward& f) override { ds::cpu::relu_forward(f.input.f32(), f.output.f32(), f.input.numel()); }
+  void forward(const Forward& f) override { f.ops.relu_forward(f.input.f32(), f.output.f32(), f.input.numel()); }
   void backward(const Backward& b) override {
     if (!b.grad_input.empty())
-      ds::cpu::relu_backward(b.input.f32(), b.grad_output.f32(), b.grad_input.f32(), b.input.numel());
+      b.ops.relu_backward(b.input.f32(), b.grad_output.f32(), b.grad_input.f32(), b.input.numel());
   }
 };
 
@@ -117,14 +118,14 @@ class CrossEntropyLoss : public ds::sdk::Layer {
   }
   void forward(const Forward& f) override {
     const int64_t n = f.input.dim(0);
-    f.output.f32()[0] = ds::cpu::cross_entropy_forward(f.input.f32(), labels(f.batch, n), n, classes_, stats(f.workspace));
+    f.ops.cross_entropy_forward(f.input.f32(), labels(f.batch, n), n, classes_, stats(f.workspace), f.output.f32());
     if (!f.batch.predictions.empty())  // the logits
-      std::copy_n(f.input.f32(), n * classes_, f.batch.predictions.f32());
+      f.ops.copy(f.batch.predictions.f32(), f.input.f32(), static_cast<size_t>(n * classes_) * sizeof(float));
   }
   void backward(const Backward& b) override {
     if (b.grad_input.empty()) return;
     const int64_t n = b.input.dim(0);
-    ds::cpu::cross_entropy_backward(b.input.f32(), labels(b.batch, n), stats(b.workspace), b.grad_output.f32()[0], n,
+    b.ops.cross_entropy_backward(b.input.f32(), labels(b.batch, n), stats(b.workspace), b.grad_output.f32(), n,
                                     classes_, b.grad_input.f32());
   }
 
@@ -176,6 +177,7 @@ class Mlp : public ds::sdk::Model {
     for (float& w : teacher_) w = uniform_pm1(state);
   }
 
+  bool runs_on(ds_device_type) const override { return true; }  // only the backend's ops touch tensors
   ds::sdk::DatasetInfo dataset_info() const override { return {num_samples_, DS_F32, {in_}, DS_I32, {}}; }
   ds::sdk::Shape predictions_shape(const ds::sdk::Shape& input) const override { return {input[0], classes_}; }
 

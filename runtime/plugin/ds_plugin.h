@@ -1,15 +1,22 @@
 /* The dsworker model-plugin ABI (C, versioned).
  *
  * A plugin is a shared library exporting one function, `ds_plugin_entry`, that returns a table of
- * function pointers (ds_plugin_api) whose first field is DS_PLUGIN_ABI_VERSION. The loader refuses
- * any other version. No C++ exception crosses this boundary: every call returns a ds_status, and on
- * DS_ERROR `last_error(model)` says what went wrong (the SDK in ds_plugin_sdk.h does this for you).
+ * function pointers (ds_plugin_api) whose first field is its ABI version. The loader accepts this
+ * version (3) and version 2 (ds_plugin_v2.h, adapted: such a plugin runs on the CPU), and refuses any
+ * other. No C++ exception crosses this boundary: every call returns a ds_status, and on an error
+ * `last_error(model)` says what went wrong (the SDK in ds_plugin_sdk.h does this for you).
  *
  * The model is an ordered list of layers. Each layer declares its parameters (name, shape, init);
  * the ENGINE owns all parameter, gradient, activation and workspace memory, allocates it, initialises
  * the parameters (with its own seeded RNG, so initial weights do not depend on the world size), and
  * calls the layers in order. Layer i's output is layer i+1's input; the last layer returns the loss:
  * a tensor of shape [1] holding the mean loss over the micro-batch.
+ *
+ * Backends (since ABI 3): create() receives the compute backend (ds_backend.h) the model runs on,
+ * the CPU or one CUDA device. Every tensor the engine passes (parameters, activations, gradients,
+ * workspace, the batch) is in that backend's device memory, and layers compute by calling the
+ * backend's ops. A model that cannot run on the backend it is given (one that reads tensor memory
+ * itself, so runs on the CPU only) returns DS_UNSUPPORTED from create() with a message.
  *
  * Forward:  forward(i, params, input, output, workspace, batch)
  * Backward: backward(i, params, input, output, grad_output, grad_input, grad_params, workspace, batch)
@@ -32,16 +39,22 @@
  *
  * Data (since ABI 2): a model whose dataset_info reports num_samples 0 has no data of its own; it
  * trains on the samples dsworker reads from the config's `data` block (a token corpus), which must
- * have the input/target shapes and dtypes it reports; its get_batch is never called.
+ * have the input/target shapes and dtypes it reports; its get_batch is never called. A model with
+ * data of its own provides the optional function "get_batch" (see lookup below).
  *
  * Predictions (since ABI 2): when ds_batch.predictions is not NULL (text generation, evaluation),
  * the last layer also writes what it computes the loss from there (a language model: logits
- * [n, seq_len, vocab]); the shape is the one describe_predictions reports.
+ * [n, seq_len, vocab]); the shape is the one the optional function "describe_predictions" reports.
+ *
+ * Optional functions (since ABI 3): lookup(name) returns the function of that name, or NULL when
+ * the plugin has none. Known names: "get_batch" (ds_get_batch_fn), "describe_predictions"
+ * (ds_describe_predictions_fn). New optional functions are added by name, without a new ABI version.
  *
  * Tensors are dense, row-major, with up to 4 dimensions, the batch dimension included (so a sample
- * has at most 3; a sample shape with ndim 0 is a scalar per sample, e.g. a class label). Parameters, gradients and activations are
- * DS_F32 (under mixed precision the engine converts at this boundary); inputs and targets may
- * also be DS_I32 (class labels, token ids).
+ * has at most 3; a sample shape with ndim 0 is a scalar per sample, e.g. a class label). Parameters,
+ * gradients and activations are DS_F32 (under mixed precision the engine converts at this boundary);
+ * inputs and targets may also be DS_I32 (class labels, token ids). DS_BF16 and DS_F16 name 16-bit
+ * tensors; the engine passes none to layers yet.
  */
 #ifndef DS_PLUGIN_H
 #define DS_PLUGIN_H
@@ -49,19 +62,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plugin/ds_backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define DS_PLUGIN_ABI_VERSION 2u
+#define DS_PLUGIN_ABI_VERSION 3u
 #define DS_MAX_DIMS 4
 
-/* DS_CONFIG_ERROR: create() found the config's "model" block wrong (an unknown key, a bad value); the
- * loader reports it as a config error (dsworker exits 2), any other failure as a plugin error (1).
- * A plugin that returns DS_ERROR for a bad block still loads; its error is then a plugin error. */
-typedef enum { DS_OK = 0, DS_ERROR = 1, DS_CONFIG_ERROR = 2 } ds_status;
+/* ds_status (ds_backend.h): DS_OK, DS_ERROR, DS_CONFIG_ERROR, DS_UNSUPPORTED, DS_OUT_OF_MEMORY. */
 
-typedef enum { DS_F32 = 0, DS_I32 = 1 } ds_dtype;
+typedef enum { DS_F32 = 0, DS_I32 = 1, DS_BF16 = 2, DS_F16 = 3 } ds_dtype;
 
 typedef struct {
   int32_t ndim;
@@ -72,6 +84,7 @@ typedef struct {
   void* data;      /* ndim-dimensional, row-major, contiguous */
   ds_dtype dtype;
   ds_shape shape;
+  ds_device_type device; /* where data lives: the backend's device (since ABI 3) */
 } ds_tensor;
 
 /* How the engine initialises a parameter: zeros, ones, normal(mean=a, std=b), uniform[a, b). */
@@ -110,14 +123,18 @@ typedef struct {
   ds_tensor* predictions; /* NULL, or where the last layer also writes its predictions (forward only) */
 } ds_batch;
 
+/* Any function pointer, as lookup returns it (cast to the named function's type). */
+typedef void (*ds_fn)(void);
+
 typedef struct ds_plugin_api {
-  uint32_t abi_version; /* DS_PLUGIN_ABI_VERSION */
+  uint32_t abi_version; /* DS_PLUGIN_ABI_VERSION (3) */
   const char* name;     /* e.g. "mlp" */
 
-  /* Builds a model from the config's "model" block (a JSON object as text, "{}" if absent).
-   * On failure returns DS_CONFIG_ERROR (the block is wrong) or DS_ERROR (anything else) and writes a
-   * message into err (err_len bytes, NUL-terminated) that names the key: "model.hidden: 0 is not >= 1". */
-  ds_status (*create)(const char* config_json, void** model, char* err, size_t err_len);
+  /* Builds a model from the config's "model" block (a JSON object as text, "{}" if absent) that runs
+   * on `backend` (valid while the model lives). On failure returns DS_CONFIG_ERROR (the block is
+   * wrong), DS_UNSUPPORTED (not on this backend) or DS_ERROR (anything else) and writes a message
+   * into err (err_len bytes, NUL-terminated) that names the key: "model.hidden: 0 is not >= 1". */
+  ds_status (*create)(const char* config_json, const ds_backend* backend, void** model, char* err, size_t err_len);
   void (*destroy)(void* model);
   /* The message of the last DS_ERROR returned for `model`. */
   const char* (*last_error)(void* model);
@@ -135,12 +152,17 @@ typedef struct ds_plugin_api {
                         ds_tensor* grad_params, void* workspace, const ds_batch* batch);
 
   ds_status (*dataset_info)(void* model, ds_dataset_info* out);
-  /* The shape of the last layer's predictions for a micro-batch whose input has shape `input`
-   * (ndim 0 = the model makes none). */
-  ds_status (*describe_predictions)(void* model, const ds_shape* input, ds_shape* predictions);
-  /* Fills input [n, ...] and target [n, ...] (engine-allocated) with samples indices[0..n-1]. */
-  ds_status (*get_batch)(void* model, const int64_t* indices, int64_t n, ds_tensor* input, ds_tensor* target);
+  /* The optional function `name` (see the top of this file), or NULL. */
+  ds_fn (*lookup)(const char* name);
 } ds_plugin_api;
+
+/* Optional functions (lookup). */
+/* The shape of the last layer's predictions for a micro-batch whose input has shape `input`
+ * (ndim 0 = the model makes none; a plugin without this function makes none). */
+typedef ds_status (*ds_describe_predictions_fn)(void* model, const ds_shape* input, ds_shape* predictions);
+/* Fills input [n, ...] and target [n, ...] (engine-allocated, host memory) with samples indices[0..n-1]. */
+typedef ds_status (*ds_get_batch_fn)(void* model, const int64_t* indices, int64_t n, ds_tensor* input,
+                                     ds_tensor* target);
 
 /* The one symbol a plugin exports. */
 typedef const ds_plugin_api* (*ds_plugin_entry_fn)(void);

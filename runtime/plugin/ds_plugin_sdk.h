@@ -5,8 +5,8 @@
 //   struct Scale : ds::sdk::Layer {  // y = w · x, one scalar parameter
 //     Scale() : Layer("scale") { add_param("w", {1}, DS_INIT_ONES); }
 //     ds::sdk::Shape output_shape(const ds::sdk::Shape& in) const override { return in; }
-//     void forward(const ds::sdk::Forward& f) override { ... f.param(0).f32()[0] ... }
-//     void backward(const ds::sdk::Backward& b) override { ... b.grad_param(0).f32()[0] += ... }
+//     void forward(const ds::sdk::Forward& f) override { ... f.ops.matmul(...) ... }
+//     void backward(const ds::sdk::Backward& b) override { ... }
 //   };
 //   struct MyModel : ds::sdk::Model {
 //     explicit MyModel(ds::sdk::Config& cfg) { int h = cfg.get<int>("hidden", 64); add_layer<Scale>(); }
@@ -15,6 +15,12 @@
 //                    const ds::sdk::Tensor& target) override { ... }
 //   };
 //   DS_PLUGIN(MyModel, "mymodel")
+//
+// Layers compute through `f.ops` / `b.ops` (plugin/sdk/ops.h: the backend's matmul, layernorm,
+// attention, ...) on the pointers they are given, which are device memory of the backend the model was
+// created on; such a model says so by overriding runs_on() and then runs on the CPU and on CUDA. A
+// model that reads or writes tensor memory itself (f.param(0).f32()[0]) keeps the default, CPU only:
+// created on another backend, it fails with DS_UNSUPPORTED.
 //
 // DS_PLUGIN defines `ds_plugin_entry` and the whole C function table (plugin/sdk/table.h). Every
 // call is wrapped in try/catch: an exception becomes DS_ERROR with its what() as last_error() (the
@@ -42,6 +48,7 @@
 
 #include "plugin/ds_plugin.h"
 #include "plugin/sdk/config.h"
+#include "plugin/sdk/ops.h"
 
 namespace ds::sdk {
 
@@ -97,6 +104,16 @@ struct Shape {
   }
 };
 
+inline const char* dtype_name(ds_dtype t) {
+  switch (t) {
+    case DS_F32: return "f32";
+    case DS_I32: return "i32";
+    case DS_BF16: return "bf16";
+    case DS_F16: return "f16";
+  }
+  return "unknown";
+}
+
 // A non-owning view of a ds_tensor. TensorView<true> (Tensor) hands out writable data,
 // TensorView<false> (ConstTensor) read-only data. A default-constructed view is empty (null data).
 template <bool Mutable>
@@ -111,10 +128,12 @@ class TensorView {
     data_ = t->data;
     dtype_ = t->dtype;
     shape_ = Shape(t->shape);
+    device_ = t->device;
   }
 
   bool empty() const { return data_ == nullptr; }
   ds_dtype dtype() const { return dtype_; }
+  ds_device_type device() const { return device_; }  // where the data lives (the model's backend's device)
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_[i]; }
   int64_t numel() const { return shape_.numel(); }
@@ -126,12 +145,13 @@ class TensorView {
   std::conditional_t<Mutable, void, const void>* typed(ds_dtype want) const {
     if (data_ == nullptr) throw std::invalid_argument(std::string(what_) + ": tensor is missing (NULL)");
     if (dtype_ != want)
-      throw std::invalid_argument(std::string(what_) + ": dtype " + (dtype_ == DS_F32 ? "f32" : "i32") +
-                                  ", expected " + (want == DS_F32 ? "f32" : "i32"));
+      throw std::invalid_argument(std::string(what_) + ": dtype " + dtype_name(dtype_) + ", expected " +
+                                  dtype_name(want));
     return data_;
   }
   void* data_ = nullptr;
   ds_dtype dtype_ = DS_F32;
+  ds_device_type device_ = DS_DEVICE_CPU;
   Shape shape_;
   std::string_view what_ = "tensor";
 };
@@ -150,6 +170,7 @@ struct Batch {
 
 // What every layer call gets. Parameters are in declaration order (add_param order).
 struct LayerCall {
+  Ops ops;  // the backend the model runs on: every tensor here is its device memory
   ConstTensor input;
   void* workspace = nullptr;  // workspace_bytes(input) bytes, engine-owned, kept until backward
   Batch batch;
@@ -269,6 +290,9 @@ class Model {
 
   // num_samples 0: the model trains on the token corpus of the config's `data` block (see ds_plugin.h).
   virtual DatasetInfo dataset_info() const = 0;
+  // Whether the model runs on `device`'s backend. The default, the CPU only, is right for a model
+  // that touches tensor memory itself; a model that computes only through the ops runs anywhere.
+  virtual bool runs_on(ds_device_type device) const { return device == DS_DEVICE_CPU; }
   // The last layer's predictions for an input of shape `input` (batched); {} = it makes none.
   virtual Shape predictions_shape(const Shape& /*input*/) const { return {}; }
   // Fills input [n, *input_shape] and target [n, *target_shape] with samples indices[0..n-1]
@@ -303,7 +327,7 @@ class Model {
         DS_PLUGIN_ABI_VERSION, NAME,           &d::create<ModelClass>, &d::destroy,            \
         &d::last_error,        &d::num_layers, &d::describe_layer,     &d::output_shape,       \
         &d::workspace_bytes,   &d::forward,    &d::backward,           &d::dataset_info,       \
-        &d::describe_predictions, &d::get_batch,                                               \
+        &d::lookup,                                                                            \
     };                                                                                         \
     return &api;                                                                               \
   }

@@ -9,7 +9,10 @@
 #include <set>
 #include <system_error>
 
+#include "backend/backend.h"
 #include "core/errors.h"
+#include "plugin/plugin_v2.h"
+#include "plugin/table_check.h"
 
 namespace ds {
 namespace fs = std::filesystem;
@@ -102,7 +105,8 @@ std::string Plugin::resolve(const std::string& name_or_path) {
                     "<dsworker dir>/../lib/dsrun/plugins)");
 }
 
-std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std::string& model_json) {
+std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std::string& model_json,
+                                     const ds_backend* backend) {
   std::unique_ptr<Plugin> p(new Plugin());
   p->path_ = resolve(name_or_path);
   const std::string where = "plugin " + p->path_ + ": ";
@@ -122,40 +126,42 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
     throw PluginError(where + "no '" DS_PLUGIN_ENTRY_SYMBOL "' symbol (not a dsworker model plugin, or built "
                       "without DS_PLUGIN(...) / ds_add_model_plugin)");
   const auto entry = reinterpret_cast<ds_plugin_entry_fn>(sym);
-  p->api_ = entry();
-  if (p->api_ == nullptr) throw PluginError(where + DS_PLUGIN_ENTRY_SYMBOL "() returned NULL");
-  if (p->api_->abi_version != DS_PLUGIN_ABI_VERSION)
-    throw PluginError(where + "ABI version " + std::to_string(p->api_->abi_version) + ", this dsworker supports " +
-                      std::to_string(DS_PLUGIN_ABI_VERSION));
-
-  const ds_plugin_api& a = *p->api_;
-  const std::pair<const char*, bool> entries[] = {
-      {"name", a.name != nullptr},
-      {"create", a.create != nullptr},
-      {"destroy", a.destroy != nullptr},
-      {"last_error", a.last_error != nullptr},
-      {"num_layers", a.num_layers != nullptr},
-      {"describe_layer", a.describe_layer != nullptr},
-      {"output_shape", a.output_shape != nullptr},
-      {"workspace_bytes", a.workspace_bytes != nullptr},
-      {"forward", a.forward != nullptr},
-      {"backward", a.backward != nullptr},
-      {"dataset_info", a.dataset_info != nullptr},
-      {"get_batch", a.get_batch != nullptr},
-      {"describe_predictions", a.describe_predictions != nullptr},
-  };
-  for (const auto& [field, present] : entries)
-    if (!present) throw PluginError(where + "function table entry '" + field + "' is NULL");
-  p->name_ = a.name;
+  const ds_plugin_api* raw = entry();
+  if (raw == nullptr) throw PluginError(where + DS_PLUGIN_ENTRY_SYMBOL "() returned NULL");
+  p->abi_version_ = raw->abi_version;  // the first field in every version
+  p->backend_ = backend != nullptr ? backend : backend::cpu();
 
   char err[2048] = {0};
   void* model = nullptr;
-  const ds_status st = a.create(model_json.empty() ? "{}" : model_json.c_str(), &model, err, sizeof err);
+  const char* json = model_json.empty() ? "{}" : model_json.c_str();
+  ds_status st = DS_ERROR;
+  if (p->abi_version_ == DS_PLUGIN_ABI_VERSION) {
+    p->api_ = raw;
+    const ds_plugin_api& a = *raw;
+    const std::string missing = plugin_table::first_missing(a, {{"lookup", a.lookup != nullptr}});
+    if (!missing.empty()) throw PluginError(where + "function table entry '" + missing + "' is NULL");
+    p->name_ = a.name;
+    st = a.create(json, p->backend_, &model, err, sizeof err);
+  } else if (p->abi_version_ == DS_PLUGIN_ABI_VERSION_2) {
+    const auto& v2 = *reinterpret_cast<const ds_plugin_api_v2*>(raw);
+    const std::string missing = plugin_v2::missing_entry(v2);
+    if (!missing.empty()) throw PluginError(where + "function table entry '" + missing + "' is NULL");
+    p->api_ = &plugin_v2::table();
+    p->name_ = v2.name;
+    st = plugin_v2::create(v2, json, p->backend_, &model, err, sizeof err);
+  } else {
+    throw PluginError(where + "ABI version " + std::to_string(p->abi_version_) + ", this dsworker supports 2 and " +
+                      std::to_string(DS_PLUGIN_ABI_VERSION));
+  }
+  const ds_plugin_api& a = *p->api_;
   err[sizeof err - 1] = '\0';
   if (st == DS_CONFIG_ERROR) throw ConfigError(where + (err[0] ? err : "the model block is wrong (no message)"));
   if (st != DS_OK || model == nullptr)
-    throw PluginError(where + "create failed: " + (err[0] ? err : "(no message)"));
+    throw PluginError(where + "create failed" + (st == DS_UNSUPPORTED ? " (unsupported)" : "") + ": " +
+                      (err[0] ? err : "(no message)"));
   p->model_ = model;
+  p->describe_predictions_ = reinterpret_cast<ds_describe_predictions_fn>(a.lookup("describe_predictions"));
+  p->get_batch_ = reinterpret_cast<ds_get_batch_fn>(a.lookup("get_batch"));
 
   const int32_t n = a.num_layers(model);
   if (n < 1) throw PluginError(where + "the model has " + std::to_string(n) + " layers");
@@ -270,12 +276,15 @@ ds_dataset_info Plugin::dataset_info() const {
 
 ds_shape Plugin::predictions_shape(const ds_shape& input) const {
   ds_shape out{};
-  if (api_->describe_predictions(model_, &input, &out) != DS_OK) fail(-1, "describe_predictions");
+  if (describe_predictions_ == nullptr) return out;  // the model makes none
+  if (describe_predictions_(model_, &input, &out) != DS_OK) fail(-1, "describe_predictions");
   return out;
 }
 
 void Plugin::get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) const {
-  if (api_->get_batch(model_, indices, n, &input, &target) != DS_OK) fail(-1, "get_batch");
+  if (get_batch_ == nullptr)
+    throw PluginError("plugin " + name_ + ": get_batch: the plugin has no get_batch (it has no data of its own)");
+  if (get_batch_(model_, indices, n, &input, &target) != DS_OK) fail(-1, "get_batch");
 }
 
 }  // namespace ds

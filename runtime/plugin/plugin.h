@@ -1,6 +1,7 @@
-// The model-plugin loader: opens a plugin shared library (ds_plugin.h ABI), checks its ABI version,
-// creates its model from the config's "model" block, and wraps every table call in a checked C++
-// method that throws ds::PluginError ("plugin mlp: layer fc1: forward: <plugin's message>").
+// The model-plugin loader: opens a plugin shared library (ds_plugin.h ABI), checks its ABI version
+// (3, or 2 through the adapter in plugin_v2.h), creates its model on a compute backend from the
+// config's "model" block, and wraps every table call in a checked C++ method that throws
+// ds::PluginError ("plugin mlp: layer fc1: forward: <plugin's message>").
 //
 // Resolution of `name_or_path` in Plugin::load:
 //   - contains '/' or ends in ".so": a file path (relative to the working directory);
@@ -8,9 +9,10 @@
 //     each directory of $DSWORKER_PLUGIN_PATH (colon-separated), <exe dir>/../plugins (the build
 //     tree), <exe dir>/../lib/dsrun/plugins (an install).
 // Load errors name the file: not found (with every place searched), dlopen's error, no
-// `ds_plugin_entry`, `plugin /x/libfoo.so: ABI version 2, this dsworker supports 1`, a NULL table
-// entry, create() failing (with the plugin's message), or an invalid layer description. A create()
-// that returns DS_CONFIG_ERROR (a wrong "model" block) throws ds::ConfigError instead.
+// `ds_plugin_entry`, `plugin /x/libfoo.so: ABI version 9, this dsworker supports 2 and 3`, a NULL
+// table entry, create() failing (with the plugin's message; "not on the cuda backend" for a model
+// that runs on the CPU only), or an invalid layer description. A create() that returns
+// DS_CONFIG_ERROR (a wrong "model" block) throws ds::ConfigError instead.
 //
 // Layer descriptions are read once at load and kept as C++ structs. Tensor arguments stay
 // ds_tensor (the engine's buffers are passed through untouched); the wrappers check the layer
@@ -46,8 +48,10 @@ int64_t shape_numel(const ds_shape& s);
 
 class Plugin {
  public:
-  // Opens the plugin and creates its model from `model_json` (a JSON object as text; "" = "{}").
-  static std::unique_ptr<Plugin> load(const std::string& name_or_path, const std::string& model_json);
+  // Opens the plugin and creates its model from `model_json` (a JSON object as text; "" = "{}") on
+  // `backend` (which must outlive the Plugin; nullptr = the CPU backend, backend/backend.h).
+  static std::unique_ptr<Plugin> load(const std::string& name_or_path, const std::string& model_json,
+                                      const ds_backend* backend = nullptr);
   // The file load() would open for `name_or_path`; throws PluginError listing the places searched.
   static std::string resolve(const std::string& name_or_path);
   // Where a plugin name is looked up, in order (see the top of this file).
@@ -59,6 +63,8 @@ class Plugin {
 
   const std::string& path() const { return path_; }  // the file opened
   const std::string& name() const { return name_; }  // the plugin's own name, e.g. "mlp"
+  uint32_t abi_version() const { return abi_version_; }  // 3, or 2 (adapted)
+  const ds_backend& backend() const { return *backend_; }
 
   int32_t num_layers() const { return static_cast<int32_t>(layers_.size()); }
   const LayerInfo& layer(int32_t i) const;
@@ -87,8 +93,12 @@ class Plugin {
   const LayerInfo& checked_layer(int32_t layer, const char* call) const;
 
   std::string path_, name_;
+  uint32_t abi_version_ = 0;
   void* lib_ = nullptr;
   const ds_plugin_api* api_ = nullptr;
+  const ds_backend* backend_ = nullptr;
+  ds_describe_predictions_fn describe_predictions_ = nullptr;  // optional functions (lookup)
+  ds_get_batch_fn get_batch_ = nullptr;
   void* model_ = nullptr;
   std::vector<LayerInfo> layers_;
 };

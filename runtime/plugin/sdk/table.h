@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,7 @@ namespace ds::sdk::detail {
 
 struct Handle {
   std::unique_ptr<Model> model;
+  Ops ops;  // the backend it was created on
   std::string last_error;
 };
 
@@ -49,8 +51,15 @@ inline void check_batched(const Tensor& t, const Shape& per_sample, ds_dtype dty
                                 per_sample.batched(n).str());
 }
 
+// Throws unless tensor `t` lives on the backend's device.
+inline void check_device(const ds_tensor& t, const Ops& ops, const std::string& what) {
+  if (t.device != ops.device())
+    throw std::invalid_argument(what + " is on device " + std::to_string(static_cast<int>(t.device)) +
+                                ", the model runs on the " + ops.name() + " backend");
+}
+
 // Checks parameter (and gradient) tensors against the layer's declarations.
-inline void check_params(const Layer& l, const ds_tensor* ts, const char* what) {
+inline void check_params(const Layer& l, const ds_tensor* ts, const Ops& ops, const char* what) {
   const auto& ps = l.params();
   if (!ps.empty() && ts == nullptr) throw std::invalid_argument(std::string(what) + " is NULL");
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -58,13 +67,16 @@ inline void check_params(const Layer& l, const ds_tensor* ts, const char* what) 
     if (!(s == ps[i].shape) || ts[i].dtype != DS_F32 || ts[i].data == nullptr)
       throw std::invalid_argument(std::string(what) + " " + ps[i].name + ": shape " + s.str() + ", declared " +
                                   ps[i].shape.str() + (ts[i].data ? "" : " (data NULL)"));
+    check_device(ts[i], ops, std::string(what) + " " + ps[i].name);
   }
 }
 
 // Checks an output-shaped tensor against output_shape(input).
-inline void check_output(const Layer& l, const ConstTensor& input, const ds_tensor* t, const char* what) {
+inline void check_output(const Layer& l, const ConstTensor& input, const ds_tensor* t, const Ops& ops,
+                         const char* what) {
   if (input.empty()) throw std::invalid_argument("input is NULL");
   if (t == nullptr || t->data == nullptr) throw std::invalid_argument(std::string(what) + " is NULL");
+  check_device(*t, ops, what);
   const Shape expect = l.output_shape(input.shape());
   const Shape got(t->shape);
   if (!(got == expect) || t->dtype != DS_F32)
@@ -84,7 +96,7 @@ inline Batch make_batch(const ds_batch* b) {
 }
 
 template <class M>
-ds_status create(const char* config_json, void** model, char* err, size_t err_len) noexcept {
+ds_status create(const char* config_json, const ds_backend* backend, void** model, char* err, size_t err_len) noexcept {
   static_assert(std::is_base_of_v<Model, M>, "DS_PLUGIN's class must derive from ds::sdk::Model");
   auto fail = [&](const char* msg, ds_status status = DS_ERROR) {
     if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", msg);
@@ -92,11 +104,18 @@ ds_status create(const char* config_json, void** model, char* err, size_t err_le
   };
   if (model == nullptr) return fail("create: model is NULL");
   *model = nullptr;
+  if (backend == nullptr || backend->version < 1) return fail("create: no compute backend (or version 0)");
   try {
     Config cfg(config_json ? config_json : "{}");
     auto h = std::make_unique<Handle>();
     h->model = std::make_unique<M>(cfg);
+    h->ops = Ops(backend);
     cfg.check_unknown_keys();
+    if (!h->model->runs_on(backend->device))
+      return fail((std::string("this model runs on the CPU only (it reads its tensors itself), not on the ") +
+                   (backend->name ? backend->name : "?") + " backend")
+                      .c_str(),
+                  DS_UNSUPPORTED);
     if (h->model->layers().empty()) throw std::logic_error("model has no layers");
     for (const auto& l : h->model->layers()) l->describe();  // freeze parameter lists
     *model = h.release();
@@ -151,9 +170,11 @@ inline ds_status forward(void* model, int32_t layer, const ds_tensor* params, co
   return guard(model, [&](Model& m) {
     Layer& l = m.layer(layer);
     Forward f;
+    f.ops = static_cast<Handle*>(model)->ops;
     f.input = ConstTensor(input, "input");
-    check_params(l, params, "parameter");
-    check_output(l, f.input, output, "output");
+    if (input != nullptr) check_device(*input, f.ops, "input");
+    check_params(l, params, f.ops, "parameter");
+    check_output(l, f.input, output, f.ops, "output");
     f.params_ = params;
     f.num_params = static_cast<int32_t>(l.params().size());
     f.output = Tensor(output, "output");
@@ -169,12 +190,15 @@ inline ds_status backward(void* model, int32_t layer, const ds_tensor* params, c
   return guard(model, [&](Model& m) {
     Layer& l = m.layer(layer);
     Backward b;
+    b.ops = static_cast<Handle*>(model)->ops;
     b.input = ConstTensor(input, "input");
-    check_params(l, params, "parameter");
-    check_params(l, grad_params, "gradient of");
-    check_output(l, b.input, output, "output");
-    check_output(l, b.input, grad_output, "grad_output");
+    if (input != nullptr) check_device(*input, b.ops, "input");
+    check_params(l, params, b.ops, "parameter");
+    check_params(l, grad_params, b.ops, "gradient of");
+    check_output(l, b.input, output, b.ops, "output");
+    check_output(l, b.input, grad_output, b.ops, "grad_output");
     if (grad_input != nullptr) {
+      check_device(*grad_input, b.ops, "grad_input");
       if (!(Shape(grad_input->shape) == b.input.shape()) || grad_input->dtype != DS_F32 || grad_input->data == nullptr)
         throw std::invalid_argument("grad_input shape " + Shape(grad_input->shape).str() + ", expected " +
                                     b.input.shape().str());
@@ -220,6 +244,14 @@ inline ds_status get_batch(void* model, const int64_t* indices, int64_t n, ds_te
     check_batched(tg, d.target_shape, d.target_dtype, n, "get_batch target");
     m.get_batch(std::span<const int64_t>(indices, static_cast<size_t>(n)), in, tg);
   });
+}
+
+// The optional functions (ds_plugin.h): every SDK model has both.
+inline ds_fn lookup(const char* name) noexcept {
+  if (name == nullptr) return nullptr;
+  if (std::strcmp(name, "describe_predictions") == 0) return reinterpret_cast<ds_fn>(&describe_predictions);
+  if (std::strcmp(name, "get_batch") == 0) return reinterpret_cast<ds_fn>(&get_batch);
+  return nullptr;
 }
 
 }  // namespace ds::sdk::detail

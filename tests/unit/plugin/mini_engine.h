@@ -27,6 +27,8 @@ inline ds_shape shape_of(std::initializer_list<int64_t> dims) {
   return s;
 }
 
+// Tensors are tagged with the plugin's backend's device: the tests run it on the CPU backend and on
+// the emulated CUDA backend, whose device memory is host memory.
 class MiniEngine {
  public:
   MiniEngine(ds::Plugin& p, uint64_t seed) : p_(p) {
@@ -54,8 +56,8 @@ class MiniEngine {
     const int64_t n = static_cast<int64_t>(idx.size());
     input.assign(static_cast<size_t>(n * ds::shape_numel(info.input_shape)), 0.0f);
     target.assign(static_cast<size_t>(n * ds::shape_numel(info.target_shape)), 0);
-    in_t = tensor(input.data(), DS_F32, batched(info.input_shape, n));
-    tg_t = tensor(target.data(), DS_I32, batched(info.target_shape, n));
+    in_t = on_device(input.data(), DS_F32, batched(info.input_shape, n));
+    tg_t = on_device(target.data(), DS_I32, batched(info.target_shape, n));
     p_.get_batch(idx.data(), n, in_t, tg_t);
     return run_forward(step);
   }
@@ -74,8 +76,8 @@ class MiniEngine {
       acts[i + 1].assign(static_cast<size_t>(ds::shape_numel(shapes[i + 1])), 0.0f);
       ws[i].assign(p_.workspace_bytes(i, shapes[i]), 0);
       const auto pt = param_tensors(params[i], i);
-      ds_tensor x = tensor(acts[i].data(), DS_F32, shapes[i]);
-      ds_tensor y = tensor(acts[i + 1].data(), DS_F32, shapes[i + 1]);
+      ds_tensor x = on_device(acts[i].data(), DS_F32, shapes[i]);
+      ds_tensor y = on_device(acts[i + 1].data(), DS_F32, shapes[i + 1]);
       p_.forward(i, pt.data(), x, y, ws[i].data(), batch);
     }
     return acts[L][0];
@@ -89,10 +91,10 @@ class MiniEngine {
       std::vector<float> dx(i > 0 ? acts[i].size() : 0);
       const auto pt = param_tensors(params[i], i);
       auto gt = param_tensors(grads[i], i);
-      ds_tensor x = tensor(acts[i].data(), DS_F32, shapes[i]);
-      ds_tensor y = tensor(acts[i + 1].data(), DS_F32, shapes[i + 1]);
-      ds_tensor gy = tensor(dy.data(), DS_F32, shapes[i + 1]);
-      ds_tensor gx = tensor(dx.data(), DS_F32, shapes[i]);
+      ds_tensor x = on_device(acts[i].data(), DS_F32, shapes[i]);
+      ds_tensor y = on_device(acts[i + 1].data(), DS_F32, shapes[i + 1]);
+      ds_tensor gy = on_device(dy.data(), DS_F32, shapes[i + 1]);
+      ds_tensor gx = on_device(dx.data(), DS_F32, shapes[i]);
       p_.backward(i, pt.data(), x, y, gy, i > 0 ? &gx : nullptr, gt.data(), ws[i].data(), batch);
       dy = std::move(dx);
     }
@@ -109,6 +111,11 @@ class MiniEngine {
   std::vector<int32_t> target;
 
  private:
+  ds_tensor on_device(void* data, ds_dtype dtype, const ds_shape& shape) const {
+    ds_tensor t = tensor(data, dtype, shape);
+    t.device = p_.backend().device;
+    return t;
+  }
   static ds_shape batched(const ds_shape& s, int64_t n) {
     ds_shape out{};
     out.ndim = s.ndim + 1;
@@ -119,7 +126,7 @@ class MiniEngine {
   std::vector<ds_tensor> param_tensors(std::vector<std::vector<float>>& bufs, int32_t layer) {
     std::vector<ds_tensor> out;
     const auto& descs = p_.layer(layer).params;
-    for (size_t j = 0; j < descs.size(); ++j) out.push_back(tensor(bufs[j].data(), DS_F32, descs[j].shape));
+    for (size_t j = 0; j < descs.size(); ++j) out.push_back(on_device(bufs[j].data(), DS_F32, descs[j].shape));
     return out;
   }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/errors.h"
 #include "mini_engine.h"
 #include "plugin/plugin.h"
@@ -94,10 +95,43 @@ TEST_CASE("a library without ds_plugin_entry") {
 TEST_CASE("a plugin with another ABI version") {
   const std::string file = fixture("libds_model_badabi.so");
   CHECK(error_of([&] { ds::Plugin::load(file, "{}"); }) ==
-        "plugin " + file + ": ABI version 99, this dsworker supports " + std::to_string(DS_PLUGIN_ABI_VERSION));
+        "plugin " + file + ": ABI version 99, this dsworker supports 2 and " + std::to_string(DS_PLUGIN_ABI_VERSION));
   PluginPathEnv env(DS_TEST_FIXTURE_DIR);  // by name, the same
   CHECK(error_of([] { ds::Plugin::load("badabi", "{}"); }) ==
-        "plugin " + fixture("libds_model_badabi.so") + ": ABI version 99, this dsworker supports " + std::to_string(DS_PLUGIN_ABI_VERSION));
+        "plugin " + fixture("libds_model_badabi.so") + ": ABI version 99, this dsworker supports 2 and " + std::to_string(DS_PLUGIN_ABI_VERSION));
+}
+
+TEST_CASE("a plugin built for ABI 2 still loads, computes and trains, on the CPU") {
+  auto p = ds::Plugin::load(fixture("libds_model_abi2.so"), "{}");
+  CHECK(p->abi_version() == 2);
+  CHECK(p->name() == "abi2");
+  REQUIRE(p->num_layers() == 1);
+  CHECK(p->layer(0).params[0].name == "w");
+  CHECK(p->predictions_shape(ds::test::shape_of({4, 2})).ndim == 0);
+  ds::test::MiniEngine e(*p, 1);
+  e.params[0][0] = {0.0f, 0.0f};
+  // w = 0: loss = mean t² over samples 0..3 (t = 1, 4, 7, 10) = 166/4; dw = -2·mean(t·x).
+  CHECK(e.forward({0, 1, 2, 3}) == doctest::Approx(41.5));
+  e.backward();
+  CHECK(e.grads[0][0][0] == doctest::Approx(-2.0 * (4 * 1 + 7 * 2 + 10 * 3) / 4.0));
+  CHECK(e.grads[0][0][1] == doctest::Approx(-2.0 * 22 / 4.0));
+  for (int step = 0; step < 2000; ++step) {  // gradient descent reaches w = (3, 1)
+    e.zero_grads();
+    e.forward({0, 1, 2, 3, 4, 5, 6, 7});
+    e.backward();
+    for (int k = 0; k < 2; ++k) e.params[0][0][k] -= 0.05f * e.grads[0][0][k];
+  }
+  CHECK(e.params[0][0][0] == doctest::Approx(3.0).epsilon(1e-3));
+  CHECK(e.params[0][0][1] == doctest::Approx(1.0).epsilon(1e-3));
+}
+
+TEST_CASE("an ABI-2 plugin, or a model that runs on the CPU only, is refused on another backend") {
+  ds_backend gpu = *ds::backend::cpu();
+  gpu.name = "cuda";
+  gpu.device = DS_DEVICE_CUDA;
+  const std::string file = fixture("libds_model_abi2.so");
+  CHECK(error_of([&] { ds::Plugin::load(file, "{}", &gpu); }) ==
+        "plugin " + file + ": create failed (unsupported): an ABI-2 plugin runs on the CPU only, not on the cuda backend");
 }
 
 TEST_CASE("model-config errors from create() are ConfigErrors naming the key") {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "backend/backend.h"
 #include "core/errors.h"
 #include "mini_engine.h"
 #include "plugin/plugin.h"
@@ -291,4 +292,26 @@ TEST_CASE("mlp labels are learnable: SGD takes the loss well below ln 10") {
   std::printf("  mlp SGD: loss %.3f -> %.3f (mean over the dataset) after 300 steps\n", first, last);
   CHECK(first > 2.0f);
   CHECK(last < 0.8f);
+}
+
+TEST_CASE("mlp on the CUDA backend (emulated) gives the CPU backend's loss and gradients") {
+  const char* config = R"({"in_features": 19, "hidden": 33, "classes": 7, "layers": 2})";
+  ds::backend::Cuda cuda(0);
+  auto on_cpu = ds::Plugin::load(mlp_path(), config);
+  auto on_cuda = ds::Plugin::load(mlp_path(), config, cuda.table());
+  ds::test::MiniEngine a(*on_cpu, 5), b(*on_cuda, 5);
+  const std::vector<int64_t> idx{3, 1, 4, 15, 9, 2, 6};
+  CHECK(b.forward(idx) == doctest::Approx(a.forward(idx)).epsilon(1e-5));
+  a.backward(0.5f);
+  b.backward(0.5f);
+  for (size_t l = 0; l < a.grads.size(); ++l)
+    for (size_t j = 0; j < a.grads[l].size(); ++j)
+      for (size_t k = 0; k < a.grads[l][j].size(); ++k)
+        REQUIRE(b.grads[l][j][k] == doctest::Approx(a.grads[l][j][k]).epsilon(1e-4).scale(1e-3));
+  // A test-only hook that writes a gradient itself says where it works.
+  auto inject = ds::Plugin::load(mlp_path(), R"({"inject_nonfinite_grad_steps": [1]})", cuda.table());
+  ds::test::MiniEngine c(*inject, 5);
+  c.forward({0, 1});
+  CHECK_THROWS_WITH_AS(c.backward(), doctest::Contains("inject_nonfinite_grad_steps works on the CPU backend only"),
+                       ds::PluginError);
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/backend.h"
 #include "plugin/ds_plugin_sdk.h"
 
 namespace {
@@ -60,7 +61,7 @@ struct Created {
   void* model = nullptr;
   explicit Created(const char* json = "{}") {
     char err[256];
-    REQUIRE(api->create(json, &model, err, sizeof err) == DS_OK);
+    REQUIRE(api->create(json, ds::backend::cpu(), &model, err, sizeof err) == DS_OK);
   }
   ~Created() { api->destroy(model); }
 };
@@ -110,14 +111,36 @@ TEST_CASE("DS_PLUGIN's table: identity and create") {
   CHECK(std::string(api->name) == "toy");
   void* model = reinterpret_cast<void*>(1);
   char err[40];
-  CHECK(api->create(R"({"sise": 4})", &model, err, sizeof err) == DS_CONFIG_ERROR);  // a bad model block
+  const ds_backend* cpu = ds::backend::cpu();
+  CHECK(api->create(R"({"sise": 4})", cpu, &model, err, sizeof err) == DS_CONFIG_ERROR);  // a bad model block
   CHECK(model == nullptr);
   CHECK(std::strlen(err) == sizeof err - 1);  // truncated, NUL-terminated
   CHECK(std::string(err).rfind("model.sise: unknown key (did you mean", 0) == 0);
-  CHECK(api->create("{", &model, err, sizeof err) == DS_CONFIG_ERROR);
-  CHECK(api->create("{}", nullptr, err, sizeof err) == DS_ERROR);  // not the config's fault
-  CHECK(api->create(nullptr, &model, err, sizeof err) == DS_OK);  // NULL config = {}
+  CHECK(api->create("{", cpu, &model, err, sizeof err) == DS_CONFIG_ERROR);
+  CHECK(api->create("{}", cpu, nullptr, err, sizeof err) == DS_ERROR);  // not the config's fault
+  CHECK(api->create("{}", nullptr, &model, err, sizeof err) == DS_ERROR);  // no backend
+  CHECK(api->create(nullptr, cpu, &model, err, sizeof err) == DS_OK);  // NULL config = {}
   api->destroy(model);
+}
+
+TEST_CASE("DS_PLUGIN's table: a model that reads its tensors runs on the CPU only") {
+  const ds_plugin_api* api = ds_plugin_entry();
+  ds_backend gpu = *ds::backend::cpu();
+  gpu.name = "cuda";
+  gpu.device = DS_DEVICE_CUDA;
+  void* model = reinterpret_cast<void*>(1);
+  char err[200];
+  CHECK(api->create("{}", &gpu, &model, err, sizeof err) == DS_UNSUPPORTED);
+  CHECK(model == nullptr);
+  CHECK(std::string(err) == "this model runs on the CPU only (it reads its tensors itself), not on the cuda backend");
+}
+
+TEST_CASE("DS_PLUGIN's table: the optional functions by name") {
+  const ds_plugin_api* api = ds_plugin_entry();
+  CHECK((api->lookup("get_batch") != nullptr));
+  CHECK((api->lookup("describe_predictions") != nullptr));
+  CHECK((api->lookup("no_such_function") == nullptr));
+  CHECK((api->lookup(nullptr) == nullptr));
 }
 
 TEST_CASE("DS_PLUGIN's table: descriptors and shapes") {
@@ -184,17 +207,18 @@ TEST_CASE("DS_PLUGIN's table: no exception crosses and arguments are checked fir
 
 TEST_CASE("DS_PLUGIN's table: get_batch checks indices and shapes") {
   Created c;
+  const auto get_batch = reinterpret_cast<ds_get_batch_fn>(c.api->lookup("get_batch"));
   float x[6] = {};
   int32_t t[2] = {};
   ds_tensor xt{x, DS_F32, cs({2, 3})}, tt{t, DS_I32, cs({2})};
   const int64_t idx[2] = {4, 9};
-  REQUIRE(c.api->get_batch(c.model, idx, 2, &xt, &tt) == DS_OK);
+  REQUIRE(get_batch(c.model, idx, 2, &xt, &tt) == DS_OK);
   CHECK(x[3] == 9.0f);
   CHECK(t[0] == 4);
   const int64_t bad[2] = {4, 10};
-  CHECK(c.api->get_batch(c.model, bad, 2, &xt, &tt) == DS_ERROR);
+  CHECK(get_batch(c.model, bad, 2, &xt, &tt) == DS_ERROR);
   CHECK(std::string(c.api->last_error(c.model)) == "get_batch: sample index 10 is not in [0, 10)");
   ds_tensor short_t{t, DS_I32, cs({1})};
-  CHECK(c.api->get_batch(c.model, idx, 2, &xt, &short_t) == DS_ERROR);
+  CHECK(get_batch(c.model, idx, 2, &xt, &short_t) == DS_ERROR);
   CHECK(std::string(c.api->last_error(c.model)) == "get_batch target shape [1], expected [2]");
 }

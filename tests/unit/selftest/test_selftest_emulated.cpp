@@ -1,7 +1,7 @@
 // dsworker --selftest's checks on the emulated launchers (kernels/cuda/launch_emulated.cpp): every
 // kernel through its launcher and device-memory copies against the CPU reference, and (where the build
-// has the NCCL group) the NCCL checks on two thread ranks over the fake NCCL; the table and the JSON
-// report, as a GPU owner would get them.
+// has the NCCL group) the NCCL checks on two thread ranks over the fake NCCL, and a GPT trained on the
+// emulated CUDA backend against the CPU's; the table and the JSON report, as a GPU owner would get them.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../scoped_env.h"
 #include "cuda/launch.h"
 #include "selftest.h"
 #ifdef DS_TEST_FAKE_NCCL
@@ -33,6 +34,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   REQUIRE(ds::cuda::emulated());
   const auto path = std::filesystem::temp_directory_path() / "dsrun-selftest-emulated.json";
   const ds::SelftestNccl nccl = test_nccl();
+  ScopedEnv plugins("DSWORKER_PLUGIN_PATH", DS_TEST_PLUGIN_DIR);  // the gpt plugin, by name
   CHECK(ds::run_selftest(0, path.string(), nccl) == 0);
   std::ifstream in(path);
   const nlohmann::json report = nlohmann::json::parse(in);
@@ -41,7 +43,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   CHECK(report["device_name"] == "emulated CUDA device (the CPU SIMT emulator)");
   CHECK(report["failed"] == 0);
   CHECK(report["passed"] == report["checks"].size());
-  size_t bitwise = 0, attention = 0, gemm = 0, nccl_rows = 0;
+  size_t bitwise = 0, attention = 0, gemm = 0, nccl_rows = 0, training = 0;
   for (const auto& c : report["checks"]) {
     INFO(c.dump());
     CHECK(c["passed"] == true);
@@ -54,13 +56,19 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
     attention += c["kernel"] == "attention";
     gemm += std::string(c["kernel"]).starts_with("gemm");
     nccl_rows += std::string(c["kernel"]).starts_with("nccl ");
+    if (c["kernel"] == "train gpt") {
+      ++training;
+      CHECK(std::string(c["note"]).starts_with("loss "));  // the losses, first and last step, both sides
+    }
   }
+  CHECK(training == 1);
   CHECK(attention == 2);  // 1x1x1x1 and 2x37x3x16; GPT-2's 1024 only on a GPU
   CHECK(gemm == 15);  // f32, bf16: 1x1x1, 17x33x65 x 4 transposes, a batch; f32: k 0; bf16->f32: 2; the big: GPU
   CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
   CHECK(bitwise == 4 + 3 + 1 + 1 + 3 + nccl_rows);  // Adam x 4, bias+residual x 3, embedding, nonfinite, relu+scale, 2 conversions
   CHECK((std::string(report["not_checked"]).find("NCCL") == std::string::npos) == (nccl.ranks > 0));
   CHECK(std::string(report["not_checked"]).find("GEMM") == std::string::npos);
+  CHECK(std::string(report["not_checked"]).find("engine") != std::string::npos);  // dsworker's loop: not yet
 }
 
 TEST_CASE("selftest: an unwritable JSON path is an error before the checks") {

@@ -37,7 +37,7 @@ void launch(unsigned grid, unsigned block, const std::function<void()>& kernel) 
 
 }  // namespace
 
-TEST_CASE("cuda bias, residual add: the CPU's bits") {
+TEST_CASE("cuda bias add and fill, residual add: the CPU's bits") {
   std::mt19937 rng(3);
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {65, 3}}) {
     CAPTURE(rows);
@@ -47,6 +47,10 @@ TEST_CASE("cuda bias, residual add: the CPU's bits") {
     ds::cpu::bias_add(cpu_y.data(), bias.data(), rows, cols);
     launch(2, 32, [&] { ds::cuda::bias_add_kernel(gpu_y.data(), bias.data(), rows, cols); });
     CHECK(gpu_y == cpu_y);
+    auto cpu_fill = y0, gpu_fill = y0;
+    ds::cpu::bias_fill(cpu_fill.data(), bias.data(), rows, cols);
+    launch(2, 32, [&] { ds::cuda::bias_fill_kernel(gpu_fill.data(), bias.data(), rows, cols); });
+    CHECK(gpu_fill == cpu_fill);
     ds::cpu::add_into(cpu_y.data(), x.data(), rows * cols);
     launch(2, 32, [&] { ds::cuda::add_into_kernel(gpu_y.data(), x.data(), rows * cols); });
     CHECK(gpu_y == cpu_y);

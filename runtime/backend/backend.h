@@ -1,0 +1,36 @@
+// The compute backends (plugin/ds_backend.h's table) the engine creates models on: the CPU
+// (cpu_backend.cpp, kernels/cpu) and one CUDA device (cuda_backend.cpp, kernels/cuda; on the SIMT
+// emulator and the CPU GEMM in tests, where it links ds_kernels_cuda_emulated).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "plugin/ds_backend.h"
+
+namespace ds::backend {
+
+// The CPU backend: one table for the process, safe to use from several threads (last_error is per
+// thread).
+const ds_backend* cpu();
+
+// A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
+// when created). Temporaries come from a cache of device allocations kept until the backend goes.
+// Throws std::runtime_error naming CUDA's error when the device cannot be used (or the build has
+// no CUDA).
+class Cuda {
+ public:
+  explicit Cuda(int device);
+  ~Cuda();
+  Cuda(const Cuda&) = delete;
+  Cuda& operator=(const Cuda&) = delete;
+  const ds_backend* table() const;
+  // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
+  void synchronize();
+
+  struct State;  // cuda_backend.cpp
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ds::backend
