@@ -91,8 +91,8 @@ void layernorm_backward(const float* x, const float* gamma, const float* stats, 
   auto s = static_cast<cudaStream_t>(stream);
   layernorm_backward_dx_kernel<<<static_cast<unsigned>(rows), row_threads(dim), 0, s>>>(x, gamma, stats, dy, dx, dim);
   check(cudaGetLastError(), "layernorm_backward (dx) launch");
-  layernorm_backward_params_kernel<<<column_blocks(dim), kColumnThreads, 0, s>>>(x, stats, dy, dgamma,
-                                                                                            dbeta, rows, dim);
+  layernorm_backward_params_kernel<<<ln_param_blocks(dim), dim3(kLnParamColumns, kLnParamLanes), 0, s>>>(
+      x, stats, dy, dgamma, dbeta, rows, dim);
   check(cudaGetLastError(), "layernorm_backward (dgamma, dbeta) launch");
 }
 

@@ -59,7 +59,7 @@ void layernorm_backward(const float* x, const float* gamma, const float* stats, 
   if (rows <= 0 || dim <= 0) return;
   simt::launch(static_cast<unsigned>(rows), row_threads(dim), {},
                [&] { layernorm_backward_dx_kernel(x, gamma, stats, dy, dx, dim); });
-  simt::launch(column_blocks(dim), kColumnThreads, {},
+  simt::launch(ln_param_blocks(dim), simt::dim3(kLnParamColumns, kLnParamLanes), {},
                [&] { layernorm_backward_params_kernel(x, stats, dy, dgamma, dbeta, rows, dim); });
 }
 

@@ -19,9 +19,12 @@ inline unsigned element_blocks(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>((n + kElementThreads - 1) / kElementThreads, 65536));
 }
 
-// LayerNorm backward's dgamma/dbeta kernel: one thread per column, in blocks of this many.
+// The column kernels (bias_grad, embedding backward): one thread per column, in blocks of this many.
 constexpr unsigned kColumnThreads = 256;
 inline unsigned column_blocks(int64_t dim) { return static_cast<unsigned>((dim + kColumnThreads - 1) / kColumnThreads); }
+
+// LayerNorm backward's dgamma/dbeta kernel (layernorm.cuh): one block per 32 columns (kLnParamColumns).
+inline unsigned ln_param_blocks(int64_t dim) { return static_cast<unsigned>((dim + 31) / 32); }
 
 // sum_squares (norm.cuh): partial sums of this many blocks of kReduceThreads, then one block.
 constexpr unsigned kSumSquaresBlocks = 1024;

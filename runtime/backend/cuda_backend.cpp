@@ -2,6 +2,11 @@
 // device's default stream. Linked with ds_kernels_cuda (a GPU), ds_kernels_cuda_emulated (the SIMT
 // emulator and the CPU GEMM, device memory being host memory: the unit tests) or the stub (every op
 // fails with "built without CUDA").
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -22,6 +27,10 @@ struct Cuda::State {
   std::mutex mutex;                              // the cache; ops come from one thread at a time
   std::map<size_t, std::vector<void*>> free_blocks;  // bytes → cached device blocks not in use
   std::map<void*, size_t> used_blocks;               // block → bytes
+  // DS_CUDA_PROFILE=1: each op waits for the device before and after, and its wall time is summed by
+  // op name; the table goes to stderr when the backend is destroyed.
+  bool profile = false;
+  std::map<std::string, std::pair<int64_t, double>> op_times;  // op → (calls, seconds)
   float* ones = nullptr;                             // [ones_size] of 1.0f: bias_grad's GEMM operand
   int64_t ones_size = 0;
 
@@ -71,10 +80,20 @@ State& state(void* ctx) { return *static_cast<State*>(ctx); }
 constexpr void* kStream = nullptr;  // the device's default stream
 
 template <class F>
-ds_status guarded(void* ctx, F&& f) noexcept {
+ds_status guarded(void* ctx, const std::string& op, F&& f) noexcept {
   State& s = state(ctx);
   try {
+    if (!s.profile) {
+      f();
+      return DS_OK;
+    }
+    cuda::synchronize();
+    const auto start = std::chrono::steady_clock::now();
     f();
+    cuda::synchronize();
+    auto& [calls, seconds] = s.op_times[op];
+    ++calls;
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return DS_OK;
   } catch (const std::bad_alloc&) {
     s.error = "out of memory";
@@ -107,7 +126,7 @@ const char* last_error(void* ctx) {
   return e.empty() ? "(no message)" : e.c_str();
 }
 ds_status alloc(void* ctx, size_t bytes, void** out) {
-  return guarded(ctx, [&] { *out = state(ctx).take(bytes); });
+  return guarded(ctx, "alloc", [&] { *out = state(ctx).take(bytes); });
 }
 void release(void* ctx, void* p) {
   try {
@@ -116,86 +135,91 @@ void release(void* ctx, void* p) {
   }
 }
 ds_status copy(void* ctx, void* dst, const void* src, size_t bytes) {
-  return guarded(ctx, [&] { cuda::copy_on_device(dst, src, bytes, kStream); });
+  return guarded(ctx, "copy", [&] { cuda::copy_on_device(dst, src, bytes, kStream); });
 }
 
 ds_status matmul(void* ctx, const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int32_t ta,
                  int32_t tb, int32_t acc) {
-  return guarded(ctx, [&] {
+  // Profiled by shape: "matmul 8192x2304x768 B^T +=" (m x n x k, which operand is transposed, accumulated).
+  const std::string op = !state(ctx).profile ? std::string("matmul")
+                                             : "matmul " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                                                   std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "") +
+                                                   (acc ? " +=" : "");
+  return guarded(ctx, op, [&] {
     cuda::gemm(a, b, c, m, n, k, ta != 0, tb != 0, cuda::GemmType::F32, cuda::GemmType::F32, 1.0f, acc ? 1.0f : 0.0f,
                1, 0, 0, 0, kStream);
   });
 }
 ds_status bias_fill(void* ctx, float* y, const float* bias, int64_t rows, int64_t cols) {
-  return guarded(ctx, [&] { cuda::bias_fill(y, bias, rows, cols, kStream); });
+  return guarded(ctx, "bias_fill", [&] { cuda::bias_fill(y, bias, rows, cols, kStream); });
 }
 ds_status bias_add(void* ctx, float* y, const float* bias, int64_t rows, int64_t cols) {
-  return guarded(ctx, [&] { cuda::bias_add(y, bias, rows, cols, kStream); });
+  return guarded(ctx, "bias_add", [&] { cuda::bias_add(y, bias, rows, cols, kStream); });
 }
 // dbias[1, cols] += ones[1, rows] · dy[rows, cols]: a GEMM reads dy at the memory's speed, where the
 // column kernel (cuda::bias_grad, the CPU's bits) runs one thread per column down the rows.
 ds_status bias_grad(void* ctx, const float* dy, float* dbias, int64_t rows, int64_t cols) {
-  return guarded(ctx, [&] {
+  return guarded(ctx, "bias_grad", [&] {
     cuda::gemm(state(ctx).ones_of(rows), dy, dbias, 1, cols, rows, false, false, cuda::GemmType::F32,
                cuda::GemmType::F32, 1.0f, 1.0f, 1, 0, 0, 0, kStream);
   });
 }
 ds_status add_into(void* ctx, float* y, const float* x, int64_t n) {
-  return guarded(ctx, [&] { cuda::add_into(y, x, n, kStream); });
+  return guarded(ctx, "add_into", [&] { cuda::add_into(y, x, n, kStream); });
 }
 ds_status add(void* ctx, const float* a, const float* b, float* out, int64_t n) {
-  return guarded(ctx, [&] {  // out = a, then out += b: a + b in the CPU's order
+  return guarded(ctx, "add", [&] {  // out = a, then out += b: a + b in the CPU's order
     if (out != a) cuda::copy_on_device(out, a, static_cast<size_t>(n) * sizeof(float), kStream);
     cuda::add_into(out, b, n, kStream);
   });
 }
 ds_status layernorm_forward(void* ctx, const float* x, const float* gamma, const float* beta, float* y, float* stats,
                             int64_t rows, int64_t dim, float eps) {
-  return guarded(ctx, [&] { cuda::layernorm_forward(x, gamma, beta, y, stats, rows, dim, eps, kStream); });
+  return guarded(ctx, "layernorm_forward", [&] { cuda::layernorm_forward(x, gamma, beta, y, stats, rows, dim, eps, kStream); });
 }
 ds_status layernorm_backward(void* ctx, const float* x, const float* gamma, const float* stats, const float* dy,
                              float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t dim) {
-  return guarded(ctx, [&] { cuda::layernorm_backward(x, gamma, stats, dy, dx, dgamma, dbeta, rows, dim, kStream); });
+  return guarded(ctx, "layernorm_backward", [&] { cuda::layernorm_backward(x, gamma, stats, dy, dx, dgamma, dbeta, rows, dim, kStream); });
 }
 ds_status gelu_forward(void* ctx, const float* x, float* y, int64_t n) {
-  return guarded(ctx, [&] { cuda::gelu_forward(x, y, n, kStream); });
+  return guarded(ctx, "gelu_forward", [&] { cuda::gelu_forward(x, y, n, kStream); });
 }
 ds_status gelu_backward(void* ctx, const float* x, const float* dy, float* dx, int64_t n) {
-  return guarded(ctx, [&] { cuda::gelu_backward(x, dy, dx, n, kStream); });
+  return guarded(ctx, "gelu_backward", [&] { cuda::gelu_backward(x, dy, dx, n, kStream); });
 }
 ds_status relu_forward(void* ctx, const float* x, float* y, int64_t n) {
-  return guarded(ctx, [&] { cuda::relu_forward(x, y, n, kStream); });
+  return guarded(ctx, "relu_forward", [&] { cuda::relu_forward(x, y, n, kStream); });
 }
 ds_status relu_backward(void* ctx, const float* x, const float* dy, float* dx, int64_t n) {
-  return guarded(ctx, [&] { cuda::relu_backward(x, dy, dx, n, kStream); });
+  return guarded(ctx, "relu_backward", [&] { cuda::relu_backward(x, dy, dx, n, kStream); });
 }
 ds_status attention_forward(void* ctx, const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H,
                             int64_t D) {
-  return guarded(ctx, [&] {
+  return guarded(ctx, "attention_forward", [&] {
     const Temp<float> ws(state(ctx), cuda::attention_workspace_floats(B, T, H, D));
     cuda::attention_forward(qkv, out, stats, ws.get(), B, T, H, D, kStream);
   });
 }
 ds_status attention_backward(void* ctx, const float* qkv, const float* stats, const float* dout, float* dqkv,
                              int64_t B, int64_t T, int64_t H, int64_t D) {
-  return guarded(ctx, [&] {
+  return guarded(ctx, "attention_backward", [&] {
     const Temp<float> ws(state(ctx), cuda::attention_workspace_floats(B, T, H, D));
     cuda::attention_backward(qkv, stats, dout, dqkv, ws.get(), B, T, H, D, kStream);
   });
 }
 ds_status embedding_forward(void* ctx, const int32_t* tokens, const float* wte, const float* wpe, float* out,
                             int64_t B, int64_t T, int64_t C, int64_t vocab) {
-  return guarded(ctx, [&] { cuda::embedding_forward(tokens, wte, wpe, out, B, T, C, vocab, kStream); });
+  return guarded(ctx, "embedding_forward", [&] { cuda::embedding_forward(tokens, wte, wpe, out, B, T, C, vocab, kStream); });
 }
 ds_status embedding_backward(void* ctx, const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int64_t B,
                              int64_t T, int64_t C, int64_t vocab) {
-  return guarded(ctx, [&] { cuda::embedding_backward(tokens, dout, dwte, dwpe, B, T, C, vocab, kStream); });
+  return guarded(ctx, "embedding_backward", [&] { cuda::embedding_backward(tokens, dout, dwte, dwpe, B, T, C, vocab, kStream); });
 }
 // The rows' losses come to the host and are averaged there in double, in row order (the CPU's sum);
 // the mean goes back to loss[0]. One small copy each way per micro-batch.
 ds_status cross_entropy_forward(void* ctx, const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
                                 float* stats, float* loss) {
-  return guarded(ctx, [&] {
+  return guarded(ctx, "cross_entropy_forward", [&] {
     const Temp<float> row_loss(state(ctx), rows);
     cuda::cross_entropy_forward(logits, labels, rows, classes, stats, row_loss.get(), kStream);
     std::vector<float> host(static_cast<size_t>(rows));
@@ -208,7 +232,7 @@ ds_status cross_entropy_forward(void* ctx, const float* logits, const int32_t* l
 }
 ds_status cross_entropy_backward(void* ctx, const float* logits, const int32_t* labels, const float* stats,
                                  const float* dloss, int64_t rows, int64_t classes, float* dlogits) {
-  return guarded(ctx, [&] {
+  return guarded(ctx, "cross_entropy_backward", [&] {
     float g = 0.0f;
     cuda::copy_to_host(&g, dloss, sizeof g);
     cuda::cross_entropy_backward(logits, labels, stats, g, rows, classes, dlogits, kStream);
@@ -220,6 +244,8 @@ ds_status cross_entropy_backward(void* ctx, const float* logits, const int32_t* 
 Cuda::Cuda(int device) : state_(std::make_unique<State>()) {
   cuda::set_device(device);
   state_->device = device;
+  const char* profile = std::getenv("DS_CUDA_PROFILE");
+  state_->profile = profile != nullptr && profile[0] != '\0' && std::strcmp(profile, "0") != 0;
   state_->table = ds_backend{
       DS_BACKEND_VERSION, "cuda", DS_DEVICE_CUDA, state_.get(), last_error, alloc, release, copy, matmul, bias_fill,
       bias_add, bias_grad, add_into, add, layernorm_forward, layernorm_backward, gelu_forward, gelu_backward,
@@ -232,6 +258,17 @@ Cuda::~Cuda() {
   try {
     cuda::synchronize();
   } catch (...) {  // a kernel's fault already reported; free what we can
+  }
+  if (state_->profile) {
+    std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(state_->op_times.begin(),
+                                                                         state_->op_times.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    double total = 0;
+    for (const auto& row : rows) total += row.second.second;
+    std::fprintf(stderr, "cuda backend op times (DS_CUDA_PROFILE, each op waited for): %.1f ms in all\n", total * 1e3);
+    for (const auto& [op, t] : rows)
+      std::fprintf(stderr, "  %-36s %8lld calls %10.2f ms %5.1f%%\n", op.c_str(), static_cast<long long>(t.first),
+                   t.second * 1e3, total > 0 ? 100.0 * t.second / total : 0.0);
   }
   for (auto& [bytes, list] : state_->free_blocks)
     for (void* p : list) {

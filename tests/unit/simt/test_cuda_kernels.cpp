@@ -19,6 +19,7 @@
 #include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch.h"
+#include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "optim/optimizers.h"
 
@@ -207,7 +208,7 @@ TEST_CASE("cuda cross-entropy on the emulator matches the CPU reference") {
 TEST_CASE("cuda layernorm backward on the emulator matches the CPU reference") {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t rows : {1, 5}) {
+  for (int64_t rows : {1, 5, 37}) {
     for (int64_t dim : {1, 33, 300}) {
       CAPTURE(rows);
       CAPTURE(dim);
@@ -222,10 +223,22 @@ TEST_CASE("cuda layernorm backward on the emulator matches the CPU reference") {
       ds::simt::launch(static_cast<unsigned>(rows), 64, {}, [&] {
         ds::cuda::layernorm_backward_dx_kernel(x.data(), gamma.data(), stats.data(), dy.data(), dx.data(), dim);
       });
-      ds::simt::launch(static_cast<unsigned>((dim + 127) / 128), 128, {}, [&] {
+      // dgamma/dbeta: tiles of 32 columns x 16 row lanes; the same bits in both thread orders.
+      const auto reverse_gamma = [&] {
+        std::vector<float> g(dgamma), b(dbeta);
+        ds::simt::LaunchOptions reverse;
+        reverse.order = ds::simt::Order::reverse;
+        ds::simt::launch(ds::cuda::ln_param_blocks(dim), ds::simt::dim3(32, 16), reverse, [&] {
+          ds::cuda::layernorm_backward_params_kernel(x.data(), stats.data(), dy.data(), g.data(), b.data(), rows, dim);
+        });
+        return std::pair{g, b};
+      }();
+      ds::simt::launch(ds::cuda::ln_param_blocks(dim), ds::simt::dim3(32, 16), {}, [&] {
         ds::cuda::layernorm_backward_params_kernel(x.data(), stats.data(), dy.data(), dgamma.data(), dbeta.data(), rows,
                                                    dim);
       });
+      CHECK(reverse_gamma.first == dgamma);
+      CHECK(reverse_gamma.second == dbeta);
       ds::cpu::layernorm_backward_reference(x.data(), gamma.data(), stats.data(), dy.data(), ref_dx.data(),
                                             ref_dgamma.data(), ref_dbeta.data(), rows, dim);
       for (size_t i = 0; i < dx.size(); ++i) REQUIRE(std::fabs(dx[i] - ref_dx[i]) <= 1e-5 + 1e-4 * std::fabs(ref_dx[i]));
