@@ -27,6 +27,7 @@
 #include "core/errors.h"
 #include "cpu/blas.h"
 #include "cpu/parallel.h"
+#include "backend/backend.h"
 #include "cuda/launch.h"
 #include "engine/engine.h"
 #include "checkpoint/checkpoint.h"
@@ -128,14 +129,16 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   return e;
 }
 
-// DeepSpeed's DS_ACCELERATOR (dsrun sets it to cuda where the machine has a GPU): cpu, or cuda, which
-// needs a usable GPU (without one: an error naming CUDA's, exit 1); any other value is an error naming
-// it. dsworker trains on the CPU either way until its CUDA engine exists, and says so where cuda was
-// asked for, so nobody mistakes CPU training for GPU training.
-std::string accelerator_warning() {
+// DeepSpeed's DS_ACCELERATOR (dsrun sets it to cuda where the machine has a GPU): cpu (or unset), or
+// cuda, which needs a usable GPU (without one: an error naming CUDA's, exit 1); any other value is an
+// error naming it. With cuda, the layers run on the GPU that LOCAL_RANK names among the visible ones
+// (engine/device_layers.h: the parameters, gradients and optimizer stay on the CPU, as ZeRO-Offload
+// keeps them), when the config trains in fp32; 16-bit precision trains on the CPU, with a warning
+// saying why (the CUDA ops are fp32 so far). `note` says where the layers run, or why not on the GPU.
+std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note, bool& warn) {
   const char* value = std::getenv("DS_ACCELERATOR");
   const std::string_view v = value ? value : "";
-  if (v.empty() || v == "cpu") return "";
+  if (v.empty() || v == "cpu") return nullptr;
   if (v != "cuda") throw ConfigError(fmt::format("DS_ACCELERATOR='{}' is not one of cpu, cuda (from the environment)", v));
   int gpus = 0;
   try {
@@ -148,8 +151,19 @@ std::string accelerator_warning() {
     throw std::runtime_error(fmt::format("DS_ACCELERATOR=cuda, but no GPU is visible (CUDA_VISIBLE_DEVICES={})",
                                          visible ? visible : "unset"));
   }
-  return "DS_ACCELERATOR=cuda, but dsworker has no CUDA training engine yet: training on the CPU (set "
-         "DS_ACCELERATOR=cpu to silence this)";
+  if (config.fp16.enabled || config.bf16.enabled) {
+    warn = true;
+    note = fmt::format("DS_ACCELERATOR=cuda, but {} training runs on the CPU: the CUDA backend's ops are fp32 so far "
+                       "(set fp16.enabled and bf16.enabled false to train on the GPU, or DS_ACCELERATOR=cpu to "
+                       "silence this)", config.fp16.enabled ? "fp16" : "bf16");
+    return nullptr;
+  }
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const int device = (local_rank ? std::atoi(local_rank) : 0) % gpus;
+  auto cuda = std::make_unique<backend::Cuda>(device);
+  note = fmt::format("the layers run on cuda:{}, {}; the parameters, gradients and optimizer stay on the CPU", device,
+                     cuda->describe());
+  return cuda;
 }
 
 int world_size_from_env() {
@@ -196,9 +210,10 @@ nlohmann::json plugin_model_block(const nlohmann::json& model) {
 }
 
 // The model plugin with the config's model block; a bad block is an error in the config file.
-std::unique_ptr<Plugin> load_plugin(const WorkerOptions& o, const nlohmann::json& model) {
+std::unique_ptr<Plugin> load_plugin(const WorkerOptions& o, const nlohmann::json& model,
+                                    const ds_backend* backend = nullptr) {
   try {
-    return Plugin::load(o.model, plugin_model_block(model).dump());
+    return Plugin::load(o.model, plugin_model_block(model).dump(), backend);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", o.config, e.what()));
   }
@@ -244,19 +259,25 @@ int train(const WorkerOptions& o) {
     return 0;
   }
   start_heartbeat();  // dsrun's watchdog hears from this rank from here on (comm/heartbeat.h)
-  const std::string accelerator = accelerator_warning();
   const JobEnv env = read_job_env();
   if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
   DsConfig config = load_worker_config(o, env.world_size, plugin);
+  std::string device_note;
+  bool device_warning = false;
+  const std::unique_ptr<backend::Device> device = select_device(config, device_note, device_warning);
   const bool lead = env.rank == 0;
   cpu::set_threads(kernel_threads_for());
   if (lead) {
     print_lines("warning", config.warnings);
     print_lines("note", config.notes);
-    if (!accelerator.empty()) std::fprintf(stderr, "dsworker: warning: %s\n", accelerator.c_str());
+    if (!device_note.empty())
+      std::fprintf(stderr, "dsworker: %s: %s\n", device_warning ? "warning" : "device", device_note.c_str());
   }
 
-  if (!plugin) plugin = load_plugin(o, config.model);
+  // On a device the model is created on its backend (a plugin loaded for the config's "auto" sizes was
+  // created on the CPU's).
+  if (!plugin || (device && &plugin->backend() != device->table()))
+    plugin = load_plugin(o, config.model, device ? device->table() : nullptr);
   std::shared_ptr<Store> store;
   std::unique_ptr<TcpStoreServer> server;
   if (env.world_size == 1) {
@@ -270,7 +291,9 @@ int train(const WorkerOptions& o) {
 
   TrainingData data = load_training_data(config, *plugin);
   const uint64_t seed = o.seed.value_or(config.seed);
-  Engine engine(engine_config(config, seed), *plugin, *group,
+  EngineConfig engine_settings = engine_config(config, seed);
+  engine_settings.device = device.get();
+  Engine engine(engine_settings, *plugin, *group,
                 [&](size_t n, NormReducer reducer) {
                   return make_optimizer(config.optimizer, n, reducer, group.get(),
                                         config.bf16.optimizer_states ? amp::Storage::BF16 : amp::Storage::F32);

@@ -13,17 +13,35 @@ namespace ds::backend {
 // thread).
 const ds_backend* cpu();
 
+// What the engine needs of a backend whose memory is not the host's, besides its ops: device
+// memory, and copies to and from the host (which wait for the ops before them).
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const ds_backend* table() const = 0;
+  virtual std::string describe() const = 0;  // "NVIDIA H100 80GB HBM3 (sm_90, 81559 MiB)"
+  virtual void* allocate(size_t bytes) = 0;  // never nullptr (throws)
+  virtual void release(void* p) = 0;
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+};
+
 // A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
 // when created). Temporaries come from a cache of device allocations kept until the backend goes.
 // Throws std::runtime_error naming CUDA's error when the device cannot be used (or the build has
 // no CUDA).
-class Cuda {
+class Cuda : public Device {
  public:
   explicit Cuda(int device);
-  ~Cuda();
+  ~Cuda() override;
   Cuda(const Cuda&) = delete;
   Cuda& operator=(const Cuda&) = delete;
-  const ds_backend* table() const;
+  const ds_backend* table() const override;
+  std::string describe() const override;
+  void* allocate(size_t bytes) override;
+  void release(void* p) override;
+  void to_device(void* dst, const void* src, size_t bytes) override;
+  void to_host(void* dst, const void* src, size_t bytes) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
   void synchronize();
 

@@ -128,7 +128,7 @@ const char* last_error(void* ctx) {
 ds_status alloc(void* ctx, size_t bytes, void** out) {
   return guarded(ctx, "alloc", [&] { *out = state(ctx).take(bytes); });
 }
-void release(void* ctx, void* p) {
+void release_temp(void* ctx, void* p) {
   try {
     state(ctx).give(p);
   } catch (...) {  // a map node's allocation: the block stays out of the cache, freed with the backend
@@ -247,7 +247,7 @@ Cuda::Cuda(int device) : state_(std::make_unique<State>()) {
   const char* profile = std::getenv("DS_CUDA_PROFILE");
   state_->profile = profile != nullptr && profile[0] != '\0' && std::strcmp(profile, "0") != 0;
   state_->table = ds_backend{
-      DS_BACKEND_VERSION, "cuda", DS_DEVICE_CUDA, state_.get(), last_error, alloc, release, copy, matmul, bias_fill,
+      DS_BACKEND_VERSION, "cuda", DS_DEVICE_CUDA, state_.get(), last_error, alloc, release_temp, copy, matmul, bias_fill,
       bias_add, bias_grad, add_into, add, layernorm_forward, layernorm_backward, gelu_forward, gelu_backward,
       relu_forward, relu_backward, attention_forward, attention_backward, embedding_forward, embedding_backward,
       cross_entropy_forward, cross_entropy_backward,
@@ -294,5 +294,19 @@ Cuda::~Cuda() {
 const ds_backend* Cuda::table() const { return &state_->table; }
 
 void Cuda::synchronize() { cuda::synchronize(); }
+
+std::string Cuda::describe() const { return cuda::device_name(state_->device); }
+
+void* Cuda::allocate(size_t bytes) { return cuda::device_alloc(bytes > 0 ? bytes : 1); }
+
+void Cuda::release(void* p) { cuda::device_free(p); }
+
+void Cuda::to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) cuda::copy_to_device(dst, src, bytes);
+}
+
+void Cuda::to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) cuda::copy_to_host(dst, src, bytes);
+}
 
 }  // namespace ds::backend

@@ -117,6 +117,10 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   master_on_nvme_ = config_.nvme_offload && !config_.low_precision_master &&
                     (config_.precision != amp::Storage::F32 || config_.param_offload);
   if (config_.loss_scaling) scaler_.emplace(*config_.loss_scaling);
+  if (config_.device != nullptr && config_.precision != amp::Storage::F32)
+    throw ConfigError(fmt::format("{} precision on the {} backend: its ops are fp32 so far; train in fp32 there "
+                                  "(fp16.enabled and bf16.enabled false)",
+                                  storage_name(config_.precision), config_.device->table()->name));
   build_layers();
   build_partition();
   NormReducer reducer;
@@ -177,6 +181,19 @@ void Engine::build_layers() {
   grad_b_.assign(max_activation, 0.0f);
   input_data_.resize(elements(batched(config_.micro_batch, data_.input_shape)));
   target_data_.resize(elements(batched(config_.micro_batch, data_.target_shape)));
+  if (config_.device == nullptr) return;
+  std::vector<DeviceLayers::LayerShape> shapes;
+  size_t max_params = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape)});
+    size_t floats = 0;
+    for (size_t s = l.first_slot; s < l.first_slot + l.num_slots; ++s) floats += (slots_[s].size + 3) / 4 * 4;
+    max_params = std::max(max_params, floats);
+  }
+  const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
+  device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, max_params, data_,
+                                                  config_.micro_batch, predictions.ndim ? elements(predictions) : 0);
 }
 
 // The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as
@@ -475,6 +492,10 @@ ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
 void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
   Layer& layer = layers_[i];
   views(params, tied_values_.data(), i, param_views_);
+  if (device_layers_) {  // fp32 only: nothing to round
+    device_layers_->forward(i, param_views_, output_shape(i), batch, layer.output.data());
+    return;
+  }
   ds_tensor output{layer.output.data(), DS_F32, output_shape(i)};
   plugin_.forward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, workspace(i), batch);
   if (i + 1 < layers_.size()) amp::round_to(config_.precision, layer.output.data(), layer.output.size());  // the loss stays fp32
@@ -507,8 +528,11 @@ void Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale
     views(grads, tied_grads_.data(), i, grad_views_);
     ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape};
-    plugin_.backward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, grad_output,
-                     i == 0 ? nullptr : &grad_input, grad_views_.data(), workspace(i), batch);
+    if (device_layers_)
+      device_layers_->backward(i, param_views_, grad_views_, loss_grad, batch);
+    else
+      plugin_.backward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, grad_output,
+                       i == 0 ? nullptr : &grad_input, grad_views_.data(), workspace(i), batch);
     take_tied_grads(i, grads);
     release_params(i, true);
     store_grads(i);

@@ -42,6 +42,8 @@
 #include "amp/storage.h"
 #include "comm/process_group.h"
 #include "data/dataset.h"
+#include "backend/backend.h"
+#include "engine/device_layers.h"
 #include "engine/sampler.h"
 #include "offload/param_swapper.h"
 #include "offload/state_swapper.h"
@@ -82,6 +84,9 @@ struct EngineConfig {
                                             // fp32 master copy is then kept apart (with the optimizer state)
   bool recompute = false;                   // activation checkpointing: one workspace shared by all
                                             // layers, each layer's forward re-run just before its backward
+  backend::Device* device = nullptr;        // the layers run on this device (the plugin was created on its
+                                            // backend); the engine's buffers stay on the host (device_layers.h).
+                                            // nullptr: the CPU
   uint64_t seed = 42;                       // parameter init and data order
 };
 
@@ -319,6 +324,7 @@ class Engine {
   std::vector<float> input_data_;                  // micro-batch input (F32 or I32 bit patterns)
   std::vector<int32_t> target_data_;               // micro-batch target (I32) or F32 bit patterns
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
+  std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
   int64_t steps_ = 0;    // optimizer steps taken, skipped ones included
   int64_t updates_ = 0;  // optimizer steps applied (the optimizer's and the LR schedule's count)
   int64_t steps_per_epoch_ = 0;

@@ -159,13 +159,13 @@ def test_unimplemented_features_are_refused_not_ignored(dsrun, clean_env, tmp_pa
 
 def test_ds_accelerator_cuda_needs_a_usable_gpu_and_other_values_are_refused(clean_env):
     """DS_ACCELERATOR=cuda (dsrun sets it on GPU machines): without a usable GPU an error naming CUDA's
-    (exit 1); with one, training on the CPU and saying so. Another value is an error naming it."""
+    (exit 1); with one, the layers on the GPU, and saying so. Another value is an error naming it."""
     gpu = subprocess.run([DSWORKER, "--selftest"], env=clean_env, capture_output=True, timeout=300).returncode != 3
     r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, "--steps", "1"], dict(clean_env, DS_ACCELERATOR="cuda"),
             timeout=60)
     if gpu:
         assert r.returncode == 0, r.stderr
-        assert "DS_ACCELERATOR=cuda, but dsworker has no CUDA training engine yet: training on the CPU" in r.stderr
+        assert "dsworker: device: the layers run on cuda:0, " in r.stderr
     else:
         assert r.returncode == 1, r.stderr
         assert re.search(r"DS_ACCELERATOR=cuda, but no (usable GPU: cuda: |GPU is visible)", r.stderr), r.stderr

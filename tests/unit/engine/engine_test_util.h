@@ -59,6 +59,8 @@ struct RunSpec {
   std::string model = kModel;
   bool every_step = false;  // compare the ranks' parameters after every step, not only at the end
   std::function<void(EngineConfig&)> tweak;
+  // Each rank's layers on this device's backend (made per rank; nullptr: the CPU).
+  std::function<std::unique_ptr<backend::Device>()> device;
 };
 
 inline Run run_training(const RunSpec& spec) {
@@ -72,8 +74,10 @@ inline Run run_training(const RunSpec& spec) {
   Run run;
   std::mutex mutex;
   run_ranks(spec.world, [&](ProcessGroup& group) {
-    auto plugin = Plugin::load(plugin_path(), spec.model);
+    const std::unique_ptr<backend::Device> device = spec.device ? spec.device() : nullptr;
+    auto plugin = Plugin::load(plugin_path(), spec.model, device ? device->table() : nullptr);
     EngineConfig e;
+    e.device = device.get();
     e.micro_batch = config.train_micro_batch_size_per_gpu;
     e.grad_accum = config.gradient_accumulation_steps;
     e.gradient_clipping = config.gradient_clipping;

@@ -1,0 +1,136 @@
+// DeviceLayers (device_layers.h): staging copies and the plugin's calls on the device.
+#include "engine/device_layers.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace ds {
+namespace {
+
+size_t bytes_of(const ds_shape& s) { return static_cast<size_t>(shape_numel(s)) * sizeof(float); }
+
+}  // namespace
+
+DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers,
+                           bool shared_workspace, size_t max_param_floats, const ds_dataset_info& data,
+                           int64_t micro_batch, size_t prediction_floats)
+    : device_(device), plugin_(plugin), layers_(layers), shared_workspace_(shared_workspace), data_(data),
+      micro_batch_(micro_batch) {
+  if (&plugin.backend() != device.table())
+    throw std::logic_error("DeviceLayers: the plugin was created on another backend");
+  size_t max_act = 0, max_ws = 0;
+  for (const LayerShape& l : layers_) {
+    outputs_.push_back(allocate(bytes_of(l.output)));
+    if (!shared_workspace_) workspaces_.push_back(allocate(l.workspace_bytes));
+    max_ws = std::max(max_ws, l.workspace_bytes);
+    max_act = std::max({max_act, bytes_of(l.input), bytes_of(l.output)});
+  }
+  if (shared_workspace_) workspaces_.push_back(allocate(max_ws));
+  params_ = allocate(max_param_floats * sizeof(float));
+  grads_ = allocate(max_param_floats * sizeof(float));
+  grad_a_ = allocate(max_act);
+  grad_b_ = allocate(max_act);
+  input_ = allocate(bytes_of(layers_.front().input));
+  ds_shape target = data.target_shape;
+  target.ndim += 1;
+  for (int d = target.ndim - 1; d > 0; --d) target.dims[d] = target.dims[d - 1];
+  target.dims[0] = micro_batch;
+  target_ = allocate(bytes_of(target));
+  predictions_ = allocate(prediction_floats * sizeof(float));
+  loss_grad_ = allocate(sizeof(float));
+}
+
+DeviceLayers::~DeviceLayers() {
+  for (const Buffer& b : owned_) {
+    try {
+      device_.release(b.data);
+    } catch (...) {  // a device that failed: that error was the one reported
+    }
+  }
+}
+
+DeviceLayers::Buffer DeviceLayers::allocate(size_t bytes) {
+  owned_.reserve(owned_.size() + 1);
+  Buffer b{device_.allocate(bytes > 0 ? bytes : 1), bytes};
+  owned_.push_back(b);
+  return b;
+}
+
+std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy) {
+  std::vector<ds_tensor> out;
+  size_t at = 0;
+  for (const ds_tensor& t : host) {
+    const size_t bytes = bytes_of(t.shape);
+    if (at + bytes > staging.bytes) throw std::logic_error("DeviceLayers: a layer's tensors exceed the staging buffer");
+    void* dst = static_cast<char*>(staging.data) + at;
+    if (copy) device_.to_device(dst, t.data, bytes);
+    out.push_back(ds_tensor{dst, t.dtype, t.shape, device_.table()->device});
+    at += (bytes + 15) / 16 * 16;  // each tensor 16-byte aligned
+  }
+  return out;
+}
+
+ds_batch DeviceLayers::device_batch(const ds_batch& batch) {
+  ds_batch out{&input_t_, &target_t_, batch.step, batch.micro_step, nullptr};
+  if (batch.predictions != nullptr) out.predictions = &predictions_t_;
+  return out;
+}
+
+ds_tensor DeviceLayers::input_of(size_t i, const ds_batch& device) const {
+  if (i == 0) return *device.input;
+  ds_shape shape = layers_[i].input;
+  shape.dims[0] = input_t_.shape.dims[0];  // the rows under way
+  return ds_tensor{outputs_[i - 1].data, DS_F32, shape, device_.table()->device};
+}
+
+void* DeviceLayers::workspace(size_t i) const { return shared_workspace_ ? workspaces_[0].data : workspaces_[i].data; }
+
+void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>& params, const ds_shape& output,
+                           const ds_batch& batch, float* host_loss) {
+  const ds_device_type dev = device_.table()->device;
+  if (i == 0) {  // the micro-batch (and, for predictions, the rows under way) to the device
+    device_.to_device(input_.data, batch.input->data, bytes_of(batch.input->shape));
+    device_.to_device(target_.data, batch.target->data, bytes_of(batch.target->shape));
+    input_t_ = ds_tensor{input_.data, batch.input->dtype, batch.input->shape, dev};
+    target_t_ = ds_tensor{target_.data, batch.target->dtype, batch.target->shape, dev};
+    if (batch.predictions != nullptr) {
+      if (bytes_of(batch.predictions->shape) > predictions_.bytes)
+        throw std::logic_error("DeviceLayers: predictions larger than planned");
+      predictions_t_ = ds_tensor{predictions_.data, DS_F32, batch.predictions->shape, dev};
+    }
+  }
+  const std::vector<ds_tensor> views = stage(params, params_, true);
+  const ds_batch on_device = device_batch(batch);
+  ds_tensor out{outputs_[i].data, DS_F32, output, dev};
+  plugin_.forward(static_cast<int32_t>(i), views.data(), input_of(i, on_device), out, workspace(i), on_device);
+  if (i + 1 < layers_.size()) return;
+  device_.to_host(host_loss, outputs_[i].data, sizeof(float));
+  if (batch.predictions != nullptr)
+    device_.to_host(batch.predictions->data, predictions_.data, bytes_of(batch.predictions->shape));
+}
+
+void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads,
+                            float loss_grad, const ds_batch& batch) {
+  const ds_device_type dev = device_.table()->device;
+  const bool last = i + 1 == layers_.size();
+  if (last) {
+    device_.to_device(loss_grad_.data, &loss_grad, sizeof loss_grad);
+    grad_next_ = &loss_grad_;
+  }
+  const std::vector<ds_tensor> param_views = stage(params, params_, true);
+  const std::vector<ds_tensor> grad_views = stage(grads, grads_, true);  // the plugin adds into them
+  const ds_batch on_device = device_batch(batch);
+  ds_tensor output{outputs_[i].data, DS_F32, layers_[i].output, dev};
+  ds_tensor grad_output{grad_next_->data, DS_F32, layers_[i].output, dev};
+  Buffer* grad_in = grad_next_ == &grad_a_ ? &grad_b_ : &grad_a_;
+  ds_tensor grad_input{grad_in->data, DS_F32, layers_[i].input, dev};
+  plugin_.backward(static_cast<int32_t>(i), param_views.data(), input_of(i, on_device), output, grad_output,
+                   i == 0 ? nullptr : &grad_input, const_cast<ds_tensor*>(grad_views.data()), workspace(i), on_device);
+  for (size_t k = 0; k < grads.size(); ++k)
+    device_.to_host(grads[k].data, grad_views[k].data, bytes_of(grads[k].shape));
+  grad_next_ = grad_in;
+}
+
+}  // namespace ds

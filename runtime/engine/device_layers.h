@@ -1,0 +1,73 @@
+// The engine's layer calls on a device backend (a GPU), with the engine's own buffers staying in host
+// memory, as ZeRO-Offload keeps the fp32 parameters, gradients and optimizer on the CPU:
+//   forward:  the layer's parameters (and the tied values it uses) are copied to the device, the
+//             plugin runs there, its output stays on the device for the next layer; the last
+//             layer's loss (and the predictions, when asked for) come back to the host;
+//   backward: parameters again, and the layer's gradient buffers, go to the device; the plugin adds
+//             into them there; they come back. Activation gradients stay on the device.
+// So everything the engine does between layer calls (ZeRO's gathers and reductions, clipping, the
+// optimizer, checkpoints) is unchanged. The micro-batch's input and target are copied over at layer
+// 0's forward. fp32 only (the ops are); the device's memory holds every layer's output and workspace
+// (one shared workspace with activation checkpointing), a parameter and a gradient staging buffer
+// of the largest layer's size, and the batch.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "plugin/plugin.h"
+
+namespace ds {
+
+class DeviceLayers {
+ public:
+  struct LayerShape {
+    ds_shape input, output;     // at micro_batch rows
+    size_t workspace_bytes = 0;
+  };
+  // `plugin` was created on `device`'s table. `max_param_floats`: the most parameter elements a
+  // layer's tensors hold (tied ones included).
+  DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers, bool shared_workspace,
+               size_t max_param_floats, const ds_dataset_info& data, int64_t micro_batch, size_t prediction_floats);
+  ~DeviceLayers();
+  DeviceLayers(const DeviceLayers&) = delete;
+  DeviceLayers& operator=(const DeviceLayers&) = delete;
+
+  // Layer `i`'s forward with host parameter views `params`; `batch` is the host micro-batch, with
+  // `output` the layer's output shape at the rows under way. The last layer writes the loss into
+  // host_loss[0] and the predictions into batch.predictions (host) when that is set.
+  void forward(size_t i, const std::vector<ds_tensor>& params, const ds_shape& output, const ds_batch& batch,
+               float* host_loss);
+  // Layer `i`'s backward: `loss_grad` is d(total)/d(loss) for the last layer (unused for the others,
+  // whose grad_output is the activation gradient the layer after left on the device). `grads` are
+  // host views the plugin's additions land in.
+  void backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads, float loss_grad,
+                const ds_batch& batch);
+
+ private:
+  struct Buffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  Buffer allocate(size_t bytes);
+  // Device views of host tensors `host`, their values copied into `staging` one after another.
+  std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy);
+  ds_batch device_batch(const ds_batch& batch);
+  ds_tensor input_of(size_t i, const ds_batch& device) const;
+  void* workspace(size_t i) const;
+
+  backend::Device& device_;
+  const Plugin& plugin_;
+  std::vector<LayerShape> layers_;
+  bool shared_workspace_;
+  ds_dataset_info data_;
+  int64_t micro_batch_;
+  std::vector<Buffer> outputs_, workspaces_;
+  Buffer params_, grads_, grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
+  ds_tensor input_t_{}, target_t_{}, predictions_t_{};
+  Buffer* grad_next_ = nullptr;  // backward: where the next layer down reads its grad_output
+  std::vector<Buffer> owned_;
+};
+
+}  // namespace ds
