@@ -396,7 +396,7 @@ void Engine::views(const float* layer_base, const float* tied_base, size_t layer
   for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s) {
     const ParamSlot& slot = slots_[s];
     const float* data = slot.owner >= 0 ? tied_base + slot.tied_offset : layer_base + (slot.offset - begin);
-    out.push_back(ds_tensor{const_cast<float*>(data), DS_F32, slot.shape});
+    out.push_back(ds_tensor{const_cast<float*>(data), DS_F32, slot.shape, DS_DEVICE_CPU});
   }
 }
 
@@ -486,7 +486,7 @@ ds_shape Engine::output_shape(size_t layer) const {
 
 ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
   if (layer == 0) return *batch.input;
-  return ds_tensor{const_cast<float*>(layers_[layer - 1].output.data()), DS_F32, output_shape(layer - 1)};
+  return ds_tensor{const_cast<float*>(layers_[layer - 1].output.data()), DS_F32, output_shape(layer - 1), DS_DEVICE_CPU};
 }
 
 void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
@@ -496,7 +496,7 @@ void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch)
     device_layers_->forward(i, param_views_, output_shape(i), batch, layer.output.data());
     return;
   }
-  ds_tensor output{layer.output.data(), DS_F32, output_shape(i)};
+  ds_tensor output{layer.output.data(), DS_F32, output_shape(i), DS_DEVICE_CPU};
   plugin_.forward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, workspace(i), batch);
   if (i + 1 < layers_.size()) amp::round_to(config_.precision, layer.output.data(), layer.output.size());  // the loss stays fp32
 }
@@ -516,7 +516,7 @@ void Engine::forward(const ds_batch& batch, bool training) {
 // its first layer returns; the reducer then starts their reduction.
 void Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale) {
   float loss_grad = static_cast<float>(scale / static_cast<double>(config_.grad_accum));
-  ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape};
+  ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape, DS_DEVICE_CPU};
   std::vector<float>* next = &grad_a_;
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = layers_[i];
@@ -526,8 +526,8 @@ void Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale
     float* grads = layer_grads(i);
     views(params, tied_values_.data(), i, param_views_);
     views(grads, tied_grads_.data(), i, grad_views_);
-    ds_tensor output{layer.output.data(), DS_F32, layer.output_shape};
-    ds_tensor grad_input{next->data(), DS_F32, layer.input_shape};
+    ds_tensor output{layer.output.data(), DS_F32, layer.output_shape, DS_DEVICE_CPU};
+    ds_tensor grad_input{next->data(), DS_F32, layer.input_shape, DS_DEVICE_CPU};
     if (device_layers_)
       device_layers_->backward(i, param_views_, grad_views_, loss_grad, batch);
     else
@@ -561,8 +561,8 @@ double Engine::evaluate(Dataset& data, int64_t max_samples) {
   if (batches == 0)
     throw ConfigError(fmt::format("evaluation data: {} samples (at most {} used) are fewer than one micro-batch of {} "
                                   "on each of {} ranks", info.num_samples, max_samples, mb, world));
-  ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape)};
-  ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape)};
+  ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
+  ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
   std::vector<int64_t> indices(static_cast<size_t>(mb));
   double loss = 0.0;
   for (int64_t b = 0; b < batches; ++b) {
@@ -593,11 +593,11 @@ std::vector<float> Engine::predict(const ds_tensor& input_batch) {
   const size_t n = elements(input_batch.shape);
   std::memcpy(input_data_.data(), input_batch.data, n * sizeof(float));
   if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, input_data_.data(), n);
-  ds_tensor input{input_data_.data(), data_.input_dtype, input_batch.shape};
+  ds_tensor input{input_data_.data(), data_.input_dtype, input_batch.shape, DS_DEVICE_CPU};
   std::fill(target_data_.begin(), target_data_.end(), 0);  // class / token 0: a valid target, unused
-  ds_tensor target{target_data_.data(), data_.target_dtype, batched(rows, data_.target_shape)};
+  ds_tensor target{target_data_.data(), data_.target_dtype, batched(rows, data_.target_shape), DS_DEVICE_CPU};
   std::vector<float> out(elements(shape));
-  ds_tensor predictions{out.data(), DS_F32, shape};
+  ds_tensor predictions{out.data(), DS_F32, shape, DS_DEVICE_CPU};
   ds_batch batch{&input, &target, steps_, 0, &predictions};
   rows_ = rows;
   try {
@@ -623,8 +623,8 @@ StepStats Engine::step() {
   grads_->begin_step(averaged);
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
-  ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape)};
-  ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape)};
+  ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
+  ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
   double loss_sum = 0.0;
   for (int64_t m = 0; m < config_.grad_accum; ++m) {
     std::vector<int64_t> indices = sampler_.indices(epoch, (within * config_.grad_accum + m) * mb, mb);

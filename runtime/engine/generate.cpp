@@ -100,7 +100,7 @@ std::vector<std::vector<int32_t>> generate(Engine& engine, const SampleConfig& c
   std::vector<SplitMix64> rng;
   for (int64_t r = 0; r < config.count; ++r) rng.emplace_back(mix_seed(seed, static_cast<uint64_t>(r)));
   std::vector<int32_t> input(static_cast<size_t>(rows * seq_len), 0);
-  ds_tensor batch{input.data(), DS_I32, ds_shape{2, {rows, seq_len}}};
+  ds_tensor batch{input.data(), DS_I32, ds_shape{2, {rows, seq_len}}, DS_DEVICE_CPU};
   for (int64_t t = 0; t < config.length; ++t) {
     const size_t window = std::min(text[0].size(), static_cast<size_t>(seq_len));  // all rows are as long
     for (size_t r = 0; r < text.size(); ++r)

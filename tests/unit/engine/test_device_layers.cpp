@@ -70,7 +70,7 @@ TEST_CASE("engine on the emulated CUDA device: predictions and evaluation are th
     Engine b = make_engine(e, *on_dev, group, config);
     std::vector<float> x(3 * 12);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
-    const ds_tensor input{x.data(), DS_F32, {2, {3, 12}}};
+    const ds_tensor input{x.data(), DS_F32, {2, {3, 12}}, DS_DEVICE_CPU};
     const std::vector<float> pa = a.predict(input), pb = b.predict(input);
     REQUIRE(pa.size() == 3 * 5);
     for (size_t i = 0; i < pa.size(); ++i) CHECK(pb[i] == doctest::Approx(pa[i]).epsilon(1e-5));

@@ -52,7 +52,7 @@ TEST_CASE("evaluate and predict: forward only, the same on every stage and world
         const std::vector<float> params = engine.gather_parameters();
         std::vector<float> x(4 * 12);
         std::vector<int32_t> y(4);
-        ds_tensor in{x.data(), DS_F32, {2, {4, 12}}}, tg{y.data(), DS_I32, {1, {4}}};
+        ds_tensor in{x.data(), DS_F32, {2, {4, 12}}, DS_DEVICE_CPU}, tg{y.data(), DS_I32, {1, {4}}, DS_DEVICE_CPU};
         const int64_t first[] = {0, 1, 2, 3};
         plugin->get_batch(first, 4, in, tg);
         const std::vector<float> logits = engine.predict(in);

@@ -19,7 +19,7 @@ inline uint64_t splitmix64(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-inline ds_tensor tensor(void* data, ds_dtype dtype, const ds_shape& shape) { return ds_tensor{data, dtype, shape}; }
+inline ds_tensor tensor(void* data, ds_dtype dtype, const ds_shape& shape) { return ds_tensor{data, dtype, shape, DS_DEVICE_CPU}; }
 
 inline ds_shape shape_of(std::initializer_list<int64_t> dims) {
   ds_shape s{};

@@ -231,7 +231,7 @@ TEST_CASE("gpt describes embed h0 h1 head with nanoGPT names and the LM head tie
   CHECK(info.target_dtype == DS_I32);
   CHECK(same_shape(info.target_shape, {5}));
   std::vector<int32_t> x(5), y(5);
-  ds_tensor xt{x.data(), DS_I32, shape_of({1, 5})}, yt{y.data(), DS_I32, shape_of({1, 5})};
+  ds_tensor xt{x.data(), DS_I32, shape_of({1, 5}), DS_DEVICE_CPU}, yt{y.data(), DS_I32, shape_of({1, 5}), DS_DEVICE_CPU};
   const int64_t idx = 0;
   CHECK_THROWS_AS(p->get_batch(&idx, 1, xt, yt), ds::PluginError);  // no sample 0 (num_samples 0)
   xt.shape = shape_of({0, 5});

@@ -104,7 +104,7 @@ TEST_CASE("mlp dataset is deterministic and in range and seed-dependent") {
     const int64_t n = static_cast<int64_t>(idx.size());
     x.assign(static_cast<size_t>(n * 32), 0.0f);
     y.assign(static_cast<size_t>(n), -1);
-    ds_tensor xt{x.data(), DS_F32, shape_of({n, 32})}, yt{y.data(), DS_I32, shape_of({n})};
+    ds_tensor xt{x.data(), DS_F32, shape_of({n, 32}), DS_DEVICE_CPU}, yt{y.data(), DS_I32, shape_of({n}), DS_DEVICE_CPU};
     pl.get_batch(idx.data(), n, xt, yt);
   };
   std::vector<float> x1, x2, x3;
@@ -260,8 +260,8 @@ TEST_CASE("errors inside the plugin come back as PluginError naming the layer") 
   }
   // A wrong parameter shape is caught by the SDK before the layer runs.
   std::vector<float> w(5), b(4), x(6), y(8);
-  const ds_tensor params[2] = {{w.data(), DS_F32, shape_of({5})}, {b.data(), DS_F32, shape_of({4})}};
-  ds_tensor xt{x.data(), DS_F32, shape_of({2, 32})}, yt{y.data(), DS_F32, shape_of({2, 4})};
+  const ds_tensor params[2] = {{w.data(), DS_F32, shape_of({5}), DS_DEVICE_CPU}, {b.data(), DS_F32, shape_of({4}), DS_DEVICE_CPU}};
+  ds_tensor xt{x.data(), DS_F32, shape_of({2, 32}), DS_DEVICE_CPU}, yt{y.data(), DS_F32, shape_of({2, 4}), DS_DEVICE_CPU};
   ds_batch batch{};
   try {
     p->forward(0, params, xt, yt, nullptr, batch);

@@ -172,9 +172,9 @@ TEST_CASE("DS_PLUGIN's table: descriptors and shapes") {
 TEST_CASE("DS_PLUGIN's table: no exception crosses and arguments are checked first") {
   Created c;
   float w = 2.0f, gw = 0.0f, x[3] = {1, 2, 3}, y[3] = {}, gy[3] = {1, 1, 1}, gx[3] = {};
-  ds_tensor p{&w, DS_F32, cs({1})}, g{&gw, DS_F32, cs({1})};
-  ds_tensor xt{x, DS_F32, cs({1, 3})}, yt{y, DS_F32, cs({1, 3})}, gyt{gy, DS_F32, cs({1, 3})},
-      gxt{gx, DS_F32, cs({1, 3})};
+  ds_tensor p{&w, DS_F32, cs({1}), DS_DEVICE_CPU}, g{&gw, DS_F32, cs({1}), DS_DEVICE_CPU};
+  ds_tensor xt{x, DS_F32, cs({1, 3}), DS_DEVICE_CPU}, yt{y, DS_F32, cs({1, 3}), DS_DEVICE_CPU}, gyt{gy, DS_F32, cs({1, 3}), DS_DEVICE_CPU},
+      gxt{gx, DS_F32, cs({1, 3}), DS_DEVICE_CPU};
   ds_batch batch{&xt, nullptr, 1, 0, nullptr};
   REQUIRE(c.api->forward(c.model, 0, &p, &xt, &yt, nullptr, &batch) == DS_OK);
   CHECK(y[2] == 6.0f);
@@ -190,13 +190,13 @@ TEST_CASE("DS_PLUGIN's table: no exception crosses and arguments are checked fir
   CHECK(std::string(c.api->last_error(c.model)) == "parameter index 1 of 1");
   CHECK(gw == 6.0f);  // the layer ran up to its bad access
 
-  ds_tensor wrong_out{y, DS_F32, cs({3, 1})};
+  ds_tensor wrong_out{y, DS_F32, cs({3, 1}), DS_DEVICE_CPU};
   CHECK(c.api->forward(c.model, 0, &p, &xt, &wrong_out, nullptr, &batch) == DS_ERROR);
   CHECK(std::string(c.api->last_error(c.model)) == "output shape [3, 1], expected [1, 3] for input [1, 3]");
-  ds_tensor wrong_p{&w, DS_F32, cs({2})};
+  ds_tensor wrong_p{&w, DS_F32, cs({2}), DS_DEVICE_CPU};
   CHECK(c.api->forward(c.model, 0, &wrong_p, &xt, &yt, nullptr, &batch) == DS_ERROR);
   CHECK(std::string(c.api->last_error(c.model)) == "parameter w: shape [2], declared [1]");
-  ds_tensor i32_in{x, DS_I32, cs({1, 3})};
+  ds_tensor i32_in{x, DS_I32, cs({1, 3}), DS_DEVICE_CPU};
   CHECK(c.api->forward(c.model, 0, &p, &i32_in, &yt, nullptr, &batch) == DS_ERROR);
   CHECK(std::string(c.api->last_error(c.model)) == "input: dtype i32, expected f32");
   CHECK(c.api->forward(c.model, 0, &p, &xt, &yt, nullptr, nullptr) == DS_OK);  // NULL batch: empty views
@@ -210,7 +210,7 @@ TEST_CASE("DS_PLUGIN's table: get_batch checks indices and shapes") {
   const auto get_batch = reinterpret_cast<ds_get_batch_fn>(c.api->lookup("get_batch"));
   float x[6] = {};
   int32_t t[2] = {};
-  ds_tensor xt{x, DS_F32, cs({2, 3})}, tt{t, DS_I32, cs({2})};
+  ds_tensor xt{x, DS_F32, cs({2, 3}), DS_DEVICE_CPU}, tt{t, DS_I32, cs({2}), DS_DEVICE_CPU};
   const int64_t idx[2] = {4, 9};
   REQUIRE(get_batch(c.model, idx, 2, &xt, &tt) == DS_OK);
   CHECK(x[3] == 9.0f);
@@ -218,7 +218,7 @@ TEST_CASE("DS_PLUGIN's table: get_batch checks indices and shapes") {
   const int64_t bad[2] = {4, 10};
   CHECK(get_batch(c.model, bad, 2, &xt, &tt) == DS_ERROR);
   CHECK(std::string(c.api->last_error(c.model)) == "get_batch: sample index 10 is not in [0, 10)");
-  ds_tensor short_t{t, DS_I32, cs({1})};
+  ds_tensor short_t{t, DS_I32, cs({1}), DS_DEVICE_CPU};
   CHECK(get_batch(c.model, idx, 2, &xt, &short_t) == DS_ERROR);
   CHECK(std::string(c.api->last_error(c.model)) == "get_batch target shape [1], expected [2]");
 }
