@@ -15,6 +15,11 @@
 namespace ds {
 
 void run_ranks(int n, const std::function<void(ProcessGroup& group)>& body, std::chrono::milliseconds timeout) {
+  run_ranks(n, [&](ProcessGroup& group, const std::shared_ptr<Store>&) { body(group); }, timeout);
+}
+
+void run_ranks(int n, const std::function<void(ProcessGroup& group, std::shared_ptr<Store> store)>& body,
+               std::chrono::milliseconds timeout) {
   if (n < 1) throw CommError(fmt::format("run_ranks: {} is not a number of ranks", n));
   auto store = make_memory_store();
   std::mutex mutex;
@@ -26,7 +31,7 @@ void run_ranks(int n, const std::function<void(ProcessGroup& group)>& body, std:
       std::unique_ptr<ProcessGroup> group;  // outlives the catch: the failure is recorded before
       try {                                 // closing the group makes the peers fail in turn
         group = make_gloo_group(store, rank, n, "run_ranks", timeout, "127.0.0.1");
-        body(*group);
+        body(*group, store);
       } catch (...) {
         std::lock_guard lock(mutex);
         if (failed.empty()) first = std::current_exception();

@@ -15,5 +15,8 @@ namespace ds {
 // throws closes its group, so peers blocked on it fail instead of waiting for the timeout.
 void run_ranks(int n, const std::function<void(ProcessGroup& group)>& body,
                std::chrono::milliseconds timeout = std::chrono::seconds(30));
+// The same, with the store the ranks share, for tests that make further groups (pipeline stages).
+void run_ranks(int n, const std::function<void(ProcessGroup& group, std::shared_ptr<Store> store)>& body,
+               std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 }  // namespace ds

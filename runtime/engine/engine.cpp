@@ -32,6 +32,11 @@ ds_shape batched(int64_t n, const ds_shape& sample) {
   return s;
 }
 
+ds_shape with_rows(ds_shape s, int64_t rows) {
+  s.dims[0] = rows;
+  return s;
+}
+
 std::string_view storage_name(amp::Storage s) {
   return s == amp::Storage::F32 ? "fp32" : s == amp::Storage::F16 ? "fp16" : "bf16";
 }
@@ -117,6 +122,12 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   master_on_nvme_ = config_.nvme_offload && !config_.low_precision_master &&
                     (config_.precision != amp::Storage::F32 || config_.param_offload);
   if (config_.loss_scaling) scaler_.emplace(*config_.loss_scaling);
+  if (config_.pipeline && policy_.gradients)
+    throw ConfigError(fmt::format("zero_optimization.stage: {} with pipeline parallelism: ZeRO-2 and ZeRO-3 are "
+                                  "incompatible with pipeline parallelism (as in DeepSpeed); use stage 0 or 1",
+                                  config_.zero_stage));
+  if (config_.pipeline && config_.device != nullptr)
+    throw ConfigError("pipeline parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.device != nullptr && config_.precision != amp::Storage::F32)
     throw ConfigError(fmt::format("{} precision on the {} backend: its ops are fp32 so far; train in fp32 there "
                                   "(fp16.enabled and bf16.enabled false)",
@@ -139,39 +150,94 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
 Engine::~Engine() = default;
 
 void Engine::build_layers() {
-  const int n = plugin_.num_layers();
-  if (n <= 0) throw PluginError(fmt::format("plugin {}: the model has no layers", plugin_.path()));
+  const int total = plugin_.num_layers();
+  if (total <= 0) throw PluginError(fmt::format("plugin {}: the model has no layers", plugin_.path()));
+  std::vector<int> bounds{0, total};  // every layer on one stage
+  int stage = 0;
+  if (config_.pipeline) {
+    bounds = config_.stage_bounds;
+    stage = config_.pipeline->stage();
+    if (bounds.size() != static_cast<size_t>(config_.pipeline->stages()) + 1 || bounds.front() != 0 ||
+        bounds.back() != total || !std::is_sorted(bounds.begin(), bounds.end()) ||
+        std::adjacent_find(bounds.begin(), bounds.end()) != bounds.end())
+      throw std::invalid_argument("engine: the pipeline's stage bounds do not cover the model's layers in order");
+  }
+  auto stage_of = [&](int layer) { return static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), layer) - bounds.begin()) - 1; };
+  first_layer_ = bounds[static_cast<size_t>(stage)];
+  const int end = bounds[static_cast<size_t>(stage) + 1];
+
+  // Every parameter of the model in order (their index numbers the random streams, so a stage's
+  // parameters start as on one rank), and for each tied one the stages that hold it.
+  struct Global {
+    ParamInfo info;
+    int layer;
+    int64_t owner;
+  };
+  std::vector<Global> all;
+  std::vector<std::string> names;
+  for (int i = 0; i < total; ++i)
+    for (const ParamInfo& p : plugin_.layer(i).params) {
+      int64_t owner = -1;
+      if (!p.tied_to.empty())  // the loader checked that it names an earlier layer's own parameter
+        owner = std::find(names.begin(), names.end(), p.tied_to) - names.begin();
+      names.push_back(plugin_.layer(i).name + "." + p.name);
+      all.push_back({p, i, owner});
+    }
+  std::vector<std::vector<int>> tie_stages(all.size());  // per owner: ascending stages
+  for (size_t g = 0; g < all.size(); ++g)
+    if (all[g].owner >= 0) {
+      auto& stages = tie_stages[static_cast<size_t>(all[g].owner)];
+      for (int s : {stage_of(all[static_cast<size_t>(all[g].owner)].layer), stage_of(all[g].layer)})
+        if (std::find(stages.begin(), stages.end(), s) == stages.end()) stages.push_back(s);
+      std::sort(stages.begin(), stages.end());
+    }
+
   ds_shape shape = batched(config_.micro_batch, data_.input_shape);
+  for (int i = 0; i < first_layer_; ++i) shape = plugin_.output_shape(i, shape);
   size_t max_activation = elements(shape), max_workspace = 0, tied = 0;
-  for (int i = 0; i < n; ++i) {
-    LayerInfo info = plugin_.layer(i);
+  std::vector<size_t> workspace_sizes;
+  size_t g = 0;
+  while (g < all.size() && all[g].layer < first_layer_) ++g;
+  for (int i = first_layer_; i < end; ++i) {
     Layer layer;
-    layer.name = info.name;
+    layer.name = plugin_.layer(i).name;
     layer.first_slot = slots_.size();
-    for (const auto& p : info.params) {
-      ParamSlot slot{info.name + "." + p.name, p.shape, 0, elements(p.shape)};
-      if (p.tied_to.empty()) {
-        layer.size += slot.size;
-      } else {  // the loader checked that it names an earlier layer's own parameter of this shape
-        auto owner = std::find_if(slots_.begin(), slots_.end(), [&](const ParamSlot& s) { return s.name == p.tied_to; });
-        slot.owner = owner - slots_.begin();
+    for (; g < all.size() && all[g].layer == i; ++g) {
+      const Global& p = all[g];
+      const size_t source = p.owner >= 0 ? static_cast<size_t>(p.owner) : g;  // whose values it starts from
+      const ParamInfo& init = all[source].info;
+      ParamSlot slot;
+      slot.name = names[g];
+      slot.shape = p.info.shape;
+      slot.size = elements(p.info.shape);
+      slot.stream = source;
+      slot.init = init.init;
+      slot.a = init.a;
+      slot.b = init.b;
+      if (tie_stages[source].size() > 1) slot.tie_stages = tie_stages[source];
+      if (p.owner >= 0 && stage_of(all[source].layer) == stage) {  // tied within the stage: no storage
+        slot.owner = static_cast<int64_t>(std::find_if(slots_.begin(), slots_.end(), [&](const ParamSlot& s) {
+                                            return s.name == p.info.tied_to;
+                                          }) - slots_.begin());
         slot.tied_offset = tied;
         tied += slot.size;
+      } else {
+        slot.replica = p.owner >= 0;
+        layer.size += slot.size;
       }
       slots_.push_back(std::move(slot));
     }
     layer.num_slots = slots_.size() - layer.first_slot;
     layer.input_shape = shape;
     layer.output_shape = plugin_.output_shape(i, shape);
-    layer.output.resize(elements(layer.output_shape));
     const size_t ws = (plugin_.workspace_bytes(i, shape) + sizeof(float) - 1) / sizeof(float);
     max_workspace = std::max(max_workspace, ws);
-    if (!config_.recompute) layer.workspace.resize(ws);
-    max_activation = std::max(max_activation, layer.output.size());
+    workspace_sizes.push_back(config_.recompute ? 0 : ws);
+    max_activation = std::max(max_activation, elements(layer.output_shape));
     shape = layer.output_shape;
     layers_.push_back(std::move(layer));
   }
-  if (elements(shape) != 1)
+  if (last_stage() && elements(shape) != 1)
     throw PluginError(fmt::format("plugin {}: the last layer '{}' must output the loss as [1], not {}",
                                   plugin_.path(), layers_.back().name, shape_text(shape)));
   if (config_.recompute) shared_workspace_.resize(max_workspace);
@@ -179,8 +245,21 @@ void Engine::build_layers() {
   tied_grads_.assign(tied, 0.0f);
   grad_a_.assign(max_activation, 0.0f);
   grad_b_.assign(max_activation, 0.0f);
-  input_data_.resize(elements(batched(config_.micro_batch, data_.input_shape)));
-  target_data_.resize(elements(batched(config_.micro_batch, data_.target_shape)));
+  const int buffers = config_.pipeline ? pipe::in_flight(stage, config_.pipeline->stages(), static_cast<int>(config_.grad_accum)) : 1;
+  in_flight_.resize(static_cast<size_t>(buffers));
+  for (MicroBatch& m : in_flight_) {
+    m.input.resize(elements(batched(config_.micro_batch, data_.input_shape)));
+    m.target.resize(elements(batched(config_.micro_batch, data_.target_shape)));
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      m.outputs.emplace_back(elements(layers_[i].output_shape));
+      m.workspaces.emplace_back(workspace_sizes[i]);
+    }
+    if (!first_stage()) {
+      m.stage_input.resize(elements(layers_.front().input_shape));
+      m.grad_input.resize(elements(layers_.front().input_shape));
+    }
+    if (!last_stage()) m.grad_output.resize(elements(layers_.back().output_shape));
+  }
   if (config_.device == nullptr) return;
   std::vector<DeviceLayers::LayerShape> shapes;
   size_t max_params = 0;
@@ -299,9 +378,10 @@ const void* Engine::optimizer_grads(const zero::Unit& unit) {
 // depend on the seed only, never on the world size, the stage, the precision or the order of
 // allocation. Under mixed precision the fp32 values become the master copy and are rounded into the
 // 16-bit parameters.
-void Engine::initial_values(size_t slot, const ParamInfo& p, std::vector<float>& values) const {
-  SplitMix64 rng(mix_seed(config_.seed, slot));
-  values.resize(slots_[slot].size);
+void Engine::initial_values(size_t slot, std::vector<float>& values) const {
+  const ParamSlot& p = slots_[slot];
+  SplitMix64 rng(mix_seed(config_.seed, p.stream));
+  values.resize(p.size);
   for (float& w : values) {
     switch (p.init) {
       case DS_INIT_ZEROS: w = 0.0f; break;
@@ -309,7 +389,7 @@ void Engine::initial_values(size_t slot, const ParamInfo& p, std::vector<float>&
       case DS_INIT_NORMAL: w = static_cast<float>(p.a + p.b * rng.normal()); break;
       case DS_INIT_UNIFORM: w = static_cast<float>(p.a + (p.b - p.a) * rng.uniform()); break;
       default: throw PluginError(fmt::format("plugin {}: parameter {} has unknown init kind {}", plugin_.path(),
-                                             slots_[slot].name, static_cast<int>(p.init)));
+                                             p.name, static_cast<int>(p.init)));
     }
   }
 }
@@ -318,15 +398,14 @@ void Engine::initial_values(size_t slot, const ParamInfo& p, std::vector<float>&
 void Engine::initial_chunk(size_t layer, std::vector<float>& chunk) const {
   const zero::Unit& u = layout_->unit_of_layer(layer);
   chunk.assign(u.chunk, 0.0f);
-  const LayerInfo info = plugin_.layer(static_cast<int>(layer));
   std::vector<float> values;
-  for (size_t j = 0; j < info.params.size(); ++j) {
+  for (size_t j = 0; j < layers_[layer].num_slots; ++j) {
     const size_t index = layers_[layer].first_slot + j;
     const ParamSlot& slot = slots_[index];
     if (slot.owner >= 0) continue;  // tied: the owner's values
     const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
     if (mine.size == 0) continue;
-    initial_values(index, info.params[j], values);
+    initial_values(index, values);
     const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
     std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, chunk.begin() + static_cast<std::ptrdiff_t>(mine.offset - u.part_offset));
   }
@@ -342,14 +421,10 @@ void Engine::init_parameters() {
     std::vector<float> rounded_later(fp32 ? 0 : n);
     float* full = fp32 ? reinterpret_cast<float*>(params_.data()) : rounded_later.data();  // [n], fp32
     std::vector<float> values;
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const LayerInfo info = plugin_.layer(static_cast<int>(i));
-      for (size_t j = 0; j < info.params.size(); ++j) {
-        const ParamSlot& slot = slots_[layers_[i].first_slot + j];
-        if (slot.owner >= 0) continue;
-        initial_values(layers_[i].first_slot + j, info.params[j], values);
-        std::copy(values.begin(), values.end(), full + slot.offset);
-      }
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      if (slots_[s].owner >= 0) continue;
+      initial_values(s, values);
+      std::copy(values.begin(), values.end(), full + slots_[s].offset);
     }
     group_.broadcast(full, n, DataType::F32, 0);
     if (!fp32) amp::from_float(config_.precision, full, params_.data(), n);
@@ -473,32 +548,35 @@ void Engine::take_tied_grads(size_t layer, float* grads) {
 }
 
 float* Engine::workspace(size_t layer) {
-  return config_.recompute ? shared_workspace_.data() : layers_[layer].workspace.data();
+  return config_.recompute ? shared_workspace_.data() : current().workspaces[layer].data();
 }
 
 // A layer's output shape for the rows of the forward pass under way: the batch dimension comes
 // first (ds_plugin.h), so fewer rows use a prefix of each buffer; the last layer's (the loss) is fixed.
 ds_shape Engine::output_shape(size_t layer) const {
   ds_shape shape = layers_[layer].output_shape;
-  if (layer + 1 < layers_.size()) shape.dims[0] = rows_;
+  if (layer + 1 < layers_.size() || !last_stage()) shape.dims[0] = rows_;
   return shape;
 }
 
 ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
-  if (layer == 0) return *batch.input;
-  return ds_tensor{const_cast<float*>(layers_[layer - 1].output.data()), DS_F32, output_shape(layer - 1), DS_DEVICE_CPU};
+  if (layer == 0 && first_stage()) return *batch.input;
+  if (layer == 0)
+    return ds_tensor{const_cast<float*>(current().stage_input.data()), DS_F32, with_rows(layers_[0].input_shape, rows_),
+                     DS_DEVICE_CPU};
+  return ds_tensor{const_cast<float*>(current().outputs[layer - 1].data()), DS_F32, output_shape(layer - 1), DS_DEVICE_CPU};
 }
 
 void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
-  Layer& layer = layers_[i];
+  std::vector<float>& out = current().outputs[i];
   views(params, tied_values_.data(), i, param_views_);
   if (device_layers_) {  // fp32 only: nothing to round
-    device_layers_->forward(i, param_views_, output_shape(i), batch, layer.output.data());
+    device_layers_->forward(i, param_views_, output_shape(i), batch, out.data());
     return;
   }
-  ds_tensor output{layer.output.data(), DS_F32, output_shape(i), DS_DEVICE_CPU};
-  plugin_.forward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, workspace(i), batch);
-  if (i + 1 < layers_.size()) amp::round_to(config_.precision, layer.output.data(), layer.output.size());  // the loss stays fp32
+  ds_tensor output{out.data(), DS_F32, output_shape(i), DS_DEVICE_CPU};
+  plugin_.forward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, workspace(i), batch);
+  if (i + 1 < layers_.size() || !last_stage()) amp::round_to(config_.precision, out.data(), out.size());  // the loss stays fp32
 }
 
 void Engine::forward(const ds_batch& batch, bool training) {
@@ -514,43 +592,36 @@ void Engine::forward(const ds_batch& batch, bool training) {
 // recompute, each layer's forward runs again first, to refill the shared workspace (the last
 // layer's is still there). A unit's gradients are final for this micro-batch once the backward of
 // its first layer returns; the reducer then starts their reduction.
-void Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale) {
+const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, double scale) {
   float loss_grad = static_cast<float>(scale / static_cast<double>(config_.grad_accum));
   ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape, DS_DEVICE_CPU};
+  if (!last_stage()) grad_output.data = current().grad_output.data();  // from the next stage, unscaled
   std::vector<float>* next = &grad_a_;
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = layers_[i];
     const size_t unit = layout_->unit_index(i);
     const float* params = acquire_params(i, true);
-    if (config_.recompute && i + 1 < layers_.size()) forward_layer(i, params, batch);
+    if (config_.recompute && (i + 1 < layers_.size() || !last_stage())) forward_layer(i, params, batch);
     float* grads = layer_grads(i);
     views(params, tied_values_.data(), i, param_views_);
     views(grads, tied_grads_.data(), i, grad_views_);
-    ds_tensor output{layer.output.data(), DS_F32, layer.output_shape, DS_DEVICE_CPU};
+    ds_tensor output{current().outputs[i].data(), DS_F32, layer.output_shape, DS_DEVICE_CPU};
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape, DS_DEVICE_CPU};
+    const bool input_grad = i > 0 || !first_stage();
     if (device_layers_)
       device_layers_->backward(i, param_views_, grad_views_, loss_grad, batch);
     else
-      plugin_.backward(static_cast<int32_t>(i), param_views_.data(), layer_input(i, batch), output, grad_output,
-                       i == 0 ? nullptr : &grad_input, grad_views_.data(), workspace(i), batch);
+      plugin_.backward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, grad_output,
+                       input_grad ? &grad_input : nullptr, grad_views_.data(), workspace(i), batch);
     take_tied_grads(i, grads);
     release_params(i, true);
     store_grads(i);
-    if (i > 0) amp::round_to(config_.precision, next->data(), elements(layer.input_shape));
+    if (input_grad) amp::round_to(config_.precision, next->data(), elements(layer.input_shape));
     if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
   }
-}
-
-// Copies a micro-batch's input in, rounded to the storage precision with fp16.auto_cast.
-void Engine::load_input(const ds_tensor& input) {
-  if (input.dtype != data_.input_dtype || !same_shape(input.shape, batched(config_.micro_batch, data_.input_shape)))
-    throw std::invalid_argument(fmt::format("engine: an input of shape {} is not one micro-batch of {}",
-                                            shape_text(input.shape), shape_text(data_.input_shape)));
-  if (input.data != input_data_.data()) std::memcpy(input_data_.data(), input.data, input_data_.size() * sizeof(float));
-  if (config_.cast_inputs && data_.input_dtype == DS_F32)
-    amp::round_to(config_.precision, input_data_.data(), input_data_.size());
+  return first_stage() ? nullptr : static_cast<const float*>(grad_output.data);
 }
 
 double Engine::evaluate(Dataset& data, int64_t max_samples) {
@@ -561,20 +632,24 @@ double Engine::evaluate(Dataset& data, int64_t max_samples) {
   if (batches == 0)
     throw ConfigError(fmt::format("evaluation data: {} samples (at most {} used) are fewer than one micro-batch of {} "
                                   "on each of {} ranks", info.num_samples, max_samples, mb, world));
-  ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
-  ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
+  buffer_ = 0;
+  MicroBatch& m = current();
+  ds_tensor input{m.input.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
+  ds_tensor target{m.target.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
   std::vector<int64_t> indices(static_cast<size_t>(mb));
   double loss = 0.0;
   for (int64_t b = 0; b < batches; ++b) {
     for (int64_t k = 0; k < mb; ++k) indices[static_cast<size_t>(k)] = group_.rank() + (b * mb + k) * world;
     data.get_batch(indices.data(), mb, input, target);
-    load_input(input);
+    if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), m.input.size());
     ds_batch batch{&input, &target, steps_, 0, nullptr};
-    forward(batch, false);
-    loss += layers_.back().output[0];
+    if (config_.pipeline) pipeline_forward(batch);
+    else forward(batch, false);
+    if (last_stage()) loss += m.outputs.back()[0];
   }
   loss /= static_cast<double>(batches);
   if (world > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
+  if (config_.pipeline) config_.pipeline->pipe().broadcast(&loss, 1, DataType::F64, config_.pipeline->stages() - 1);
   return loss;
 }
 
@@ -590,51 +665,68 @@ std::vector<float> Engine::predict(const ds_tensor& input_batch) {
                                             shape_text(data_.input_shape), shape_text(input_batch.shape)));
   const ds_shape shape = plugin_.predictions_shape(input_batch.shape);
   if (shape.ndim == 0) throw PluginError(fmt::format("plugin {}: the model makes no predictions", plugin_.path()));
+  buffer_ = 0;
+  MicroBatch& m = current();
   const size_t n = elements(input_batch.shape);
-  std::memcpy(input_data_.data(), input_batch.data, n * sizeof(float));
-  if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, input_data_.data(), n);
-  ds_tensor input{input_data_.data(), data_.input_dtype, input_batch.shape, DS_DEVICE_CPU};
-  std::fill(target_data_.begin(), target_data_.end(), 0);  // class / token 0: a valid target, unused
-  ds_tensor target{target_data_.data(), data_.target_dtype, batched(rows, data_.target_shape), DS_DEVICE_CPU};
+  std::memcpy(m.input.data(), input_batch.data, n * sizeof(float));
+  if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), n);
+  ds_tensor input{m.input.data(), data_.input_dtype, input_batch.shape, DS_DEVICE_CPU};
+  std::fill(m.target.begin(), m.target.end(), 0);  // class / token 0: a valid target, unused
+  ds_tensor target{m.target.data(), data_.target_dtype, batched(rows, data_.target_shape), DS_DEVICE_CPU};
   std::vector<float> out(elements(shape));
   ds_tensor predictions{out.data(), DS_F32, shape, DS_DEVICE_CPU};
   ds_batch batch{&input, &target, steps_, 0, &predictions};
   rows_ = rows;
   try {
-    forward(batch, false);
+    if (config_.pipeline) pipeline_forward(batch);
+    else forward(batch, false);
   } catch (...) {
     rows_ = config_.micro_batch;
     throw;
   }
   rows_ = config_.micro_batch;
+  if (config_.pipeline)  // the last stage's layer made them
+    config_.pipeline->pipe().broadcast(out.data(), out.size(), DataType::F32, config_.pipeline->stages() - 1);
   return out;
+}
+
+ds_batch Engine::load_micro_batch(int64_t epoch, int64_t within, int64_t micro, ds_tensor& input, ds_tensor& target) {
+  const int64_t mb = config_.micro_batch;
+  MicroBatch& m = current();
+  input = ds_tensor{m.input.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
+  target = ds_tensor{m.target.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
+  std::vector<int64_t> indices = sampler_.indices(epoch, (within * config_.grad_accum + micro) * mb, mb);
+  dataset_.get_batch(indices.data(), mb, input, target);
+  if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), m.input.size());
+  return ds_batch{&input, &target, steps_ + 1, static_cast<int32_t>(micro), nullptr};
 }
 
 StepStats Engine::step() {
   const auto start = std::chrono::steady_clock::now();
   const int64_t epoch = steps_ / steps_per_epoch_;
   const int64_t within = steps_ % steps_per_epoch_;
-  const int64_t mb = config_.micro_batch;
   const double scale = loss_scale();
-  const uint64_t sent_before = group_.comms().sent_bytes();
+  const uint64_t sent_before = group_.comms().sent_bytes() + (config_.pipeline ? config_.pipeline->sent_bytes() : 0);
   const bool averaged = optimizer_->wants_averaged_gradients(updates_ + 1);
   if (!averaged && policy_.optimizer_state)
     throw std::logic_error("engine: an optimizer that averages its own gradients needs ZeRO stage 0");
+  if (!averaged && config_.pipeline)
+    throw ConfigError("optimizer: the 1-bit optimizers' own gradient exchange does not run with pipeline parallelism");
   grads_->begin_step(averaged);
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
-  ds_tensor input{input_data_.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
-  ds_tensor target{target_data_.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
   double loss_sum = 0.0;
-  for (int64_t m = 0; m < config_.grad_accum; ++m) {
-    std::vector<int64_t> indices = sampler_.indices(epoch, (within * config_.grad_accum + m) * mb, mb);
-    dataset_.get_batch(indices.data(), mb, input, target);
-    if (config_.cast_inputs && data_.input_dtype == DS_F32)
-      amp::round_to(config_.precision, input_data_.data(), input_data_.size());
-    ds_batch batch{&input, &target, steps_ + 1, static_cast<int32_t>(m), nullptr};
-    forward(batch, true);
-    loss_sum += layers_.back().output[0];
-    backward(batch, m == config_.grad_accum - 1, scale);
+  if (config_.pipeline) {
+    loss_sum = pipeline_micro_batches(epoch, within, scale);
+    reduce_pipeline_gradients();
+  } else {
+    ds_tensor input, target;
+    for (int64_t m = 0; m < config_.grad_accum; ++m) {
+      const ds_batch batch = load_micro_batch(epoch, within, m, input, target);
+      forward(batch, true);
+      loss_sum += current().outputs.back()[0];
+      backward(batch, m == config_.grad_accum - 1, scale);
+    }
   }
   grads_->finish();
   const double norm = gradient_norm(averaged) / scale;
@@ -665,10 +757,11 @@ StepStats Engine::step() {
 
   double loss = loss_sum / static_cast<double>(config_.grad_accum);
   if (group_.size() > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
+  if (config_.pipeline) config_.pipeline->pipe().broadcast(&loss, 1, DataType::F64, config_.pipeline->stages() - 1);
   stats.loss = loss;
   stats.samples = global_batch();
   stats.averaged = averaged;
-  stats.sent_bytes = group_.comms().sent_bytes() - sent_before;
+  stats.sent_bytes = group_.comms().sent_bytes() + (config_.pipeline ? config_.pipeline->sent_bytes() : 0) - sent_before;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
@@ -679,9 +772,11 @@ StepStats Engine::step() {
 // Unaveraged gradients: √(Σ_ranks ‖gᵣ‖² / W), one 8-byte all-reduce, for the same reason.
 double Engine::gradient_norm(bool averaged) {
   double sum_sq = grads_->owned_sum_of_squares();
+  if (config_.pipeline) sum_sq = std::max(0.0, sum_sq - replica_sum_of_squares());
   if ((policy_.optimizer_state || !averaged) && group_.size() > 1)
     group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
   if (!averaged) sum_sq /= group_.size();
+  if (config_.pipeline) config_.pipeline->pipe().allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
   return std::sqrt(sum_sq);
 }
 
@@ -757,13 +852,15 @@ MemoryReport Engine::memory() const {
   }
   r.optimizer_state += optimizer_->extra_bytes();
   r.optimizer_state += master_.size() * sizeof(float);
-  r.activations = (grad_a_.size() + grad_b_.size() + input_data_.size() + target_data_.size()) * sizeof(float);
+  r.activations = (grad_a_.size() + grad_b_.size()) * sizeof(float);
   r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_.size() + shared_workspace_.size() +
                  tied_values_.size() + tied_grads_.size()) * sizeof(float) + inference_unit_.size() +
                 chunk_scratch_.size();
-  for (const auto& layer : layers_) {
-    r.activations += layer.output.size() * sizeof(float);
-    r.workspace += layer.workspace.size() * sizeof(float);
+  for (const MicroBatch& m : in_flight_) {
+    r.activations += (m.input.size() + m.target.size() + m.stage_input.size() + m.grad_output.size() +
+                      m.grad_input.size()) * sizeof(float);
+    for (const auto& out : m.outputs) r.activations += out.size() * sizeof(float);
+    for (const auto& ws : m.workspaces) r.workspace += ws.size() * sizeof(float);
   }
   return r;
 }

@@ -49,6 +49,7 @@
 #include "offload/state_swapper.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "pipe/links.h"
 #include "plugin/plugin.h"
 #include "zero/gradient_reducer.h"
 #include "zero/layout.h"
@@ -87,6 +88,10 @@ struct EngineConfig {
   backend::Device* device = nullptr;        // the layers run on this device (the plugin was created on its
                                             // backend); the engine's buffers stay on the host (device_layers.h).
                                             // nullptr: the CPU
+  pipe::StageLinks* pipeline = nullptr;     // pipeline parallelism: this rank is stage pipeline->stage();
+                                            // the groups to the other stages (see above)
+  std::vector<int> stage_bounds;            // with a pipeline: stage s holds the plugin's layers
+                                            // [stage_bounds[s], stage_bounds[s + 1]) (pipe::partition)
   uint64_t seed = 42;                       // parameter init and data order
 };
 
@@ -99,6 +104,14 @@ struct ParamSlot {
   size_t size = 0;    // elements
   int64_t owner = -1;       // tied: the owner's slot index
   size_t tied_offset = 0;   // tied: where its values and gradients are in tied_values_ / tied_grads_
+  size_t stream = 0;        // its initial values' random stream: its index among the whole model's slots
+                            // (a replica's: its owner's)
+  ds_init_kind init = DS_INIT_ZEROS;
+  float a = 0.0f, b = 0.0f;  // the init's parameters (ParamInfo)
+  bool replica = false;      // pipeline: a tied parameter whose owner is on an earlier stage, kept here
+                             // as a copy of its own
+  std::vector<int> tie_stages;  // pipeline: the stages that hold this parameter or a replica of it, when
+                                // more than one (their gradients are summed)
 };
 
 struct StepStats {
@@ -221,13 +234,23 @@ class Engine {
     size_t first_slot = 0, num_slots = 0;  // into slots_
     size_t size = 0;                       // parameter elements
     ds_shape input_shape{}, output_shape{};
-    std::vector<float> output;             // activation [micro_batch, ...]
-    std::vector<float> workspace;          // empty with recompute (shared_workspace_ instead)
+  };
+  // A micro-batch's data and activations: one without a pipeline; with one, a set per micro-batch in
+  // flight on the stage.
+  struct MicroBatch {
+    std::vector<float> input;                    // [micro_batch, *input sample] (F32 or I32 bit patterns)
+    std::vector<int32_t> target;                 // [micro_batch, *target sample] (I32 or F32 bit patterns)
+    std::vector<std::vector<float>> outputs;     // per layer: its activation [micro_batch, ...]
+    std::vector<std::vector<float>> workspaces;  // per layer; empty with recompute (shared_workspace_)
+    std::vector<float> stage_input;              // pipeline, after the first stage: the activation received
+    std::vector<float> grad_output;              // pipeline, before the last stage: its gradient received
+    std::vector<float> grad_input;               // pipeline, after the first stage: the input's gradient sent
+    std::unique_ptr<Work> activation_sent, gradient_sent;  // pipeline: transfers from the buffers above
   };
   void build_layers();
   void build_partition();
   void init_parameters();
-  void initial_values(size_t slot, const ParamInfo& p, std::vector<float>& values) const;  // [slot size]
+  void initial_values(size_t slot, std::vector<float>& values) const;  // [slot size]
   void initial_chunk(size_t layer, std::vector<float>& chunk) const;  // stage 3: this rank's [chunk]
   void init_swapped(const std::function<const float*(const zero::Unit&)>& chunk_of);
   // training: through the stage 3 fetcher, and with backward to follow (else forward only).
@@ -236,8 +259,24 @@ class Engine {
   float* workspace(size_t layer);
   ds_tensor layer_input(size_t layer, const ds_batch& batch) const;
   ds_shape output_shape(size_t layer) const;
-  void load_input(const ds_tensor& input);
-  void backward(const ds_batch& batch, bool last_micro_batch, double scale);
+  // Returns the gradient of the first layer's input (pipeline, after the first stage), else nullptr.
+  const float* backward(const ds_batch& batch, bool last_micro_batch, double scale);
+  // Pipeline (pipeline.cpp): the step's micro-batches in 1F1B order, returning the sum of their
+  // losses (last stage; 0 elsewhere); the tied gradients summed across stages and the stage's reduced
+  // across its data-parallel ranks; a forward-only pass through every stage, filling the last
+  // stage's outputs.
+  double pipeline_micro_batches(int64_t epoch, int64_t within, double scale);
+  void reduce_pipeline_gradients();
+  void pipeline_forward(const ds_batch& batch);
+  // The micro-batch's samples into the current buffer; a ds_batch of them.
+  ds_batch load_micro_batch(int64_t epoch, int64_t within, int64_t micro, ds_tensor& input, ds_tensor& target);
+  double replica_sum_of_squares();  // Σg² over the replicas' owned gradients (counted on their owner's stage)
+  // The plugin's index of the engine's layer i (the stage's layers start at stage_bounds[stage]).
+  int32_t plugin_layer(size_t i) const { return first_layer_ + static_cast<int32_t>(i); }
+  MicroBatch& current() { return in_flight_[buffer_]; }
+  const MicroBatch& current() const { return in_flight_[buffer_]; }
+  bool first_stage() const { return !config_.pipeline || config_.pipeline->first(); }
+  bool last_stage() const { return !config_.pipeline || config_.pipeline->last(); }
   double gradient_norm(bool averaged);
   void update(double norm, double scale, double lr);
   // The layer's parameters in fp32 (its tensors one after another), gathered at stage 3; release
@@ -321,8 +360,9 @@ class Engine {
   std::vector<float> shared_workspace_;            // recompute: [max layer workspace]
   std::vector<float> tied_values_, tied_grads_;    // tied parameters' fp32 values and gradients [Σ tied sizes]
   std::vector<std::byte> inference_unit_;          // stage 3 forward-only passes: one gathered unit
-  std::vector<float> input_data_;                  // micro-batch input (F32 or I32 bit patterns)
-  std::vector<int32_t> target_data_;               // micro-batch target (I32) or F32 bit patterns
+  std::vector<MicroBatch> in_flight_;              // one, or with a pipeline one per micro-batch in flight
+  size_t buffer_ = 0;                              // the one the micro-batch under way uses
+  int32_t first_layer_ = 0;                        // the plugin's index of layers_[0] (pipeline stages)
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
   int64_t steps_ = 0;    // optimizer steps taken, skipped ones included
