@@ -41,6 +41,7 @@
 #include "system_report.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "pipe/links.h"
 #include "plugin/plugin.h"
 
 namespace ds {
@@ -124,7 +125,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     swap.allow_buffered = buffered_io_allowed();
     e.param_offload = swap;
   }
-  e.recompute = c.activation_checkpointing.present;
+  e.recompute = c.activation_checkpointing.present || c.pipeline.activation_checkpoint_interval > 0;
   e.seed = seed;
   return e;
 }
@@ -232,6 +233,60 @@ DsConfig load_worker_config(const WorkerOptions& o, int world_size, std::unique_
   return load_config(o.config, world_size, args);
 }
 
+// The model's parameters, a tied one counted once (a pipeline stage's engine knows only its own).
+size_t model_parameters(const Plugin& plugin) {
+  size_t n = 0;
+  for (int i = 0; i < plugin.num_layers(); ++i)
+    for (const ParamInfo& p : plugin.layer(i).params)
+      if (p.tied_to.empty()) n += static_cast<size_t>(p.numel());
+  return n;
+}
+
+// The plugin's layers split into config.pipeline.stages by its partition method.
+std::vector<int> stage_bounds(const DsConfig& config, const Plugin& plugin) {
+  std::vector<std::string> names;
+  std::vector<size_t> params;
+  for (int i = 0; i < plugin.num_layers(); ++i) {
+    const LayerInfo layer = plugin.layer(i);
+    names.push_back(layer.name);
+    size_t n = 0;
+    for (const ParamInfo& p : layer.params) n += static_cast<size_t>(p.numel());  // a tied one counts, as in DeepSpeed
+    params.push_back(n);
+  }
+  try {
+    return pipe::partition(config.pipeline.partition, static_cast<int>(config.pipeline.stages), names, params);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: {}", config.origin, e.what()));
+  }
+}
+
+// "dsworker: pipeline: 2 stages x 2 data-parallel ranks; stage 0: ranks 0-1, layers 0-2 (embed .. h1), 1.2M parameters"
+std::string pipeline_layout(const pipe::Topology& t, const std::vector<int>& bounds, const Plugin& plugin) {
+  std::string out = fmt::format("dsworker: pipeline: {} stages x {} data-parallel rank{} (rank = stage x {} + data "
+                                "rank)\n", t.pipe_size, t.data_size, t.data_size > 1 ? "s" : "", t.data_size);
+  for (int s = 0; s < t.pipe_size; ++s) {
+    const int first = bounds[static_cast<size_t>(s)], end = bounds[static_cast<size_t>(s) + 1];
+    int64_t params = 0;
+    for (int i = first; i < end; ++i)
+      for (const ParamInfo& p : plugin.layer(i).params) params += p.numel();
+    const int r0 = t.rank({s, 0, 0}), r1 = t.rank({s, t.data_size - 1, 0});
+    out += fmt::format("dsworker: pipeline: stage {}: rank{} {}, layers {}-{} ({} .. {}), {} parameters\n", s,
+                       r0 == r1 ? "" : "s", r0 == r1 ? std::to_string(r0) : fmt::format("{}-{}", r0, r1), first,
+                       end - 1, plugin.layer(first).name, plugin.layer(end - 1).name, params);
+  }
+  return out;
+}
+
+// What does not run with pipeline stages yet, refused before any training.
+void check_pipeline_support(const DsConfig& config) {
+  if (!config.checkpoint.dir.empty())
+    throw ConfigError(fmt::format("{}: checkpoint.dir: saving and loading checkpoints with pipeline.stages {} is not "
+                                  "supported yet; remove checkpoint.dir", config.origin, config.pipeline.stages));
+  if (config.model.contains("init_from"))
+    throw ConfigError(fmt::format("{}: model.init_from: loading Hugging Face weights with pipeline.stages {} is not "
+                                  "supported yet", config.origin, config.pipeline.stages));
+}
+
 void print_lines(const char* kind, const std::vector<std::string>& lines) {
   for (const auto& line : lines) std::fprintf(stderr, "dsworker: %s: %s\n", kind, line.c_str());
 }
@@ -287,12 +342,26 @@ int train(const WorkerOptions& o) {
     store = connect_tcp_store(env.master_addr, env.master_port, env.token, env.comm_timeout);
     rendezvous(*store, env.rank, env.world_size, env.comm_timeout, env.plan_id);
   }
-  auto group = make_gloo_group(store, env.rank, env.world_size, "dp", env.comm_timeout);
-
-  TrainingData data = load_training_data(config, *plugin);
   const uint64_t seed = o.seed.value_or(config.seed);
   EngineConfig engine_settings = engine_config(config, seed);
   engine_settings.device = device.get();
+  // With a pipeline, `group` is this rank's stage's data-parallel group (pipe/pipe.h's layout).
+  const pipe::Topology topology{static_cast<int>(config.pipeline.stages), config.world_size, 1};
+  std::unique_ptr<ProcessGroup> group;
+  std::unique_ptr<pipe::StageLinks> links;
+  if (topology.pipe_size == 1) {
+    group = make_gloo_group(store, env.rank, env.world_size, "dp", env.comm_timeout);
+  } else {
+    const pipe::Topology::Coord me = topology.coord(env.rank);
+    group = make_gloo_group(store, me.data, topology.data_size, fmt::format("dp-stage{}", me.pipe), env.comm_timeout);
+    links = std::make_unique<pipe::StageLinks>(store, topology, env.rank, env.comm_timeout);
+    engine_settings.pipeline = links.get();
+    engine_settings.stage_bounds = stage_bounds(config, *plugin);
+    if (lead) std::fprintf(stderr, "%s", pipeline_layout(topology, engine_settings.stage_bounds, *plugin).c_str());
+    check_pipeline_support(config);
+  }
+
+  TrainingData data = load_training_data(config, *plugin);
   Engine engine(engine_settings, *plugin, *group,
                 [&](size_t n, NormReducer reducer) {
                   return make_optimizer(config.optimizer, n, reducer, group.get(),
@@ -361,6 +430,7 @@ int train(const WorkerOptions& o) {
                    : o.epochs ? fmt::format("--epochs {} ({} steps)", *o.epochs, steps)
                               : fmt::format("1 epoch, the default ({} steps)", steps)).c_str());
     group->barrier();  // nobody tears the store down while a peer still needs it
+    if (links) links->pipe().barrier();
     return 0;
   }
   if (lead) {
@@ -369,13 +439,13 @@ int train(const WorkerOptions& o) {
                  "dsworker: model %s: %zu parameters in %d layers; world size %d, ZeRO stage %d, %s (gradients %s%s%s), "
                  "global batch %lld "
                  "(micro %lld x accumulation %lld x ranks %d); %lld steps (%lld per epoch)\n",
-                 plugin->name().c_str(), engine.num_parameters(), plugin->num_layers(), env.world_size,
+                 plugin->name().c_str(), model_parameters(*plugin), plugin->num_layers(), env.world_size,
                  static_cast<int>(config.zero_optimization.stage), std::string(dtype_name(config.model_dtype())).c_str(),
                  std::string(dtype_name(config.grad_accum_dtype)).c_str(),
                  config.bf16.master_weights_and_grads ? ", bf16 master weights" : "",
                  config.bf16.optimizer_states ? ", bf16 optimizer states" : "", static_cast<long long>(engine.global_batch()),
                  static_cast<long long>(config.train_micro_batch_size_per_gpu),
-                 static_cast<long long>(config.gradient_accumulation_steps), env.world_size,
+                 static_cast<long long>(config.gradient_accumulation_steps), group->size(),
                  static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()));
     if (!data.description.empty())
       std::fprintf(stderr, "dsworker: data: %s; %lld tokens per step\n", data.description.c_str(),
@@ -390,6 +460,7 @@ int train(const WorkerOptions& o) {
   std::map<std::string, uint64_t> sent_before;
   for (const char* op : {"allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast"})
     sent_before[op] = group->comms().stats(op).sent_bytes;
+  const uint64_t pipeline_sent_before = links ? links->sent_bytes() : 0;
 
   std::optional<MetricsWriter> metrics;
   if (lead) {
@@ -484,12 +555,16 @@ int train(const WorkerOptions& o) {
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
     std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, ran).c_str());
+    if (links && ran > 0)
+      std::printf("sent by rank 0 per step to the other stages: %s (activations, tied gradients, norm)\n",
+                  format_bytes((links->sent_bytes() - pipeline_sent_before) / static_cast<uint64_t>(ran)).c_str());
     if (const auto swap = engine.swap_stats()) std::printf("%s\n", swap_line("NVMe offload", *swap).c_str());
     if (const auto swap = engine.param_swap_stats())
       std::printf("%s\n", swap_line("NVMe parameter offload", *swap).c_str());
     if (config.comms_logger.enabled) std::printf("%s", group->comms().summary().c_str());
   }
   group->barrier();  // nobody tears the store down while a peer still needs it
+  if (links) links->pipe().barrier();
   return 0;
 }
 

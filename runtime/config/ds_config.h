@@ -275,6 +275,16 @@ struct ActivationCheckpointingConfig {
   bool synchronize_checkpoint_boundary = false, profile = false;
 };
 
+// DeepSpeed's `pipeline` block. DeepSpeed parses `stages` and `partition` but takes both from the
+// PipelineModule in the training script; dsworker has no such script, so it reads them here.
+struct PipelineConfig {
+  bool present = false;
+  int64_t stages = 1;                    // pipeline stages; "auto" or absent: 1 (no pipeline)
+  std::string partition = "parameters";  // "parameters", "uniform" or "type:REGEX" (pipe/pipe.h); DeepSpeed's
+                                         // config default "best" means "parameters" (its module's default)
+  int64_t activation_checkpoint_interval = 0;  // > 0: activations recomputed in backward (every layer)
+};
+
 enum class TagValidation { Ignore, Warn, Fail };
 
 // DeepSpeed's `checkpoint` keys plus dsworker's own (dir, save_interval, keep_last).
@@ -290,7 +300,8 @@ struct CheckpointConfig {
 
 struct DsConfig {
   std::string origin;                 // the name errors and warnings use, e.g. "ds_config.json"
-  int world_size = 1;                 // data-parallel size the batch triad was resolved for
+  int world_size = 1;                 // data-parallel size the batch triad was resolved for: the world
+                                      // size / pipeline.stages
 
   // train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × world_size
   int64_t train_batch_size = 0;               // samples per optimizer step, all ranks
@@ -323,6 +334,7 @@ struct DsConfig {
   MonitorConfig csv_monitor;
   MonitorConfig tensorboard;
   ActivationCheckpointingConfig activation_checkpointing;
+  PipelineConfig pipeline;
   CheckpointConfig checkpoint;
   nlohmann::json model = nlohmann::json::object();  // for the model plugin, untouched
   nlohmann::json data = nlohmann::json::object();   // for the data source, untouched

@@ -17,7 +17,6 @@
 // | zero_force_ds_cpu_optimizer          | ignore  | false              | dsworker takes no client optimizer           |
 // | seq_parallel_communication_data_type | ignore  | present            | sequence parallelism only                    |
 // | amp                                  | refuse  | enabled            | Apex AMP                                     |
-// | pipeline                             | refuse  | present            | pipeline parallelism                         |
 // | sparse_attention                     | refuse  | present            | changes the model                            |
 // | elasticity                           | refuse  | enabled            | elastic batch sizes                          |
 // | compression_training                 | refuse  | enabled (anywhere) | changes the model                            |
@@ -72,7 +71,6 @@ constexpr ForeignKey kForeign[] = {
     {"zero_force_ds_cpu_optimizer", Policy::ignore, When::is_false, "dsworker takes no client optimizer"},
     {"seq_parallel_communication_data_type", Policy::ignore, When::present, "sequence parallelism only"},
     {"amp", Policy::refuse, When::enabled, "Apex AMP"},
-    {"pipeline", Policy::refuse, When::present, "pipeline parallelism"},
     {"sparse_attention", Policy::refuse, When::present, "sparse attention changes the model"},
     {"elasticity", Policy::refuse, When::enabled, "elastic batch sizes"},
     {"compression_training", Policy::refuse, When::enabled, "compression changes the model"},

@@ -18,6 +18,9 @@ using Entry = std::pair<const char*, std::optional<int64_t>>;
 void resolve_triad(Context& ctx, DsConfig& c, std::optional<int64_t> train, std::optional<int64_t> micro,
                    std::optional<int64_t> gas) {
   const int64_t dp = c.world_size;
+  const std::string ranks = c.pipeline.stages > 1 ? fmt::format("data-parallel size {} (world size / pipeline.stages {})",
+                                                                dp, c.pipeline.stages)
+                                                  : fmt::format("world_size {}", dp);
   const char* kTrain = "train_batch_size";
   const char* kMicro = "train_micro_batch_size_per_gpu";
   const char* kGas = "gradient_accumulation_steps";
@@ -28,21 +31,21 @@ void resolve_triad(Context& ctx, DsConfig& c, std::optional<int64_t> train, std:
   if (train && micro && gas) {
   } else if (train && micro) {
     gas = *train / *micro / dp;
-    derived = fmt::format("{} derived as {} // {} // world_size {}", kGas, *train, *micro, dp);
+    derived = fmt::format("{} derived as {} // {} // {}", kGas, *train, *micro, ranks);
   } else if (train && gas) {
     micro = *train / dp / *gas;
-    derived = fmt::format("{} derived as {} // world_size {} // {}", kMicro, *train, dp, *gas);
+    derived = fmt::format("{} derived as {} // {} // {}", kMicro, *train, ranks, *gas);
   } else if (micro && gas) {
     train = *micro * *gas * dp;
-    derived = fmt::format("{} derived as {} * {} * world_size {}", kTrain, *micro, *gas, dp);
+    derived = fmt::format("{} derived as {} * {} * {}", kTrain, *micro, *gas, ranks);
   } else if (train) {
     gas = 1;
     micro = *train / dp;
-    derived = fmt::format("{} derived as 1 and {} as {} // world_size {}", kGas, kMicro, *train, dp);
+    derived = fmt::format("{} derived as 1 and {} as {} // {}", kGas, kMicro, *train, ranks);
   } else if (micro) {
     gas = 1;
     train = *micro * dp;
-    derived = fmt::format("{} derived as 1 and {} as {} * world_size {}", kGas, kTrain, *micro, dp);
+    derived = fmt::format("{} derived as 1 and {} as {} * {}", kGas, kTrain, *micro, ranks);
   } else {
     ctx.fail("", fmt::format("either {} or {} must be given", kTrain, kMicro));
   }
@@ -50,8 +53,8 @@ void resolve_triad(Context& ctx, DsConfig& c, std::optional<int64_t> train, std:
   for (auto [key, v] : std::initializer_list<Entry>{{kTrain, train}, {kMicro, micro}, {kGas, gas}})
     if (*v <= 0) ctx.fail(key, fmt::format("{} must be > 0 ({})", *v, derived));
   if (*train != *micro * *gas * dp)
-    ctx.fail(kTrain, fmt::format("{} != {} {} * {} {} * world_size {} = {}{}", *train, kMicro, *micro, kGas, *gas,
-                                 dp, *micro * *gas * dp, derived.empty() ? "" : " (" + derived + ")"));
+    ctx.fail(kTrain, fmt::format("{} != {} {} * {} {} * {} = {}{}", *train, kMicro, *micro, kGas, *gas,
+                                 ranks, *micro * *gas * dp, derived.empty() ? "" : " (" + derived + ")"));
   c.train_batch_size = *train;
   c.train_micro_batch_size_per_gpu = *micro;
   c.gradient_accumulation_steps = *gas;
@@ -115,9 +118,10 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   }
   DsConfig c;
   c.origin = ctx.name;
-  c.world_size = world_size;
+  const int64_t stages = cfg::peek_pipeline_stages(file_root);
+  c.world_size = world_size % stages == 0 ? static_cast<int>(world_size / stages) : world_size;  // data-parallel
   nlohmann::json root = file_root;
-  c.scheduler_total_steps_auto = resolve_auto(root, ctx, world_size, args);
+  c.scheduler_total_steps_auto = resolve_auto(root, ctx, c.world_size, args);
   Section top(ctx, &root, "");
 
   const size_t errors_before_triad = ctx.errors.size();
@@ -166,6 +170,7 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   guard([&] { c.csv_monitor = parse_monitor(top, "csv_monitor"); });
   guard([&] { c.tensorboard = parse_monitor(top, "tensorboard"); });
   guard([&] { c.activation_checkpointing = parse_activation_checkpointing(top); });
+  guard([&] { c.pipeline = parse_pipeline(top, world_size); });
   guard([&] { c.checkpoint = parse_checkpoint(top); });
   guard([&] { c.model = free_object(top, "model"); });
   guard([&] { c.data = free_object(top, "data"); });

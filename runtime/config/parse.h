@@ -37,6 +37,11 @@ AioConfig parse_aio(Section& top);
 CommsLoggerConfig parse_comms_logger(Section& top);
 MonitorConfig parse_monitor(Section& top, const char* key);  // csv_monitor, tensorboard
 ActivationCheckpointingConfig parse_activation_checkpointing(Section& top);
+// `pipeline`; its stages must divide `world_size`.
+PipelineConfig parse_pipeline(Section& top, int world_size);
+// pipeline.stages as given when it is a positive integer, else 1 (for the batch sizes' "auto" values,
+// resolved before the sections are read; parse_pipeline reports a bad value).
+int64_t peek_pipeline_stages(const nlohmann::json& root);
 CheckpointConfig parse_checkpoint(Section& top);
 TorchAutocastConfig parse_torch_autocast(Section& top);
 

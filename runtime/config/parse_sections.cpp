@@ -126,6 +126,35 @@ ActivationCheckpointingConfig parse_activation_checkpointing(Section& top) {
   return c;
 }
 
+PipelineConfig parse_pipeline(Section& top, int world_size) {
+  PipelineConfig c;
+  c.present = top.get("pipeline") != nullptr;
+  Section s = top.object("pipeline");
+  if (const auto* stages = s.get("stages"); stages && !(stages->is_string() && stages->get<std::string>() == "auto")) {
+    c.stages = s.integer("stages", c.stages);
+    s.at_least("stages", static_cast<double>(c.stages), 1);
+    if (c.stages >= 1 && world_size % c.stages != 0)
+      s.fail("stages", fmt::format("{} does not divide the world size {} (each stage has world size / stages "
+                                   "data-parallel ranks)", c.stages, world_size));
+  }
+  c.partition = s.string("partition", c.partition);
+  if (c.partition == "best") c.partition = "parameters";
+  c.activation_checkpoint_interval = s.integer("activation_checkpoint_interval", c.activation_checkpoint_interval);
+  s.at_least("activation_checkpoint_interval", static_cast<double>(c.activation_checkpoint_interval), 0);
+  for (const char* key : {"pipe_partitioned", "grad_partitioned", "use_reentrant", "seed_layers"})
+    s.flag(key, false);  // with tensor parallelism only / how torch recomputes / dropout seeds: nothing to do here
+  s.finish();
+  return c;
+}
+
+int64_t peek_pipeline_stages(const nlohmann::json& root) {
+  const auto pipeline = root.find("pipeline");
+  if (pipeline == root.end() || !pipeline->is_object()) return 1;
+  const auto stages = pipeline->find("stages");
+  if (stages == pipeline->end() || !stages->is_number_integer() || stages->get<int64_t>() < 1) return 1;
+  return stages->get<int64_t>();
+}
+
 CheckpointConfig parse_checkpoint(Section& top) {
   Section s = top.object("checkpoint");
   CheckpointConfig c;
@@ -143,7 +172,7 @@ CheckpointConfig parse_checkpoint(Section& top) {
   if (s.has("writer")) s.warn("writer", "ignored: dsworker writes its own checkpoint format");
   Section parallel_write = s.object("parallel_write");
   if (parallel_write.flag("pipeline_stage", false))
-    parallel_write.fail("pipeline_stage", "true is not supported by dsworker (no pipeline parallelism)");
+    parallel_write.fail("pipeline_stage", "true is not supported by dsworker (checkpoints of pipeline stages)");
   parallel_write.finish();
   s.finish();
   return c;

@@ -87,6 +87,10 @@ void check_support(const DsConfig& c, Context& ctx) {
     refuse("zero_quantized_nontrainable_weights", "true", "ZeRO++ quantized weights");
   if (z.zero_quantized_gradients) refuse("zero_quantized_gradients", "true", "ZeRO++ quantized gradients");
   if (z.mics_shard_size > 0) refuse("mics_shard_size", std::to_string(z.mics_shard_size), "MiCS sharding");
+  if (c.pipeline.stages > 1 && z.stage >= 2)
+    ctx.error("zero_optimization.stage", fmt::format("{} with pipeline.stages {}: ZeRO-2 and ZeRO-3 are incompatible "
+                                                     "with pipeline parallelism (as in DeepSpeed); use stage 0 or 1",
+                                                     z.stage, c.pipeline.stages));
   const ActivationCheckpointingConfig& ac = c.activation_checkpointing;
   if (ac.partition_activations)
     ctx.error("activation_checkpointing.partition_activations", "true is not implemented yet");

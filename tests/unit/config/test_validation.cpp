@@ -139,8 +139,6 @@ TEST_CASE("foreign keys: monitoring is ignored with a warning") {
 }
 
 TEST_CASE("foreign keys: training changes are refused") {
-  CHECK(error_of(with(R"("pipeline": {"stages": 2})")) ==
-        "ds_config.json: pipeline: not supported by dsworker (pipeline parallelism)");
   CHECK(error_of(with(R"("amp": {"enabled": true, "opt_level": "O1"})")) ==
         "ds_config.json: amp: not supported by dsworker (Apex AMP)");
   // Nested switches count; a block with everything off is accepted.
@@ -149,6 +147,32 @@ TEST_CASE("foreign keys: training changes are refused") {
   CHECK(parse(with(R"("compression_training": {"weight_quantization": {"shared_parameters": {"enabled": false}}})"))
             .warnings.empty());
   CHECK(parse(with(R"("amp": {"enabled": false})")).warnings.empty());
+}
+
+TEST_CASE("pipeline: stages divide the world; the batch sizes are per data-parallel rank") {
+  auto c = parse(R"({"train_batch_size": 32, "gradient_accumulation_steps": 4, "pipeline": {"stages": 2}})", 4);
+  CHECK(c.pipeline.stages == 2);
+  CHECK(c.pipeline.partition == "parameters");  // DeepSpeed's PipelineModule default
+  CHECK(c.world_size == 2);                     // data-parallel ranks
+  CHECK(c.train_micro_batch_size_per_gpu == 4); // 32 // 2 // 4
+  CHECK(parse(R"({"train_batch_size": 8, "pipeline": {"stages": "auto", "partition": "best"}})", 4).pipeline.stages == 1);
+  CHECK(parse(R"({"train_batch_size": 8, "pipeline": {"partition": "best"}})").pipeline.partition == "parameters");
+  CHECK(parse(R"({"train_batch_size": 8, "pipeline": {"partition": "type:block"}})").pipeline.partition == "type:block");
+  CHECK(error_of(R"({"train_batch_size": 8, "pipeline": {"stages": 3}})", 4) ==
+        "ds_config.json: pipeline.stages: 3 does not divide the world size 4 (each stage has world size / stages "
+        "data-parallel ranks)");
+  CHECK(error_of(R"({"train_batch_size": 8, "pipeline": {"stages": 0}})", 4) ==
+        "ds_config.json: pipeline.stages: 0 must be >= 1");
+  CHECK(error_of(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+                     "pipeline": {"stages": 2}})", 4) ==
+        "ds_config.json: train_batch_size: 30 != train_micro_batch_size_per_gpu 4 * gradient_accumulation_steps 4 * "
+        "data-parallel size 2 (world size / pipeline.stages 2) = 32");
+  CHECK(error_of(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}, "pipeline": {"stages": 2}})", 2) ==
+        "ds_config.json: zero_optimization.stage: 2 with pipeline.stages 2: ZeRO-2 and ZeRO-3 are incompatible with "
+        "pipeline parallelism (as in DeepSpeed); use stage 0 or 1");
+  CHECK(error_of(R"({"train_batch_size": 8, "pipeline": {"stagse": 2}})").starts_with("ds_config.json: pipeline.stagse: unknown key"));
+  CHECK(parse(R"({"train_batch_size": 8, "pipeline": {"activation_checkpoint_interval": 1}})")
+            .pipeline.activation_checkpoint_interval == 1);
 }
 
 TEST_CASE("optimizer: a misspelt section is reported, and the default optimizer trains") {
