@@ -55,11 +55,10 @@ std::string init_from_hf_gpt2(Engine& engine, const std::string& folder, const n
   check("n_head", model.value("n_head", 4), "model.n_head");  // 4: the gpt plugin's default
 
   const auto tensors = read_safetensors(folder + "/model.safetensors");
-  std::vector<float> weights;  // every non-tied parameter in slot order: the engine's flat order
-  weights.reserve(engine.num_parameters());
+  std::vector<float> weights;  // every non-tied parameter of the model in order: the checkpoints' flat order
+  weights.reserve(engine.model_parameters());
   int64_t positions = 0, seq_len = 0;
-  for (const ParamSlot& slot : engine.slots()) {
-    if (slot.owner >= 0) continue;  // tied: the head's copy of embed.wte
+  for (const ModelTensor& slot : engine.model_tensors()) {  // the head's tied copy of embed.wte is not listed
     const auto [name, conv1d] = hf_name(slot.name);
     const auto it = tensors.find(name);
     if (it == tensors.end())
@@ -82,7 +81,7 @@ std::string init_from_hf_gpt2(Engine& engine, const std::string& folder, const n
       for (int64_t o = 0; o < out; ++o)
         for (int64_t i = 0; i < in; ++i) weights.push_back(t.values[static_cast<size_t>(i * out + o)]);
     } else {
-      weights.insert(weights.end(), t.values.begin(), t.values.begin() + static_cast<std::ptrdiff_t>(slot.size));
+      weights.insert(weights.end(), t.values.begin(), t.values.begin() + static_cast<std::ptrdiff_t>(shape_numel(slot.shape)));
     }
   }
   if (auto head = tensors.find("lm_head.weight"); head != tensors.end()) {
@@ -93,11 +92,11 @@ std::string init_from_hf_gpt2(Engine& engine, const std::string& folder, const n
   }
 
   TrainingState state = engine.checkpoint_shard();  // a fresh optimizer's state names, scalars and scaler
-  for (auto& [name, values] : state.tensors) values.assign(engine.num_parameters(), 0.0f);
+  for (auto& [name, values] : state.tensors) values.assign(engine.model_parameters(), 0.0f);
   state.tensors.at(0).second = std::move(weights);  // "master"
   state.steps = state.updates = 0;
   engine.restore(state);
-  return fmt::format("initialised from {} ({} parameters{})", folder, engine.num_parameters(),
+  return fmt::format("initialised from {} ({} parameters{})", folder, engine.model_parameters(),
                      positions ? fmt::format("; its first {} of {} positions", seq_len, positions)
                                : "");
 }

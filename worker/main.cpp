@@ -277,16 +277,6 @@ std::string pipeline_layout(const pipe::Topology& t, const std::vector<int>& bou
   return out;
 }
 
-// What does not run with pipeline stages yet, refused before any training.
-void check_pipeline_support(const DsConfig& config) {
-  if (!config.checkpoint.dir.empty())
-    throw ConfigError(fmt::format("{}: checkpoint.dir: saving and loading checkpoints with pipeline.stages {} is not "
-                                  "supported yet; remove checkpoint.dir", config.origin, config.pipeline.stages));
-  if (config.model.contains("init_from"))
-    throw ConfigError(fmt::format("{}: model.init_from: loading Hugging Face weights with pipeline.stages {} is not "
-                                  "supported yet", config.origin, config.pipeline.stages));
-}
-
 void print_lines(const char* kind, const std::vector<std::string>& lines) {
   for (const auto& line : lines) std::fprintf(stderr, "dsworker: %s: %s\n", kind, line.c_str());
 }
@@ -358,7 +348,6 @@ int train(const WorkerOptions& o) {
     engine_settings.pipeline = links.get();
     engine_settings.stage_bounds = stage_bounds(config, *plugin);
     if (lead) std::fprintf(stderr, "%s", pipeline_layout(topology, engine_settings.stage_bounds, *plugin).c_str());
-    check_pipeline_support(config);
   }
 
   TrainingData data = load_training_data(config, *plugin);

@@ -22,11 +22,8 @@ const char* precision_name(amp::Storage s) {
 
 nlohmann::json param_list(const Engine& engine) {
   nlohmann::json params = nlohmann::json::array();
-  for (const ParamSlot& slot : engine.slots()) {
-    if (slot.owner >= 0) continue;  // tied: stored once, as its owner
-    params.push_back({{"name", slot.name},
-                      {"shape", std::vector<int64_t>(slot.shape.dims, slot.shape.dims + slot.shape.ndim)}});
-  }
+  for (const ModelTensor& t : engine.model_tensors())  // tied ones once, as their owner
+    params.push_back({{"name", t.name}, {"shape", std::vector<int64_t>(t.shape.dims, t.shape.dims + t.shape.ndim)}});
   return params;
 }
 
@@ -56,27 +53,31 @@ std::string save_checkpoint(Engine& engine, ProcessGroup& group, const std::stri
 
   const std::vector<OwnedRun> runs = engine.checkpoint_runs();
   TrainingState shard = engine.checkpoint_shard();
-  if (!runs.empty()) {
+  const int writer = engine.checkpoint_writer();
+  if (writer >= 0) {
     CheckpointFile file;
     nlohmann::json run_list = nlohmann::json::array();
     for (const OwnedRun& r : runs) run_list.push_back({r.global, r.size});
-    file.header = {{"kind", "optim_states"}, {"rank", group.rank()}, {"world_size", group.size()}, {"runs", run_list}};
+    file.header = {{"kind", "optim_states"}, {"rank", writer}, {"world_size", group.size() * engine.pipeline_stages()},
+                   {"runs", run_list}};
     file.tensors = std::move(shard.tensors);
-    write_checkpoint_file(rank_file(dir, tag, group.rank()), file);
+    write_checkpoint_file(rank_file(dir, tag, writer), file);
   }
-  // Which ranks wrote a file: every rank when partitioned, else rank 0 alone.
-  const int writers = engine.layout().world() > 1 ? group.size() : 1;
-  if (group.rank() == 0) {
+  // Which ranks wrote a file: every rank when partitioned, else data-parallel rank 0 (of each stage).
+  const int writers = engine.checkpoint_writers();
+  const int stages = engine.pipeline_stages();
+  if (writer == 0) {
     CheckpointFile model;
     model.header = {{"kind", "model_states"},
                     {"tag", tag},
-                    {"world_size", group.size()},
+                    {"world_size", group.size() * stages},
+                    {"pipeline_stages", stages},
                     {"zero_stage", engine.zero_stage()},
                     {"precision", precision_name(engine.precision())},
                     {"steps", shard.steps},
                     {"updates", shard.updates},
                     {"writers", writers},
-                    {"num_params", engine.num_parameters()},
+                    {"num_params", engine.model_parameters()},
                     {"params", param_list(engine)},
                     {"run", run}};
     if (shard.scaler)
@@ -90,8 +91,8 @@ std::string save_checkpoint(Engine& engine, ProcessGroup& group, const std::stri
     }
     write_checkpoint_file(model_file(dir, tag), model);
   }
-  group.barrier();  // every rank's files are durable before `latest` names them
-  if (group.rank() == 0) {
+  engine.barrier();  // every rank's files are durable before `latest` names them
+  if (writer == 0) {
     write_text_atomically(dir + "/latest", tag + "\n");
     if (keep_last > 0) prune(dir, keep_last);
   }

@@ -9,18 +9,64 @@
 #include "engine/engine.h"
 
 namespace ds {
+namespace {
+
+// A tensor of the engine's flat order (its tensors one after another, replicas included) and where
+// it is in the whole model's.
+struct Piece {
+  size_t local, size, model;
+  bool replica;
+};
+
+std::vector<Piece> pieces(const std::vector<ParamSlot>& slots) {
+  std::vector<Piece> out;
+  size_t local = 0;
+  for (const ParamSlot& slot : slots) {
+    if (slot.owner >= 0) continue;
+    out.push_back({local, slot.size, slot.global_offset, slot.replica});
+    local += slot.size;
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<OwnedRun> Engine::checkpoint_runs() const {
   std::vector<OwnedRun> runs;
   if (layout_->world() == 1 && group_.rank() != 0) return runs;  // unpartitioned: rank 0 writes it all
   const size_t r = static_cast<size_t>(layout_->rank());
-  size_t global = 0;  // where the unit starts in the flat order
+  const std::vector<Piece> tensors = pieces(slots_);
+  size_t local = 0;  // where the unit starts in the engine's flat order
   for (const zero::Unit& u : layout_->units()) {
     const size_t first = std::min(r * u.chunk, u.size), end = std::min(first + u.chunk, u.size);
-    if (end > first) runs.push_back(OwnedRun{global + first, u.part_offset, end - first});
-    global += u.size;
+    for (const Piece& t : tensors) {  // the run in the model's order, without the replicas
+      const size_t lo = std::max(local + first, t.local), hi = std::min(local + end, t.local + t.size);
+      if (t.replica || hi <= lo) continue;
+      const OwnedRun run{t.model + (lo - t.local), u.part_offset + (lo - local - first), hi - lo};
+      if (!runs.empty() && runs.back().global + runs.back().size == run.global && runs.back().part + runs.back().size == run.part)
+        runs.back().size += run.size;
+      else
+        runs.push_back(run);
+    }
+    local += u.size;
   }
   return runs;
+}
+
+int Engine::checkpoint_writer() const {
+  const int stage = config_.pipeline ? config_.pipeline->stage() : 0;
+  if (layout_->world() > 1) return stage * group_.size() + group_.rank();
+  return group_.rank() == 0 ? stage : -1;
+}
+
+int Engine::checkpoint_writers() const {
+  const int stages = config_.pipeline ? config_.pipeline->stages() : 1;
+  return layout_->world() > 1 ? stages * group_.size() : stages;
+}
+
+void Engine::barrier() {
+  group_.barrier();
+  if (config_.pipeline) config_.pipeline->pipe().barrier();  // after every stage's: all of the job's ranks
 }
 
 // The partition's master copy and state in fp32 (read from the swap file with NVMe offload: a
@@ -57,9 +103,11 @@ void Engine::restore(const TrainingState& state) {
     throw ConfigError(fmt::format("checkpoint: it holds {}, but this run's optimizer needs {} (a different optimizer "
                                   "type?)", fmt::join(have, ", "), fmt::join(want, ", ")));
   for (const auto& [name, values] : state.tensors)
-    if (values.size() != num_params_)
+    if (values.size() != model_params_)
       throw ConfigError(fmt::format("checkpoint: {} has {} elements, but the model has {} parameters", name,
-                                    values.size(), num_params_));
+                                    values.size(), model_params_));
+  if (config_.pipeline && !state.scalars.empty())
+    throw ConfigError("checkpoint: per-tensor optimizer values (1-bit LAMB's) with pipeline parallelism");
   auto scalars = optimizer_->scalar_state();
   std::vector<std::string> want_scalars, have_scalars;
   for (const auto& entry : scalars) want_scalars.push_back(entry.first);
@@ -72,8 +120,19 @@ void Engine::restore(const TrainingState& state) {
     throw ConfigError(fmt::format("checkpoint: saved {} loss scaling, but this run has {}",
                                   state.scaler ? "with" : "without", scaler_ ? "fp16 loss scaling" : "none"));
 
+  // With a pipeline, this stage's tensors taken out of the whole model's flat order (a replica: its owner's).
+  std::vector<std::vector<float>> stage_values;
+  if (config_.pipeline)
+    for (const auto& [name, whole] : state.tensors) {
+      std::vector<float>& values = stage_values.emplace_back(num_params_);
+      for (const Piece& t : pieces(slots_))
+        std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(t.model), t.size, values.begin() + static_cast<std::ptrdiff_t>(t.local));
+    }
+  auto tensor = [&](size_t k) -> const std::vector<float>& {  // in the engine's flat order
+    return config_.pipeline ? stage_values[k] : state.tensors[k].second;
+  };
   const size_t r = static_cast<size_t>(layout_->rank());
-  const std::vector<float>& full = state.tensors[0].second;  // master, flat order
+  const std::vector<float>& full = tensor(0);  // master, flat order
   const size_t partition = layout_->partition_size();
   std::vector<float> master_p(partition, 0.0f), rounded;  // padding stays zero
   std::vector<std::vector<float>> state_p(optimizer_state.size(), std::vector<float>(partition, 0.0f));
@@ -86,7 +145,7 @@ void Engine::restore(const TrainingState& state) {
                 into.begin() + static_cast<std::ptrdiff_t>(u.part_offset));
     };
     take_chunk(full, master_p);
-    for (size_t k = 0; k < optimizer_state.size(); ++k) take_chunk(state.tensors[k + 1].second, state_p[k]);
+    for (size_t k = 0; k < optimizer_state.size(); ++k) take_chunk(tensor(k + 1), state_p[k]);
     if (!policy_.parameters) {  // the whole unit, from the full state: no gather needed
       rounded.assign(u.padded(), 0.0f);
       std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(global), u.size, rounded.begin());

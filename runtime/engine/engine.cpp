@@ -183,6 +183,16 @@ void Engine::build_layers() {
       names.push_back(plugin_.layer(i).name + "." + p.name);
       all.push_back({p, i, owner});
     }
+  std::vector<size_t> global_offset(all.size(), 0);  // in the canonical flat order (a tied one: its owner's)
+  for (size_t g = 0; g < all.size(); ++g) {
+    if (all[g].owner >= 0) {
+      global_offset[g] = global_offset[static_cast<size_t>(all[g].owner)];
+      continue;
+    }
+    global_offset[g] = model_params_;
+    model_params_ += static_cast<size_t>(all[g].info.numel());
+    model_tensors_.push_back({names[g], all[g].info.shape});
+  }
   std::vector<std::vector<int>> tie_stages(all.size());  // per owner: ascending stages
   for (size_t g = 0; g < all.size(); ++g)
     if (all[g].owner >= 0) {
@@ -211,6 +221,7 @@ void Engine::build_layers() {
       slot.shape = p.info.shape;
       slot.size = elements(p.info.shape);
       slot.stream = source;
+      slot.global_offset = global_offset[g];
       slot.init = init.init;
       slot.a = init.a;
       slot.b = init.b;

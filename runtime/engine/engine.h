@@ -112,6 +112,14 @@ struct ParamSlot {
                              // as a copy of its own
   std::vector<int> tie_stages;  // pipeline: the stages that hold this parameter or a replica of it, when
                                 // more than one (their gradients are summed)
+  size_t global_offset = 0;     // where its values are in the whole model's canonical flat order (a
+                                // replica's: its owner's; see TrainingState)
+};
+
+// A parameter tensor of the whole model, as checkpoints list them.
+struct ModelTensor {
+  std::string name;
+  ds_shape shape;
 };
 
 struct StepStats {
@@ -196,22 +204,33 @@ class Engine {
   int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * group_.size(); }
   int64_t micro_batch() const { return config_.micro_batch; }
   int zero_stage() const { return config_.zero_stage; }
+  int pipeline_stages() const { return config_.pipeline ? config_.pipeline->stages() : 1; }
   amp::Storage precision() const { return config_.precision; }
   // The training samples' dtypes and shapes (one sample, no batch dimension) and their count.
   const ds_dataset_info& data_info() const { return data_; }
-  size_t num_parameters() const { return num_params_; }
+  size_t num_parameters() const { return num_params_; }  // this rank's stage's (with a pipeline), replicas included
+  // Every parameter tensor of the whole model in the canonical flat order (tied ones once), Ψ elements
+  // in all: on every stage.
+  const std::vector<ModelTensor>& model_tensors() const { return model_tensors_; }
+  size_t model_parameters() const { return model_params_; }
   // Every parameter in fp32 (the master copy under mixed precision), tensor after tensor in slot
   // order (Ψ elements, no padding). A collective at stages 1-3 with several ranks (every rank must
   // call it).
   std::vector<float> gather_parameters();
 
-  // Checkpoints (runtime/checkpoint). The runs of the flat order this rank writes (every rank its
-  // partition; without partitioning only rank 0, which holds everything) and its state restricted
-  // to them (tensor values concatenated run after run). No communication.
+  // Checkpoints (runtime/checkpoint). The runs of the whole model's flat order this rank writes (every
+  // rank its partition; without partitioning only data-parallel rank 0, which holds everything; with a
+  // pipeline each stage its own tensors, not the replicas) and its state restricted to them (tensor
+  // values concatenated run after run). No communication.
   std::vector<OwnedRun> checkpoint_runs() const;
+  // This rank's index among the ranks that write a file (stage-major), or -1; how many write one.
+  int checkpoint_writer() const;
+  int checkpoint_writers() const;
+  // Waits for every rank of the job (every stage's data-parallel ranks).
+  void barrier();
   TrainingState checkpoint_shard();
   // Replaces parameters, optimizer state, step counters and the loss scaler with `state`, whose
-  // tensors hold all Ψ elements (whatever world size or stage wrote them). Throws ConfigError when
+  // tensors hold all Ψ elements of the whole model (whatever world size, stage or pipeline wrote them). Throws ConfigError when
   // its tensor names or sizes do not match this engine's. A collective at stage 3 (persistent
   // layers are gathered again); no communication otherwise.
   void restore(const TrainingState& state);
@@ -334,7 +353,9 @@ class Engine {
 
   std::vector<ParamSlot> slots_;
   std::vector<Layer> layers_;
-  size_t num_params_ = 0;                          // Ψ
+  size_t num_params_ = 0;                          // Ψ of this rank's layers (replicas included)
+  std::vector<ModelTensor> model_tensors_;         // the whole model's (model_tensors())
+  size_t model_params_ = 0;                        // the whole model's Ψ
   std::unique_ptr<zero::PartitionLayout> layout_;  // stage 0: one rank's view, nothing padded
   size_t elem_ = 4;                                // bytes per parameter element (of `precision`)
   std::vector<std::byte> params_;                  // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]

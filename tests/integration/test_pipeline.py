@@ -1,8 +1,8 @@
 """Pipeline parallelism through dsrun: `pipeline.stages` in ds_config.json splits the gpt plugin's layers
 over stages of ranks (rank = stage x data-parallel size + data rank, as DeepSpeed lays them out), and the
 job trains as the same global batch does without a pipeline: the same losses (fp32 within 1e-5, bf16
-within 1e-3: 4e-5 measured over 20 steps), the layout printed at start, the bytes between stages reported; what is refused is refused
-before training, with the key named."""
+within 1e-3: 4e-5 measured over 20 steps), the layout printed at start, the bytes between stages reported; checkpoints move between layouts;
+what is refused is refused before training, with the key named."""
 import json, os
 
 from conftest import ROOT, run
@@ -76,10 +76,31 @@ def test_refusals_name_the_key_before_training(dsrun, clean_env, tmp_path):
                                                                zero_optimization={"stage": 2}))
     assert r.returncode != 0
     assert "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" in r.stderr
-    r, _ = train(dsrun, clean_env, tmp_path, "ckpt", 2, dict(CONFIG, pipeline={"stages": 2},
-                                                              checkpoint={"dir": str(tmp_path / "ck")}))
-    assert r.returncode != 0
-    assert "checkpoint.dir: saving and loading checkpoints with pipeline.stages 2 is not supported yet" in r.stderr
     r, _ = train(dsrun, clean_env, tmp_path, "many", 8, dict(CONFIG, pipeline={"stages": 8}))
     assert r.returncode != 0
     assert "pipeline.stages: 8 stages, but the model has only 4 layers" in r.stderr
+
+
+def test_checkpoints_move_between_a_pipeline_and_data_parallel_ranks(dsrun, clean_env, tmp_path):
+    """A checkpoint holds the whole model whatever the layout: one saved by 2 stages x 2 ranks resumes on
+    2 data-parallel ranks without a pipeline, and the other way round, continuing the same losses."""
+    def with_checkpoints(cfg, name):
+        return dict(cfg, checkpoint={"dir": str(tmp_path / name), "save_interval": 3})
+
+    piped = dict(CONFIG, pipeline={"stages": 2, "partition": "uniform"})
+    for saver, saver_ranks, loader, loader_ranks in ((piped, 4, CONFIG, 2), (CONFIG, 2, piped, 4)):
+        name = f"from{saver_ranks}"
+        r, out = train(dsrun, clean_env, tmp_path, name, saver_ranks, with_checkpoints(saver, name))
+        assert r.returncode == 0, r.stderr
+        straight, _ = metrics(out)
+        assert (tmp_path / name / "global_step3" / "model_states.dsckpt").exists()
+        path = tmp_path / f"{name}-resumed.json"
+        path.write_text(json.dumps(with_checkpoints(loader, name)))
+        resumed_out = tmp_path / f"{name}-resumed.jsonl"
+        r = run([dsrun, "--num_gpus", str(loader_ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps",
+                 "6", "--resume", "global_step3", "--metrics", str(resumed_out)],
+                dict(clean_env, DSRUN_LOCAL_SLOTS=str(loader_ranks)), timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "resumed from" in r.stderr and "step 3" in r.stderr
+        resumed, _ = metrics(resumed_out)
+        assert close(resumed, straight[3:], 1e-5), (resumed, straight)
