@@ -277,6 +277,21 @@ std::string pipeline_layout(const pipe::Topology& t, const std::vector<int>& bou
   return out;
 }
 
+// "pipeline bubble: stage 0 idle 31.2% of the 1F1B schedule (0.41 s busy of 0.60 s), ..." from
+// [schedule seconds, compute seconds] per stage, against (P - 1) / (M + P - 1) for equal stages.
+std::string bubble_lines(const std::vector<double>& per_stage, int64_t micro_batches) {
+  const size_t stages = per_stage.size() / 2;
+  std::string out;
+  for (size_t s = 0; s < stages; ++s) {
+    const double schedule = per_stage[2 * s], busy = per_stage[2 * s + 1];
+    out += fmt::format("pipeline: stage {} idle {:.1f}% of its 1F1B schedules ({:.2f} s computing of {:.2f} s)\n", s,
+                       schedule > 0 ? 100.0 * (1.0 - busy / schedule) : 0.0, busy, schedule);
+  }
+  const double theory = static_cast<double>(stages - 1) / static_cast<double>(micro_batches + static_cast<int64_t>(stages) - 1);
+  return out + fmt::format("pipeline: the bubble of equal stages is (P - 1) / (M + P - 1) = {:.1f}% with P = {} stages, "
+                           "M = {} micro-batches\n", 100.0 * theory, stages, micro_batches);
+}
+
 void print_lines(const char* kind, const std::vector<std::string>& lines) {
   for (const auto& line : lines) std::fprintf(stderr, "dsworker: %s: %s\n", kind, line.c_str());
 }
@@ -487,8 +502,13 @@ int train(const WorkerOptions& o) {
   int64_t interval_samples = 0;
   const int64_t first_step = engine.steps_taken();
   bool told_unaveraged = false;  // a 1-bit optimizer's first step on unaveraged gradients was announced
+  double schedule_seconds = 0.0, compute_seconds = 0.0;  // pipeline: this stage's, over the steps after the first
   for (int64_t s = first_step; s < steps; ++s) {
     StepStats stats = engine.step();
+    if (s > first_step) {
+      schedule_seconds += stats.schedule_seconds;
+      compute_seconds += stats.compute_seconds;
+    }
     total_seconds += stats.seconds;
     interval_seconds += stats.seconds;
     interval_samples += stats.samples;
@@ -551,6 +571,13 @@ int train(const WorkerOptions& o) {
     if (const auto swap = engine.param_swap_stats())
       std::printf("%s\n", swap_line("NVMe parameter offload", *swap).c_str());
     if (config.comms_logger.enabled) std::printf("%s", group->comms().summary().c_str());
+  }
+  if (links) {  // every stage's busy and waiting time, printed by rank 0
+    const std::vector<double> mine{schedule_seconds, compute_seconds};
+    std::vector<double> all(2 * static_cast<size_t>(topology.pipe_size));
+    links->pipe().allgather(mine.data(), all.data(), 2, DataType::F64);
+    if (lead && schedule_seconds > 0)
+      std::printf("%s", bubble_lines(all, config.gradient_accumulation_steps).c_str());
   }
   group->barrier();  // nobody tears the store down while a peer still needs it
   if (links) links->pipe().barrier();

@@ -726,9 +726,11 @@ StepStats Engine::step() {
   grads_->begin_step(averaged);
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
-  double loss_sum = 0.0;
+  double loss_sum = 0.0, schedule_seconds = 0.0, compute_seconds = 0.0;
   if (config_.pipeline) {
-    loss_sum = pipeline_micro_batches(epoch, within, scale);
+    const auto schedule_start = std::chrono::steady_clock::now();
+    loss_sum = pipeline_micro_batches(epoch, within, scale, compute_seconds);
+    schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - schedule_start).count();
     reduce_pipeline_gradients();
   } else {
     ds_tensor input, target;
@@ -772,6 +774,8 @@ StepStats Engine::step() {
   stats.loss = loss;
   stats.samples = global_batch();
   stats.averaged = averaged;
+  stats.schedule_seconds = schedule_seconds;
+  stats.compute_seconds = compute_seconds;
   stats.sent_bytes = group_.comms().sent_bytes() + (config_.pipeline ? config_.pipeline->sent_bytes() : 0) - sent_before;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

@@ -135,6 +135,9 @@ struct StepStats {
   int64_t samples = 0;       // samples in the global batch
   uint64_t sent_bytes = 0;   // payload this rank sent during the step, every collective
   bool averaged = true;      // the engine averaged the gradients (off after a 1-bit optimizer's warm-up)
+  double schedule_seconds = 0.0;  // pipeline: wall time of the step's micro-batches (1F1B), and within it
+  double compute_seconds = 0.0;   // the time in this stage's forward and backward passes; the rest waited on
+                                  // other stages (the bubble)
 };
 
 // Bytes held by this rank, by kind. Parameters and gradients include the pooled full-size copies
@@ -284,7 +287,7 @@ class Engine {
   // losses (last stage; 0 elsewhere); the tied gradients summed across stages and the stage's reduced
   // across its data-parallel ranks; a forward-only pass through every stage, filling the last
   // stage's outputs.
-  double pipeline_micro_batches(int64_t epoch, int64_t within, double scale);
+  double pipeline_micro_batches(int64_t epoch, int64_t within, double scale, double& compute_seconds);
   void reduce_pipeline_gradients();
   void pipeline_forward(const ds_batch& batch);
   // The micro-batch's samples into the current buffer; a ds_batch of them.

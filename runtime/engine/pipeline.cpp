@@ -2,6 +2,7 @@
 // neighbouring stages, the tied and data-parallel gradient reduction after it, and forward-only
 // passes through every stage.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "amp/storage.h"
@@ -20,7 +21,8 @@ size_t elements_of(const ds_shape& shape, int64_t rows) {
 
 }  // namespace
 
-double Engine::pipeline_micro_batches(int64_t epoch, int64_t within, double scale) {
+double Engine::pipeline_micro_batches(int64_t epoch, int64_t within, double scale, double& compute_seconds) {
+  using Clock = std::chrono::steady_clock;
   pipe::StageLinks& links = *config_.pipeline;
   double loss_sum = 0.0;
   std::vector<ds_tensor> inputs(in_flight_.size()), targets(in_flight_.size());
@@ -32,12 +34,16 @@ double Engine::pipeline_micro_batches(int64_t epoch, int64_t within, double scal
       if (m.activation_sent) m.activation_sent->wait();  // the buffer's previous micro-batch has left
       batches[buffer_] = load_micro_batch(epoch, within, op.micro, inputs[buffer_], targets[buffer_]);
       if (!links.first()) links.receive_activation(m.stage_input.data(), m.stage_input.size());
+      const auto start = Clock::now();
       forward(batches[buffer_], true);
+      compute_seconds += std::chrono::duration<double>(Clock::now() - start).count();
       if (links.last()) loss_sum += m.outputs.back()[0];
       else m.activation_sent = links.send_activation(m.outputs.back().data(), m.outputs.back().size());
     } else {
       if (!links.last()) links.receive_gradient(m.grad_output.data(), m.grad_output.size());
+      const auto start = Clock::now();
       const float* grad_input = backward(batches[buffer_], false, scale);
+      compute_seconds += std::chrono::duration<double>(Clock::now() - start).count();
       if (links.first()) continue;
       if (m.gradient_sent) m.gradient_sent->wait();
       std::copy_n(grad_input, m.grad_input.size(), m.grad_input.data());

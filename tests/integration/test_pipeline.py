@@ -1,7 +1,7 @@
 """Pipeline parallelism through dsrun: `pipeline.stages` in ds_config.json splits the gpt plugin's layers
 over stages of ranks (rank = stage x data-parallel size + data rank, as DeepSpeed lays them out), and the
 job trains as the same global batch does without a pipeline: the same losses (fp32 within 1e-5, bf16
-within 1e-3: 4e-5 measured over 20 steps), the layout printed at start, the bytes between stages reported; checkpoints move between layouts;
+and fp16 within 1e-3: 4e-5 measured over 20 steps), the layout printed at start, the bytes between stages reported; checkpoints move between layouts;
 what is refused is refused before training, with the key named."""
 import json, os
 
@@ -57,15 +57,16 @@ def test_two_stages_of_two_ranks_train_as_two_data_parallel_ranks(dsrun, clean_e
     assert losses[-1] < losses[0]
 
 
-def test_bf16_pipeline_stays_within_1e3_of_bf16_without_one(dsrun, clean_env, tmp_path):
-    cfg = dict(CONFIG, bf16={"enabled": True})
-    r, out = train(dsrun, clean_env, tmp_path, "pipe16", 4, dict(cfg, pipeline={"stages": 4}))
-    assert r.returncode == 0, r.stderr
-    r2, out2 = train(dsrun, clean_env, tmp_path, "flat16", 1, cfg)
-    assert r2.returncode == 0, r2.stderr
-    losses, _ = metrics(out)
-    flat, _ = metrics(out2)
-    assert close(losses, flat, 1e-3), (losses, flat)
+def test_16_bit_pipelines_stay_within_1e3_of_one_rank(dsrun, clean_env, tmp_path):
+    for precision in ("bf16", "fp16"):
+        cfg = dict(CONFIG, **{precision: {"enabled": True}})
+        r, out = train(dsrun, clean_env, tmp_path, f"pipe-{precision}", 4, dict(cfg, pipeline={"stages": 4}))
+        assert r.returncode == 0, r.stderr
+        r2, out2 = train(dsrun, clean_env, tmp_path, f"flat-{precision}", 1, cfg)
+        assert r2.returncode == 0, r2.stderr
+        losses, _ = metrics(out)
+        flat, _ = metrics(out2)
+        assert close(losses, flat, 1e-3), (precision, losses, flat)
 
 
 def test_refusals_name_the_key_before_training(dsrun, clean_env, tmp_path):
