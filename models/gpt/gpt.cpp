@@ -18,6 +18,10 @@
 // Inputs shorter than seq_len (T ≤ seq_len) are accepted (generation); longer ones are not.
 // Predictions: the logits [B, T, vocab_size].
 //
+// Tensor parallelism (model.tensor_parallel, set by the engine): the blocks are split as Megatron splits
+// them (Block); the embedding and the tied head stay whole on every rank, as DeepSpeed's AutoTP leaves
+// a tied embedding. n_head must be a multiple of the tensor-parallel size.
+//
 // Every layer keeps what backward needs in its workspace (the engine may re-run forward right
 // before backward); backward's own temporaries are the backend's (ops.temp).
 #include <algorithm>
@@ -97,22 +101,29 @@ class Embed : public ds::sdk::Layer {
 
 // ---- transformer block ---------------------------------------------------------------------------
 
+// With tensor parallelism over P ranks (Megatron's split): c_attn and mlp.c_fc are column-parallel
+// (each rank holds the q, k and v rows of H/P heads, and 4C/P of the MLP's rows), attn.c_proj and
+// mlp.c_proj row-parallel (the matching input columns; their outputs summed over the group, then the
+// replicated bias added); the input gradients of the column-parallel layers are summed over the group.
+// LayerNorms and the row-parallel biases are replicated: every rank computes the same values for them.
 class Block : public ds::sdk::Layer {
  public:
-  Block(std::string name, const Dims& d) : Layer(std::move(name)), d_(d) {
-    const int64_t C = d.n_embd;
+  Block(std::string name, const Dims& d, std::shared_ptr<const ds::sdk::TensorParallel> tp)
+      : Layer(std::move(name)), d_(d), tp_(std::move(tp)) {
+    const int64_t C = d.n_embd, Cp = C / tp_->size, Fp = 4 * C / tp_->size;
     const float proj_std = d.init_std / std::sqrt(2.0f * static_cast<float>(d.n_layer));
+    const ds::sdk::Shard qkv{0, 3}, rows{0, 1}, cols{1, 1};
     add_param("ln_1.weight", {C}, DS_INIT_ONES);
     add_param("ln_1.bias", {C}, DS_INIT_ZEROS);
-    add_param("attn.c_attn.weight", {3 * C, C}, DS_INIT_NORMAL, 0.0f, d.init_std);
-    add_param("attn.c_attn.bias", {3 * C}, DS_INIT_ZEROS);
-    add_param("attn.c_proj.weight", {C, C}, DS_INIT_NORMAL, 0.0f, proj_std);
+    add_param("attn.c_attn.weight", {3 * Cp, C}, DS_INIT_NORMAL, 0.0f, d.init_std, qkv);
+    add_param("attn.c_attn.bias", {3 * Cp}, DS_INIT_ZEROS, 0.0f, 0.0f, qkv);
+    add_param("attn.c_proj.weight", {C, Cp}, DS_INIT_NORMAL, 0.0f, proj_std, cols);
     add_param("attn.c_proj.bias", {C}, DS_INIT_ZEROS);
     add_param("ln_2.weight", {C}, DS_INIT_ONES);
     add_param("ln_2.bias", {C}, DS_INIT_ZEROS);
-    add_param("mlp.c_fc.weight", {4 * C, C}, DS_INIT_NORMAL, 0.0f, d.init_std);
-    add_param("mlp.c_fc.bias", {4 * C}, DS_INIT_ZEROS);
-    add_param("mlp.c_proj.weight", {C, 4 * C}, DS_INIT_NORMAL, 0.0f, proj_std);
+    add_param("mlp.c_fc.weight", {Fp, C}, DS_INIT_NORMAL, 0.0f, d.init_std, rows);
+    add_param("mlp.c_fc.bias", {Fp}, DS_INIT_ZEROS, 0.0f, 0.0f, rows);
+    add_param("mlp.c_proj.weight", {C, Fp}, DS_INIT_NORMAL, 0.0f, proj_std, cols);
     add_param("mlp.c_proj.bias", {C}, DS_INIT_ZEROS);
   }
   Shape output_shape(const Shape& in) const override {
@@ -121,62 +132,75 @@ class Block : public ds::sdk::Layer {
   }
   size_t workspace_bytes(const Shape& in) const override {
     require_input(in, 3, d_);
-    return Slots(in, d_).total * sizeof(float);
+    return Slots(in, d_, tp_->size).total * sizeof(float);
   }
 
   void forward(const Forward& f) override {
     const Shape& s = f.input.shape();
-    const Slots w(s, d_);
+    const Slots w(s, d_, tp_->size);
     float* ws = workspace(f.workspace);
-    const int64_t B = s[0], T = s[1], C = d_.n_embd, N = B * T, H = d_.n_head, D = C / H;
+    const int64_t B = s[0], T = s[1], C = d_.n_embd, N = B * T, H = d_.n_head / tp_->size, D = d_.n_embd / d_.n_head;
+    const int64_t Cp = H * D, Fp = 4 * C / tp_->size;  // this rank's attention width and MLP rows
     const float* x = f.input.f32();
     float* y = f.output.f32();
     float* x2 = ws + w.x2;
     const Ops& ops = f.ops;
     ops.layernorm_forward(x, p(f, 0), p(f, 1), ws + w.ln1, ws + w.ln1_stats, N, C, kLnEps);
-    linear_forward(ops, ws + w.ln1, p(f, 2), p(f, 3), ws + w.qkv, N, C, 3 * C);
+    linear_forward(ops, ws + w.ln1, p(f, 2), p(f, 3), ws + w.qkv, N, C, 3 * Cp);
     ops.attention_forward(ws + w.qkv, ws + w.att, ws + w.att_stats, B, T, H, D);
-    linear_forward(ops, ws + w.att, p(f, 4), p(f, 5), x2, N, C, C);
+    row_parallel_forward(ops, ws + w.att, p(f, 4), p(f, 5), x2, N, Cp, C);
     ops.add_into(x2, x, N * C);  // x2 = x + attn(ln_1(x))
     ops.layernorm_forward(x2, p(f, 6), p(f, 7), ws + w.ln2, ws + w.ln2_stats, N, C, kLnEps);
-    linear_forward(ops, ws + w.ln2, p(f, 8), p(f, 9), ws + w.fc, N, C, 4 * C);
-    ops.gelu_forward(ws + w.fc, ws + w.gelu, N * 4 * C);
-    linear_forward(ops, ws + w.gelu, p(f, 10), p(f, 11), y, N, 4 * C, C);
+    linear_forward(ops, ws + w.ln2, p(f, 8), p(f, 9), ws + w.fc, N, C, Fp);
+    ops.gelu_forward(ws + w.fc, ws + w.gelu, N * Fp);
+    row_parallel_forward(ops, ws + w.gelu, p(f, 10), p(f, 11), y, N, Fp, C);
     ops.add_into(y, x2, N * C);  // y = x2 + mlp(ln_2(x2))
   }
 
   void backward(const Backward& b) override {
     const Shape& s = b.input.shape();
-    const Slots w(s, d_);
+    const Slots w(s, d_, tp_->size);
     const float* ws = workspace(b.workspace);
-    const int64_t B = s[0], T = s[1], C = d_.n_embd, N = B * T, H = d_.n_head, D = C / H;
+    const int64_t B = s[0], T = s[1], C = d_.n_embd, N = B * T, H = d_.n_head / tp_->size, D = d_.n_embd / d_.n_head;
+    const int64_t Cp = H * D, Fp = 4 * C / tp_->size;
     const float* x = b.input.f32();
     const float* dy = b.grad_output.f32();
     auto g = [&](int32_t i) { return b.grad_param(i).f32(); };
     const Ops& ops = b.ops;
-    const auto dx2 = ops.temp(N * C), d4 = ops.temp(N * 4 * C), dc = ops.temp(N * C), tmp = ops.temp(N * C),
-               dqkv = ops.temp(N * 3 * C);
+    const auto dx2 = ops.temp(N * C), d4 = ops.temp(N * Fp), dc = ops.temp(N * C), tmp = ops.temp(N * C),
+               dqkv = ops.temp(N * 3 * Cp);
     // mlp branch: y = x2 + c_proj(gelu(c_fc(ln_2(x2))))
-    linear_backward(ops, ws + w.gelu, p(b, 10), dy, d4.get(), g(10), g(11), N, 4 * C, C);
-    ops.gelu_backward(ws + w.fc, d4.get(), d4.get(), N * 4 * C);
-    linear_backward(ops, ws + w.ln2, p(b, 8), d4.get(), dc.get(), g(8), g(9), N, C, 4 * C);
+    linear_backward(ops, ws + w.gelu, p(b, 10), dy, d4.get(), g(10), g(11), N, Fp, C);
+    ops.gelu_backward(ws + w.fc, d4.get(), d4.get(), N * Fp);
+    linear_backward(ops, ws + w.ln2, p(b, 8), d4.get(), dc.get(), g(8), g(9), N, C, Fp);
+    tp_->allreduce_sum(dc.get(), N * C);  // column-parallel: every rank's share of d(ln_2 output)
     ops.layernorm_backward(ws + w.x2, p(b, 6), ws + w.ln2_stats, dc.get(), tmp.get(), g(6), g(7), N, C);
     ops.add(dy, tmp.get(), dx2.get(), N * C);  // d/dx2: through the residual and the mlp branch
     // attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x))))
-    linear_backward(ops, ws + w.att, p(b, 4), dx2.get(), dc.get(), g(4), g(5), N, C, C);
+    linear_backward(ops, ws + w.att, p(b, 4), dx2.get(), dc.get(), g(4), g(5), N, Cp, C);
     ops.attention_backward(ws + w.qkv, ws + w.att_stats, dc.get(), dqkv.get(), B, T, H, D);
-    linear_backward(ops, ws + w.ln1, p(b, 2), dqkv.get(), dc.get(), g(2), g(3), N, C, 3 * C);
+    linear_backward(ops, ws + w.ln1, p(b, 2), dqkv.get(), dc.get(), g(2), g(3), N, C, 3 * Cp);
+    tp_->allreduce_sum(dc.get(), N * C);
     ops.layernorm_backward(x, p(b, 0), ws + w.ln1_stats, dc.get(), tmp.get(), g(0), g(1), N, C);
     if (!b.grad_input.empty()) ops.add(dx2.get(), tmp.get(), b.grad_input.f32(), N * C);
   }
 
  private:
-  // Float offsets into the workspace for an input [B, T, C].
+  // y[n,out] = Σ over the group of x[n,in]·Wᵀ (this rank's input columns), then + b (replicated). One
+  // rank: linear_forward.
+  void row_parallel_forward(const Ops& ops, const float* x, const float* W, const float* b, float* y, int64_t n,
+                            int64_t in, int64_t out) const {
+    if (tp_->size == 1) return linear_forward(ops, x, W, b, y, n, in, out);
+    ops.matmul(x, W, y, n, out, in, false, true, false);
+    tp_->allreduce_sum(y, n * out);
+    ops.bias_add(y, b, n, out);
+  }
+  // Float offsets into the workspace for an input [B, T, C] on one of `ranks` tensor-parallel ranks.
   struct Slots {
     size_t ln1, ln1_stats, qkv, att, att_stats, x2, ln2, ln2_stats, fc, gelu, total;
-    Slots(const Shape& s, const Dims& d) {
+    Slots(const Shape& s, const Dims& d, int32_t ranks) {
       const size_t B = static_cast<size_t>(s[0]), T = static_cast<size_t>(s[1]), C = static_cast<size_t>(d.n_embd);
-      const size_t N = B * T;
+      const size_t N = B * T, P = static_cast<size_t>(ranks), Cp = C / P;
       size_t at = 0;
       auto take = [&](size_t n) {
         const size_t here = at;
@@ -185,14 +209,14 @@ class Block : public ds::sdk::Layer {
       };
       ln1 = take(N * C);
       ln1_stats = take(N * 2);
-      qkv = take(N * 3 * C);
-      att = take(N * C);
-      att_stats = take(B * static_cast<size_t>(d.n_head) * T * 2);  // [B, H, T, 2]
+      qkv = take(N * 3 * Cp);
+      att = take(N * Cp);
+      att_stats = take(B * static_cast<size_t>(d.n_head) / P * T * 2);  // [B, H/P, T, 2]
       x2 = take(N * C);
       ln2 = take(N * C);
       ln2_stats = take(N * 2);
-      fc = take(N * 4 * C);
-      gelu = take(N * 4 * C);
+      fc = take(N * 4 * Cp);
+      gelu = take(N * 4 * Cp);
       total = at;
     }
   };
@@ -202,6 +226,7 @@ class Block : public ds::sdk::Layer {
     return static_cast<float*>(ws);
   }
   Dims d_;
+  std::shared_ptr<const ds::sdk::TensorParallel> tp_;
 };
 
 // ---- head: ln_f, tied LM head, cross-entropy -----------------------------------------------------
@@ -311,8 +336,13 @@ Dims read_dims(ds::sdk::Config& cfg) {
 class Gpt : public ds::sdk::Model {
  public:
   explicit Gpt(ds::sdk::Config& cfg) : d_(read_dims(cfg)) {
+    cfg.tensor_parallel(*tensor_parallel());
+    const int32_t ranks = tensor_parallel()->size;
+    if (d_.n_head % ranks != 0)
+      throw ds::sdk::ConfigError("model.n_head: " + std::to_string(d_.n_head) + " heads do not split over " +
+                                 std::to_string(ranks) + " tensor-parallel ranks (tensor_parallel.autotp_size)");
     add_layer<Embed>(d_);
-    for (int64_t i = 0; i < d_.n_layer; ++i) add_layer<Block>("h" + std::to_string(i), d_);
+    for (int64_t i = 0; i < d_.n_layer; ++i) add_layer<Block>("h" + std::to_string(i), d_, tensor_parallel());
     add_layer<Head>(d_);
   }
   bool runs_on(ds_device_type) const override { return true; }  // only the backend's ops touch tensors

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -35,6 +36,25 @@ ds_shape batched(int64_t n, const ds_shape& sample) {
 ds_shape with_rows(ds_shape s, int64_t rows) {
   s.dims[0] = rows;
   return s;
+}
+
+// Rank `rank`'s share (of `size`) of a full tensor whose share has shape `share` (ds_shard): along
+// shard.dim the full tensor is shard.blocks blocks, each cut in `size` pieces; the share is piece
+// `rank` of every block.
+std::vector<float> take_share(const std::vector<float>& full, const ds_shape& share, ds_shard shard, int rank, int size) {
+  size_t outer = 1, inner = 1;
+  for (int d = 0; d < shard.dim; ++d) outer *= static_cast<size_t>(share.dims[d]);
+  for (int d = shard.dim + 1; d < share.ndim; ++d) inner *= static_cast<size_t>(share.dims[d]);
+  const size_t piece = static_cast<size_t>(share.dims[shard.dim] / shard.blocks) * inner;  // elements per piece and outer row
+  const size_t blocks = static_cast<size_t>(shard.blocks), n = static_cast<size_t>(size), r = static_cast<size_t>(rank);
+  std::vector<float> out;
+  out.reserve(outer * blocks * piece);
+  for (size_t o = 0; o < outer; ++o)
+    for (size_t b = 0; b < blocks; ++b) {
+      const auto from = full.begin() + static_cast<std::ptrdiff_t>(((o * blocks + b) * n + r) * piece);
+      out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(piece));
+    }
+  return out;
 }
 
 std::string_view storage_name(amp::Storage s) {
@@ -126,6 +146,22 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     throw ConfigError(fmt::format("zero_optimization.stage: {} with pipeline parallelism: ZeRO-2 and ZeRO-3 are "
                                   "incompatible with pipeline parallelism (as in DeepSpeed); use stage 0 or 1",
                                   config_.zero_stage));
+  if (config_.tensor_parallel) {
+    if (plugin_.tensor_parallel().size != config_.tensor_parallel->size())
+      throw std::invalid_argument("engine: the plugin was split for another tensor-parallel size than its group's");
+    collectives_ = {config_.tensor_parallel, [](void* ctx, float* data, int64_t n) noexcept {
+                      try {
+                        static_cast<ProcessGroup*>(ctx)->allreduce(data, static_cast<size_t>(n), DataType::F32, ReduceOp::Sum);
+                        return DS_OK;
+                      } catch (const std::exception& e) {
+                        std::fprintf(stderr, "dsworker: tensor-parallel all-reduce: %s\n", e.what());
+                        return DS_ERROR;
+                      }
+                    }};
+    plugin_.set_collectives(&collectives_);
+  }
+  if (config_.tensor_parallel && config_.device != nullptr)
+    throw ConfigError("tensor parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.pipeline && config_.device != nullptr)
     throw ConfigError("pipeline parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.device != nullptr && config_.precision != amp::Storage::F32)
@@ -222,6 +258,7 @@ void Engine::build_layers() {
       slot.size = elements(p.info.shape);
       slot.stream = source;
       slot.global_offset = global_offset[g];
+      slot.shard = p.info.shard;
       slot.init = init.init;
       slot.a = init.a;
       slot.b = init.b;
@@ -392,7 +429,9 @@ const void* Engine::optimizer_grads(const zero::Unit& unit) {
 void Engine::initial_values(size_t slot, std::vector<float>& values) const {
   const ParamSlot& p = slots_[slot];
   SplitMix64 rng(mix_seed(config_.seed, p.stream));
-  values.resize(p.size);
+  const TensorParallelRank tp = plugin_.tensor_parallel();
+  const bool share = p.shard.dim >= 0 && tp.size > 1;
+  values.resize(share ? p.size * static_cast<size_t>(tp.size) : p.size);  // a share: the full tensor first
   for (float& w : values) {
     switch (p.init) {
       case DS_INIT_ZEROS: w = 0.0f; break;
@@ -403,6 +442,7 @@ void Engine::initial_values(size_t slot, std::vector<float>& values) const {
                                              p.name, static_cast<int>(p.init)));
     }
   }
+  if (share) values = take_share(values, p.shape, p.shard, tp.rank, tp.size);
 }
 
 // Stage 3: this rank's part of each of the layer's tensors, [chunk] in fp32.
@@ -787,7 +827,13 @@ StepStats Engine::step() {
 // Unaveraged gradients: √(Σ_ranks ‖gᵣ‖² / W), one 8-byte all-reduce, for the same reason.
 double Engine::gradient_norm(bool averaged) {
   double sum_sq = grads_->owned_sum_of_squares();
-  if (config_.pipeline) sum_sq = std::max(0.0, sum_sq - replica_sum_of_squares());
+  if (config_.pipeline) sum_sq = std::max(0.0, sum_sq - owned_sum_of_squares([](const ParamSlot& s) { return s.replica; }));
+  if (config_.tensor_parallel) {  // the shares summed over the group, the replicated parameters counted once
+    double shares = owned_sum_of_squares([](const ParamSlot& s) { return s.shard.dim >= 0; });
+    sum_sq = std::max(0.0, sum_sq - shares);
+    config_.tensor_parallel->allreduce(&shares, 1, DataType::F64, ReduceOp::Sum);
+    sum_sq += shares;
+  }
   if ((policy_.optimizer_state || !averaged) && group_.size() > 1)
     group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
   if (!averaged) sum_sq /= group_.size();

@@ -90,6 +90,9 @@ struct EngineConfig {
                                             // nullptr: the CPU
   pipe::StageLinks* pipeline = nullptr;     // pipeline parallelism: this rank is stage pipeline->stage();
                                             // the groups to the other stages (see above)
+  ProcessGroup* tensor_parallel = nullptr;  // tensor parallelism: the group the plugin was split over
+                                            // (Plugin::load's tp); `group` is then this rank's data-parallel
+                                            // group, the ranks holding the same shares
   std::vector<int> stage_bounds;            // with a pipeline: stage s holds the plugin's layers
                                             // [stage_bounds[s], stage_bounds[s + 1]) (pipe::partition)
   uint64_t seed = 42;                       // parameter init and data order
@@ -114,6 +117,7 @@ struct ParamSlot {
                                 // more than one (their gradients are summed)
   size_t global_offset = 0;     // where its values are in the whole model's canonical flat order (a
                                 // replica's: its owner's; see TrainingState)
+  ds_shard shard{-1, 1};        // tensor parallelism: this rank holds a share of the full tensor (ds_plugin.h)
 };
 
 // A parameter tensor of the whole model, as checkpoints list them.
@@ -292,7 +296,8 @@ class Engine {
   void pipeline_forward(const ds_batch& batch);
   // The micro-batch's samples into the current buffer; a ds_batch of them.
   ds_batch load_micro_batch(int64_t epoch, int64_t within, int64_t micro, ds_tensor& input, ds_tensor& target);
-  double replica_sum_of_squares();  // Σg² over the replicas' owned gradients (counted on their owner's stage)
+  // Σg² over this rank's owned gradients of the slots `pick` selects.
+  double owned_sum_of_squares(const std::function<bool(const ParamSlot&)>& pick);
   // The plugin's index of the engine's layer i (the stage's layers start at stage_bounds[stage]).
   int32_t plugin_layer(size_t i) const { return first_layer_ + static_cast<int32_t>(i); }
   MicroBatch& current() { return in_flight_[buffer_]; }
@@ -389,6 +394,7 @@ class Engine {
   int32_t first_layer_ = 0;                        // the plugin's index of layers_[0] (pipeline stages)
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
+  ds_collectives collectives_{};                   // tensor parallelism: the plugin's all-reduce (over config_.tensor_parallel)
   int64_t steps_ = 0;    // optimizer steps taken, skipped ones included
   int64_t updates_ = 0;  // optimizer steps applied (the optimizer's and the LR schedule's count)
   int64_t steps_per_epoch_ = 0;

@@ -79,14 +79,14 @@ void Engine::reduce_pipeline_gradients() {
   for (size_t unit = layout_->units().size(); unit-- > 0;) grads_->unit_done(unit, true);
 }
 
-// Σg² over this rank's owned part of each replica, after the data-parallel reduction.
-double Engine::replica_sum_of_squares() {
+// After the data-parallel reduction.
+double Engine::owned_sum_of_squares(const std::function<bool(const ParamSlot&)>& pick) {
   std::vector<float> values;
   double sum = 0.0;
   for (size_t layer = 0; layer < layers_.size(); ++layer) {
     const zero::Unit& unit = layout_->unit_of_layer(layer);
     for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s) {
-      if (!slots_[s].replica) continue;
+      if (slots_[s].owner >= 0 || !pick(slots_[s])) continue;
       const zero::Range mine = layout_->owned_part(slots_[s].offset, slots_[s].size);
       if (mine.size == 0) continue;
       const auto* grads = static_cast<const std::byte*>(grads_->owned_grads(unit)) +

@@ -164,6 +164,27 @@ typedef ds_status (*ds_describe_predictions_fn)(void* model, const ds_shape* inp
 typedef ds_status (*ds_get_batch_fn)(void* model, const int64_t* indices, int64_t n, ds_tensor* input,
                                      ds_tensor* target);
 
+/* Tensor parallelism (optional). The engine splits a model over a tensor-parallel group of `size`
+ * ranks by adding "tensor_parallel": {"rank": r, "size": T} to the config block create() gets (a plugin
+ * that does not read the key refuses it as an unknown key), then hands the group's collectives to
+ * set_collectives before any layer runs. Each rank then declares its own share of a split parameter
+ * (describe_layer's shapes are the local ones) and describes how it was cut with describe_shard: the
+ * full tensor, along `dim`, is `blocks` equal blocks (3 for a fused q,k,v projection), each cut into
+ * `size` equal pieces; rank r holds piece r of every block, concatenated. dim -1: replicated (every
+ * rank holds the whole parameter). The engine initialises the full tensor and keeps each rank's share,
+ * so a model starts as on one rank; replicated parameters must get the same gradient on every rank. */
+typedef struct {
+  int32_t dim;    /* -1: replicated */
+  int32_t blocks; /* >= 1 */
+} ds_shard;
+typedef struct {
+  void* ctx;
+  /* In place: data[0..n) becomes its sum over the tensor-parallel group. Blocking. */
+  ds_status (*allreduce_sum)(void* ctx, float* data, int64_t n);
+} ds_collectives;
+typedef ds_status (*ds_describe_shard_fn)(void* model, int32_t layer, int32_t param, ds_shard* out);
+typedef ds_status (*ds_set_collectives_fn)(void* model, const ds_collectives* collectives);
+
 /* The one symbol a plugin exports. */
 typedef const ds_plugin_api* (*ds_plugin_entry_fn)(void);
 #define DS_PLUGIN_ENTRY_SYMBOL "ds_plugin_entry"

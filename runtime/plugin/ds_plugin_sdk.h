@@ -201,12 +201,33 @@ struct Backward : LayerCall {
   Tensor grad_param(int32_t i) const { return Tensor(at(grad_params_, i), "grad_param"); }
 };
 
+// How a parameter is split over the tensor-parallel group (ds_shard in ds_plugin.h): along `dim`, the
+// full tensor is `blocks` equal blocks, each cut in one piece per rank; dim -1 = replicated.
+struct Shard {
+  int32_t dim = -1;
+  int32_t blocks = 1;
+};
+
 struct Param {
   std::string name;
-  Shape shape;
+  Shape shape;  // this rank's share when split
   ds_init_kind init;
   float a, b;
   std::string tied_to;  // "" or "<layer>.<param>" of an earlier layer (add_tied_param)
+  Shard shard;
+};
+
+// Tensor parallelism (ds_plugin.h): this rank's place in its tensor-parallel group and the group's
+// all-reduce. size 1 without it.
+struct TensorParallel {
+  int32_t rank = 0, size = 1;
+  const ds_collectives* comm = nullptr;  // the engine's (set_collectives), before any layer runs
+  // In place: the sum over the group. Throws when it fails.
+  void allreduce_sum(float* data, int64_t n) const {
+    if (size == 1) return;
+    if (comm == nullptr) throw std::logic_error("tensor parallelism: the engine gave no collectives");
+    if (comm->allreduce_sum(comm->ctx, data, n) != DS_OK) throw std::runtime_error("tensor-parallel all-reduce failed");
+  }
 };
 
 // One layer: its name, its parameters (declared in the constructor with add_param), and the maths.
@@ -242,14 +263,17 @@ class Layer {
 
  protected:
   // Declares a parameter: init is zeros, ones, normal(mean=a, std=b) or uniform[a, b).
-  void add_param(std::string name, Shape shape, ds_init_kind init, float a = 0.0f, float b = 0.0f) {
+  // `shard`: this rank's share of a parameter split over the tensor-parallel group (`shape` is the share's).
+  void add_param(std::string name, Shape shape, ds_init_kind init, float a = 0.0f, float b = 0.0f, Shard shard = {}) {
     if (frozen_) throw std::logic_error(name_ + ": add_param after the layer was described");
     for (const Param& p : params_)
       if (p.name == name) throw std::logic_error(name_ + ": duplicate parameter '" + name + "'");
     if (shape.ndim < 1) throw std::logic_error(name_ + "." + name + ": a parameter needs at least 1 dimension");
     for (int i = 0; i < shape.ndim; ++i)
       if (shape.dims[i] < 1) throw std::logic_error(name_ + "." + name + ": shape " + shape.str() + " has an empty dimension");
-    params_.push_back({std::move(name), shape, init, a, b, ""});
+    if (shard.dim >= shape.ndim || shard.blocks < 1 || (shard.dim >= 0 && shape.dims[shard.dim] % shard.blocks != 0))
+      throw std::logic_error(name_ + "." + name + ": bad shard of " + shape.str());
+    params_.push_back({std::move(name), shape, init, a, b, "", shard});
   }
   // Declares a parameter that IS an earlier layer's parameter `owner` ("<layer>.<param>", same
   // shape): its values are that parameter's and its gradient is added to that parameter's.
@@ -295,6 +319,9 @@ class Model {
   virtual bool runs_on(ds_device_type device) const { return device == DS_DEVICE_CPU; }
   // The last layer's predictions for an input of shape `input` (batched); {} = it makes none.
   virtual Shape predictions_shape(const Shape& /*input*/) const { return {}; }
+  // Tensor parallelism, shared with the layers that split their parameters. A model that splits reads
+  // it from the config in its constructor (Config::tensor_parallel); size 1 otherwise.
+  const std::shared_ptr<TensorParallel>& tensor_parallel() const { return tp_; }
   // Fills input [n, *input_shape] and target [n, *target_shape] with samples indices[0..n-1]
   // (n = indices.size(); shapes and dtypes are checked before this is called).
   virtual void get_batch(std::span<const int64_t> indices, const Tensor& input, const Tensor& target) = 0;
@@ -312,6 +339,7 @@ class Model {
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::shared_ptr<TensorParallel> tp_ = std::make_shared<TensorParallel>();
 };
 
 }  // namespace ds::sdk

@@ -9,6 +9,8 @@
 #include <set>
 #include <system_error>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/backend.h"
 #include "core/errors.h"
 #include "plugin/plugin_v2.h"
@@ -106,9 +108,10 @@ std::string Plugin::resolve(const std::string& name_or_path) {
 }
 
 std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std::string& model_json,
-                                     const ds_backend* backend) {
+                                     const ds_backend* backend, TensorParallelRank tp) {
   std::unique_ptr<Plugin> p(new Plugin());
   p->path_ = resolve(name_or_path);
+  p->tp_ = tp;
   const std::string where = "plugin " + p->path_ + ": ";
 
   dlerror();
@@ -133,7 +136,14 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
 
   char err[2048] = {0};
   void* model = nullptr;
-  const char* json = model_json.empty() ? "{}" : model_json.c_str();
+  std::string split_json;  // with the tensor-parallel key the model splits itself by
+  if (tp.size > 1) {
+    nlohmann::json block = nlohmann::json::parse(model_json.empty() ? std::string("{}") : model_json, nullptr, false);
+    if (!block.is_object()) throw ConfigError(where + "the model block is not a JSON object");
+    block["tensor_parallel"] = {{"rank", tp.rank}, {"size", tp.size}};
+    split_json = block.dump();
+  }
+  const char* json = tp.size > 1 ? split_json.c_str() : model_json.empty() ? "{}" : model_json.c_str();
   ds_status st = DS_ERROR;
   if (p->abi_version_ == DS_PLUGIN_ABI_VERSION) {
     p->api_ = raw;
@@ -155,6 +165,9 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
   }
   const ds_plugin_api& a = *p->api_;
   err[sizeof err - 1] = '\0';
+  if (st == DS_CONFIG_ERROR && tp.size > 1 && std::string(err).starts_with("model.tensor_parallel: unknown key"))
+    throw ConfigError(where + "the " + p->name_ + " model cannot be split for tensor parallelism (tensor_parallel."
+                      "autotp_size " + std::to_string(tp.size) + ")");
   if (st == DS_CONFIG_ERROR) throw ConfigError(where + (err[0] ? err : "the model block is wrong (no message)"));
   if (st != DS_OK || model == nullptr)
     throw PluginError(where + "create failed" + (st == DS_UNSUPPORTED ? " (unsupported)" : "") + ": " +
@@ -162,6 +175,11 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
   p->model_ = model;
   p->describe_predictions_ = reinterpret_cast<ds_describe_predictions_fn>(a.lookup("describe_predictions"));
   p->get_batch_ = reinterpret_cast<ds_get_batch_fn>(a.lookup("get_batch"));
+  p->set_collectives_ = reinterpret_cast<ds_set_collectives_fn>(a.lookup("set_collectives"));
+  const auto describe_shard = reinterpret_cast<ds_describe_shard_fn>(a.lookup("describe_shard"));
+  if (tp.size > 1 && (p->set_collectives_ == nullptr || describe_shard == nullptr))
+    throw ConfigError(where + "the " + p->name_ + " model read model.tensor_parallel but has no set_collectives "
+                      "and describe_shard");
 
   const int32_t n = a.num_layers(model);
   if (n < 1) throw PluginError(where + "the model has " + std::to_string(n) + " layers");
@@ -205,7 +223,14 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
           throw PluginError(where + full + ": shape " + shape_str(pd.shape) + " differs from its owner " + tied + "'s " +
                             shape_str(owner->shape));
       }
-      info.params.push_back({pname, pd.shape, pd.init, pd.a, pd.b, tied});
+      ds_shard shard{-1, 1};
+      if (tp.size > 1) {
+        if (describe_shard(model, i, j, &shard) != DS_OK) p->fail(i, "describe_shard");
+        if (shard.dim >= pd.shape.ndim || shard.blocks < 1)
+          throw PluginError(where + full + ": shard dim " + std::to_string(shard.dim) + ", blocks " +
+                            std::to_string(shard.blocks) + " do not fit its shape " + shape_str(pd.shape));
+      }
+      info.params.push_back({pname, pd.shape, pd.init, pd.a, pd.b, tied, shard});
     }
     p->layers_.push_back(std::move(info));
   }
@@ -232,6 +257,11 @@ const LayerInfo& Plugin::checked_layer(int32_t layer, const char* call) const {
 }
 
 const LayerInfo& Plugin::layer(int32_t i) const { return checked_layer(i, "layer"); }
+
+void Plugin::set_collectives(const ds_collectives* collectives) {
+  if (set_collectives_ == nullptr) throw PluginError("plugin " + name_ + ": the model takes no collectives");
+  if (set_collectives_(model_, collectives) != DS_OK) fail(-1, "set_collectives");
+}
 
 ds_shape Plugin::output_shape(int32_t layer, const ds_shape& input) const {
   checked_layer(layer, "output_shape");

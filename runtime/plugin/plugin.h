@@ -34,7 +34,13 @@ struct ParamInfo {
   ds_init_kind init;
   float a, b;  // normal(mean=a, std=b) or uniform[a, b)
   std::string tied_to;  // "" or the full name of the earlier layer's parameter this one is
+  ds_shard shard{-1, 1};  // tensor parallelism: how the full tensor was split (`shape` is this rank's share)
   int64_t numel() const;
+};
+
+// This rank's place in a tensor-parallel group (ds_plugin.h); size 1: none.
+struct TensorParallelRank {
+  int rank = 0, size = 1;
 };
 
 struct LayerInfo {
@@ -50,8 +56,10 @@ class Plugin {
  public:
   // Opens the plugin and creates its model from `model_json` (a JSON object as text; "" = "{}") on
   // `backend` (which must outlive the Plugin; nullptr = the CPU backend, backend/backend.h).
+  // With `tp.size` > 1 the model is asked to split itself (model.tensor_parallel, ds_plugin.h); a plugin
+  // that cannot is refused with a ConfigError saying so.
   static std::unique_ptr<Plugin> load(const std::string& name_or_path, const std::string& model_json,
-                                      const ds_backend* backend = nullptr);
+                                      const ds_backend* backend = nullptr, TensorParallelRank tp = {});
   // The file load() would open for `name_or_path`; throws PluginError listing the places searched.
   static std::string resolve(const std::string& name_or_path);
   // Where a plugin name is looked up, in order (see the top of this file).
@@ -86,6 +94,10 @@ class Plugin {
   ds_shape predictions_shape(const ds_shape& input) const;
   // Fills input [n, ...] and target [n, ...] with samples indices[0..n-1].
   void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) const;
+  // Tensor parallelism: the group the model was split over (load's tp) and the collectives its layers
+  // call (valid while the Plugin lives), before any layer runs.
+  TensorParallelRank tensor_parallel() const { return tp_; }
+  void set_collectives(const ds_collectives* collectives);
 
  private:
   Plugin() = default;
@@ -99,6 +111,8 @@ class Plugin {
   const ds_backend* backend_ = nullptr;
   ds_describe_predictions_fn describe_predictions_ = nullptr;  // optional functions (lookup)
   ds_get_batch_fn get_batch_ = nullptr;
+  ds_set_collectives_fn set_collectives_ = nullptr;
+  TensorParallelRank tp_;
   void* model_ = nullptr;
   std::vector<LayerInfo> layers_;
 };

@@ -36,6 +36,22 @@ class Config {
     if (!j_.is_object()) throw ConfigError("model: config must be a JSON object, got " + j_.dump());
   }
 
+  // The engine's "tensor_parallel": {"rank": r, "size": T} (ds_plugin.h), read into `tp`; absent: size 1.
+  // Only a model that splits its parameters reads it: for the others it stays an unknown key.
+  template <class TP>
+  void tensor_parallel(TP& tp) {
+    known_.insert("tensor_parallel");
+    auto it = j_.find("tensor_parallel");
+    if (it == j_.end()) return;
+    if (!it->is_object() || !it->contains("rank") || !it->contains("size") || !(*it)["rank"].is_number_integer() ||
+        !(*it)["size"].is_number_integer())
+      throw ConfigError("model.tensor_parallel: " + it->dump() + " is not {\"rank\": r, \"size\": T}");
+    tp.rank = (*it)["rank"].template get<int32_t>();
+    tp.size = (*it)["size"].template get<int32_t>();
+    if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+      throw ConfigError("model.tensor_parallel: rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size));
+  }
+
   bool has(const std::string& key) {
     known_.insert(key);
     return j_.contains(key);

@@ -246,11 +246,32 @@ inline ds_status get_batch(void* model, const int64_t* indices, int64_t n, ds_te
   });
 }
 
-// The optional functions (ds_plugin.h): every SDK model has both.
+inline ds_status describe_shard(void* model, int32_t layer, int32_t param, ds_shard* out) noexcept {
+  return guard(model, [&](Model& m) {
+    if (out == nullptr) throw std::invalid_argument("describe_shard: out is NULL");
+    const auto& params = m.layer(layer).params();
+    if (param < 0 || static_cast<size_t>(param) >= params.size())
+      throw std::out_of_range("describe_shard: parameter " + std::to_string(param) + " is not in the layer");
+    const Shard& s = params[static_cast<size_t>(param)].shard;
+    *out = {s.dim, s.blocks};
+  });
+}
+
+inline ds_status set_collectives(void* model, const ds_collectives* collectives) noexcept {
+  return guard(model, [&](Model& m) {
+    if (collectives == nullptr || collectives->allreduce_sum == nullptr)
+      throw std::invalid_argument("set_collectives: no all-reduce");
+    m.tensor_parallel()->comm = collectives;
+  });
+}
+
+// The optional functions (ds_plugin.h): every SDK model has them all.
 inline ds_fn lookup(const char* name) noexcept {
   if (name == nullptr) return nullptr;
   if (std::strcmp(name, "describe_predictions") == 0) return reinterpret_cast<ds_fn>(&describe_predictions);
   if (std::strcmp(name, "get_batch") == 0) return reinterpret_cast<ds_fn>(&get_batch);
+  if (std::strcmp(name, "describe_shard") == 0) return reinterpret_cast<ds_fn>(&describe_shard);
+  if (std::strcmp(name, "set_collectives") == 0) return reinterpret_cast<ds_fn>(&set_collectives);
   return nullptr;
 }
 

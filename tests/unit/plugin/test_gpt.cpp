@@ -382,6 +382,36 @@ TEST_CASE("gpt config errors are ConfigErrors naming the key") {
   CHECK(config_error_of(R"({"vocab_size": 4294967296})").rfind(where + "model.vocab_size: ", 0) == 0);
 }
 
+TEST_CASE("gpt split for tensor parallelism declares its shares and how they were cut; mlp cannot be split") {
+  const char* config = R"({"n_layer": 1, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 32})";
+  auto split = ds::Plugin::load(gpt_path(), config, nullptr, ds::TensorParallelRank{1, 2});
+  CHECK(split->tensor_parallel().size == 2);
+  const ds::LayerInfo& h0 = split->layer(1);
+  auto param = [&](const std::string& name) {
+    return *std::find_if(h0.params.begin(), h0.params.end(), [&](const ds::ParamInfo& p) { return p.name == name; });
+  };
+  CHECK(ds::shape_str(param("attn.c_attn.weight").shape) == "[24, 16]");  // q, k, v of 2 of the 4 heads
+  CHECK(param("attn.c_attn.weight").shard.dim == 0);
+  CHECK(param("attn.c_attn.weight").shard.blocks == 3);
+  CHECK(ds::shape_str(param("attn.c_proj.weight").shape) == "[16, 8]");
+  CHECK(param("attn.c_proj.weight").shard.dim == 1);
+  CHECK(ds::shape_str(param("mlp.c_fc.bias").shape) == "[32]");
+  CHECK(param("mlp.c_fc.bias").shard.dim == 0);
+  CHECK(param("mlp.c_proj.bias").shard.dim == -1);  // replicated, added after the sum
+  CHECK(param("ln_1.weight").shard.dim == -1);
+  CHECK(split->layer(0).params[0].shard.dim == -1);  // the embedding stays whole
+  const std::string where = "plugin " + gpt_path() + ": ";
+  CHECK_THROWS_WITH_AS(ds::Plugin::load(gpt_path(), config, nullptr, ds::TensorParallelRank{0, 3}),
+                       (where + "model.n_head: 4 heads do not split over 3 tensor-parallel ranks "
+                                "(tensor_parallel.autotp_size)").c_str(),
+                       ds::ConfigError);
+  const std::string mlp = std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so";
+  CHECK_THROWS_WITH_AS(ds::Plugin::load(mlp, "{}", nullptr, ds::TensorParallelRank{0, 2}),
+                       ("plugin " + mlp + ": the mlp model cannot be split for tensor parallelism "
+                                          "(tensor_parallel.autotp_size 2)").c_str(),
+                       ds::ConfigError);
+}
+
 TEST_CASE("gpt on the CUDA backend (emulated) gives the CPU backend's loss, gradients and logits") {
   // The same plugin, written once against the backend's ops: on the emulated CUDA backend every op
   // is kernels/cuda's kernel on the SIMT emulator (GEMMs on the CPU reference), tensors in "device"
