@@ -212,9 +212,9 @@ nlohmann::json plugin_model_block(const nlohmann::json& model) {
 
 // The model plugin with the config's model block; a bad block is an error in the config file.
 std::unique_ptr<Plugin> load_plugin(const WorkerOptions& o, const nlohmann::json& model,
-                                    const ds_backend* backend = nullptr) {
+                                    const ds_backend* backend = nullptr, TensorParallelRank tp = {}) {
   try {
-    return Plugin::load(o.model, plugin_model_block(model).dump(), backend);
+    return Plugin::load(o.model, plugin_model_block(model).dump(), backend, tp);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", o.config, e.what()));
   }
@@ -233,12 +233,14 @@ DsConfig load_worker_config(const WorkerOptions& o, int world_size, std::unique_
   return load_config(o.config, world_size, args);
 }
 
-// The model's parameters, a tied one counted once (a pipeline stage's engine knows only its own).
+// The model's parameters, a tied one counted once, a tensor-parallel share as its whole tensor (a pipeline
+// stage's engine knows only its own).
 size_t model_parameters(const Plugin& plugin) {
   size_t n = 0;
   for (int i = 0; i < plugin.num_layers(); ++i)
     for (const ParamInfo& p : plugin.layer(i).params)
-      if (p.tied_to.empty()) n += static_cast<size_t>(p.numel());
+      if (p.tied_to.empty())
+        n += static_cast<size_t>(p.numel()) * static_cast<size_t>(p.shard.dim >= 0 ? plugin.tensor_parallel().size : 1);
   return n;
 }
 
@@ -260,16 +262,24 @@ std::vector<int> stage_bounds(const DsConfig& config, const Plugin& plugin) {
   }
 }
 
-// "dsworker: pipeline: 2 stages x 2 data-parallel ranks; stage 0: ranks 0-1, layers 0-2 (embed .. h1), 1.2M parameters"
-std::string pipeline_layout(const pipe::Topology& t, const std::vector<int>& bounds, const Plugin& plugin) {
-  std::string out = fmt::format("dsworker: pipeline: {} stages x {} data-parallel rank{} (rank = stage x {} + data "
-                                "rank)\n", t.pipe_size, t.data_size, t.data_size > 1 ? "s" : "", t.data_size);
-  for (int s = 0; s < t.pipe_size; ++s) {
+// "dsworker: layout: 2 stages x 2 data-parallel x 2 tensor-parallel ranks (rank = stage x 4 + data rank x 2 +
+// tensor rank)", then per stage (with a pipeline): "dsworker: pipeline: stage 0: ranks 0-3, layers 0-2 (embed .. h1),
+// 120448 parameters" (this rank's shares of the split tensors).
+std::string parallel_layout(const pipe::Topology& t, const std::vector<int>& bounds, const Plugin& plugin) {
+  std::string out;
+  if (t.model_size == 1)
+    out = fmt::format("dsworker: pipeline: {} stages x {} data-parallel rank{} (rank = stage x {} + data rank)\n",
+                      t.pipe_size, t.data_size, t.data_size > 1 ? "s" : "", t.data_size);
+  else
+    out = fmt::format("dsworker: layout: {} stage{} x {} data-parallel x {} tensor-parallel ranks (rank = stage x {} + "
+                      "data rank x {} + tensor rank)\n", t.pipe_size, t.pipe_size > 1 ? "s" : "", t.data_size,
+                      t.model_size, t.data_size * t.model_size, t.model_size);
+  for (int s = 0; s < t.pipe_size && t.pipe_size > 1; ++s) {
     const int first = bounds[static_cast<size_t>(s)], end = bounds[static_cast<size_t>(s) + 1];
     int64_t params = 0;
     for (int i = first; i < end; ++i)
       for (const ParamInfo& p : plugin.layer(i).params) params += p.numel();
-    const int r0 = t.rank({s, 0, 0}), r1 = t.rank({s, t.data_size - 1, 0});
+    const int r0 = t.rank({s, 0, 0}), r1 = t.rank({s, t.data_size - 1, t.model_size - 1});
     out += fmt::format("dsworker: pipeline: stage {}: rank{} {}, layers {}-{} ({} .. {}), {} parameters\n", s,
                        r0 == r1 ? "" : "s", r0 == r1 ? std::to_string(r0) : fmt::format("{}-{}", r0, r1), first,
                        end - 1, plugin.layer(first).name, plugin.layer(end - 1).name, params);
@@ -336,8 +346,14 @@ int train(const WorkerOptions& o) {
 
   // On a device the model is created on its backend (a plugin loaded for the config's "auto" sizes was
   // created on the CPU's).
-  if (!plugin || (device && &plugin->backend() != device->table()))
-    plugin = load_plugin(o, config.model, device ? device->table() : nullptr);
+  // With tensor parallelism each rank holds its share of the model (pipe/pipe.h's layout: the tensor-parallel
+  // rank varies fastest).
+  const pipe::Topology topology{static_cast<int>(config.pipeline.stages), config.world_size,
+                                static_cast<int>(config.tensor_parallel.autotp_size)};
+  const pipe::Topology::Coord me = topology.coord(env.rank);
+  const TensorParallelRank tp{me.model, topology.model_size};
+  if (!plugin || (device && &plugin->backend() != device->table()) || tp.size > 1)
+    plugin = load_plugin(o, config.model, device ? device->table() : nullptr, tp);
   std::shared_ptr<Store> store;
   std::unique_ptr<TcpStoreServer> server;
   if (env.world_size == 1) {
@@ -351,18 +367,26 @@ int train(const WorkerOptions& o) {
   EngineConfig engine_settings = engine_config(config, seed);
   engine_settings.device = device.get();
   // With a pipeline, `group` is this rank's stage's data-parallel group (pipe/pipe.h's layout).
-  const pipe::Topology topology{static_cast<int>(config.pipeline.stages), config.world_size, 1};
-  std::unique_ptr<ProcessGroup> group;
+  // `group` is this rank's data-parallel group: the ranks of its stage holding the same tensor-parallel share.
+  std::unique_ptr<ProcessGroup> group, tensor_group;
   std::unique_ptr<pipe::StageLinks> links;
-  if (topology.pipe_size == 1) {
+  if (topology.world() == topology.data_size) {
     group = make_gloo_group(store, env.rank, env.world_size, "dp", env.comm_timeout);
   } else {
-    const pipe::Topology::Coord me = topology.coord(env.rank);
-    group = make_gloo_group(store, me.data, topology.data_size, fmt::format("dp-stage{}", me.pipe), env.comm_timeout);
-    links = std::make_unique<pipe::StageLinks>(store, topology, env.rank, env.comm_timeout);
-    engine_settings.pipeline = links.get();
-    engine_settings.stage_bounds = stage_bounds(config, *plugin);
-    if (lead) std::fprintf(stderr, "%s", pipeline_layout(topology, engine_settings.stage_bounds, *plugin).c_str());
+    group = make_gloo_group(store, me.data, topology.data_size, fmt::format("dp-{}-{}", me.pipe, me.model),
+                            env.comm_timeout);
+    if (tp.size > 1) {
+      tensor_group = make_gloo_group(store, me.model, tp.size, fmt::format("tp-{}-{}", me.pipe, me.data),
+                                     env.comm_timeout);
+      engine_settings.tensor_parallel = tensor_group.get();
+    }
+    engine_settings.stage_bounds = {0, plugin->num_layers()};
+    if (topology.pipe_size > 1) {
+      links = std::make_unique<pipe::StageLinks>(store, topology, env.rank, env.comm_timeout);
+      engine_settings.pipeline = links.get();
+      engine_settings.stage_bounds = stage_bounds(config, *plugin);
+    }
+    if (lead) std::fprintf(stderr, "%s", parallel_layout(topology, engine_settings.stage_bounds, *plugin).c_str());
   }
 
   TrainingData data = load_training_data(config, *plugin);
@@ -434,6 +458,7 @@ int train(const WorkerOptions& o) {
                    : o.epochs ? fmt::format("--epochs {} ({} steps)", *o.epochs, steps)
                               : fmt::format("1 epoch, the default ({} steps)", steps)).c_str());
     group->barrier();  // nobody tears the store down while a peer still needs it
+    if (tensor_group) tensor_group->barrier();
     if (links) links->pipe().barrier();
     return 0;
   }
@@ -455,7 +480,7 @@ int train(const WorkerOptions& o) {
       std::fprintf(stderr, "dsworker: data: %s; %lld tokens per step\n", data.description.c_str(),
                    static_cast<long long>(tokens_per_step));
     std::fprintf(stderr, "dsworker: memory per rank at start: %s\n", memory_line(m).c_str());
-    if (env.world_size > 1) std::fprintf(stderr, "dsworker: collectives over %s\n", group->transport());
+    if (group->size() > 1) std::fprintf(stderr, "dsworker: collectives over %s\n", group->transport());
     if (m.nvme > 0 && engine.layout().partition_size() <= static_cast<size_t>(config.zero_optimization.sub_group_size))
       std::fprintf(stderr, "dsworker: warning: zero_optimization.sub_group_size: %lld elements hold the whole partition "
                            "(%zu): the swap buffers hold as much as the swap file; a smaller sub-group saves the memory\n",
@@ -465,6 +490,7 @@ int train(const WorkerOptions& o) {
   for (const char* op : {"allreduce", "reduce_scatter", "allgather", "alltoall", "broadcast"})
     sent_before[op] = group->comms().stats(op).sent_bytes;
   const uint64_t pipeline_sent_before = links ? links->sent_bytes() : 0;
+  const uint64_t tensor_sent_before = tensor_group ? tensor_group->comms().sent_bytes() : 0;
 
   std::optional<MetricsWriter> metrics;
   if (lead) {
@@ -564,6 +590,10 @@ int train(const WorkerOptions& o) {
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
     std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, ran).c_str());
+    if (tensor_group && ran > 0)
+      std::printf("sent per rank per step to its tensor-parallel group: %s (all-reduces of activations and their "
+                  "gradients; evaluation included)\n",
+                  format_bytes((tensor_group->comms().sent_bytes() - tensor_sent_before) / static_cast<uint64_t>(ran)).c_str());
     if (links && ran > 0)
       std::printf("sent by rank 0 per step to the other stages: %s (activations, tied gradients, norm)\n",
                   format_bytes((links->sent_bytes() - pipeline_sent_before) / static_cast<uint64_t>(ran)).c_str());
@@ -580,6 +610,7 @@ int train(const WorkerOptions& o) {
       std::printf("%s", bubble_lines(all, config.gradient_accumulation_steps).c_str());
   }
   group->barrier();  // nobody tears the store down while a peer still needs it
+  if (tensor_group) tensor_group->barrier();
   if (links) links->pipe().barrier();
   return 0;
 }

@@ -58,7 +58,7 @@ std::string save_checkpoint(Engine& engine, ProcessGroup& group, const std::stri
     CheckpointFile file;
     nlohmann::json run_list = nlohmann::json::array();
     for (const OwnedRun& r : runs) run_list.push_back({r.global, r.size});
-    file.header = {{"kind", "optim_states"}, {"rank", writer}, {"world_size", group.size() * engine.pipeline_stages()},
+    file.header = {{"kind", "optim_states"}, {"rank", writer}, {"world_size", group.size() * engine.pipeline_stages() * engine.tensor_parallel_size()},
                    {"runs", run_list}};
     file.tensors = std::move(shard.tensors);
     write_checkpoint_file(rank_file(dir, tag, writer), file);
@@ -70,8 +70,9 @@ std::string save_checkpoint(Engine& engine, ProcessGroup& group, const std::stri
     CheckpointFile model;
     model.header = {{"kind", "model_states"},
                     {"tag", tag},
-                    {"world_size", group.size() * stages},
+                    {"world_size", group.size() * stages * engine.tensor_parallel_size()},
                     {"pipeline_stages", stages},
+                    {"tensor_parallel_size", engine.tensor_parallel_size()},
                     {"zero_stage", engine.zero_stage()},
                     {"precision", precision_name(engine.precision())},
                     {"steps", shard.steps},

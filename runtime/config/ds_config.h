@@ -285,6 +285,12 @@ struct PipelineConfig {
   int64_t activation_checkpoint_interval = 0;  // > 0: activations recomputed in backward (every layer)
 };
 
+// DeepSpeed's `tensor_parallel` block (AutoTP). dsworker's models declare their own split (the gpt
+// plugin's is Megatron's), so only the size is read.
+struct TensorParallelConfig {
+  int64_t autotp_size = 1;  // tensor-parallel ranks; DeepSpeed's 0 (off) and 1 both mean none
+};
+
 enum class TagValidation { Ignore, Warn, Fail };
 
 // DeepSpeed's `checkpoint` keys plus dsworker's own (dir, save_interval, keep_last).
@@ -301,7 +307,7 @@ struct CheckpointConfig {
 struct DsConfig {
   std::string origin;                 // the name errors and warnings use, e.g. "ds_config.json"
   int world_size = 1;                 // data-parallel size the batch triad was resolved for: the world
-                                      // size / pipeline.stages
+                                      // size / (pipeline.stages x tensor_parallel.autotp_size)
 
   // train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × world_size
   int64_t train_batch_size = 0;               // samples per optimizer step, all ranks
@@ -335,6 +341,7 @@ struct DsConfig {
   MonitorConfig tensorboard;
   ActivationCheckpointingConfig activation_checkpointing;
   PipelineConfig pipeline;
+  TensorParallelConfig tensor_parallel;
   CheckpointConfig checkpoint;
   nlohmann::json model = nlohmann::json::object();  // for the model plugin, untouched
   nlohmann::json data = nlohmann::json::object();   // for the data source, untouched

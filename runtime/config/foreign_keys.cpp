@@ -24,7 +24,7 @@
 // | curriculum_learning, data_efficiency | refuse  | enabled (anywhere) | changes the data                             |
 // | eigenvalue, quantize_training        | refuse  | enabled            | changes the training                         |
 // | hybrid_engine                        | refuse  | enabled            | RLHF inference/training switching            |
-// | weight_quantization, tensor_parallel | refuse  | present            | changes the model / its partitioning         |
+// | weight_quantization                  | refuse  | present            | changes the model                            |
 // | use_data_before_expert_parallelism   | refuse  | true               | mixture of experts                           |
 // | expert_parallel                      | refuse  | enabled            | mixture of experts (AutoEP)                  |
 // | sequence_parallel_size               | refuse  | not 1              | sequence parallelism (Ulysses)               |
@@ -81,7 +81,6 @@ constexpr ForeignKey kForeign[] = {
     {"quantize_training", Policy::refuse, When::enabled, "quantized training"},
     {"hybrid_engine", Policy::refuse, When::enabled, "hybrid engine (RLHF)"},
     {"weight_quantization", Policy::refuse, When::present, "weight quantization"},
-    {"tensor_parallel", Policy::refuse, When::present, "tensor parallelism"},
     {"use_data_before_expert_parallelism", Policy::refuse, When::is_true, "mixture of experts"},
     {"expert_parallel", Policy::refuse, When::enabled, "mixture of experts (AutoEP)"},
     {"sequence_parallel_size", Policy::refuse, When::not_one, "sequence parallelism"},

@@ -18,9 +18,15 @@ using Entry = std::pair<const char*, std::optional<int64_t>>;
 void resolve_triad(Context& ctx, DsConfig& c, std::optional<int64_t> train, std::optional<int64_t> micro,
                    std::optional<int64_t> gas) {
   const int64_t dp = c.world_size;
-  const std::string ranks = c.pipeline.stages > 1 ? fmt::format("data-parallel size {} (world size / pipeline.stages {})",
-                                                                dp, c.pipeline.stages)
-                                                  : fmt::format("world_size {}", dp);
+  std::string ranks = fmt::format("world_size {}", dp);
+  if (c.pipeline.stages > 1 && c.tensor_parallel.autotp_size > 1)
+    ranks = fmt::format("data-parallel size {} (world size / pipeline.stages {} / tensor_parallel.autotp_size {})", dp,
+                        c.pipeline.stages, c.tensor_parallel.autotp_size);
+  else if (c.pipeline.stages > 1)
+    ranks = fmt::format("data-parallel size {} (world size / pipeline.stages {})", dp, c.pipeline.stages);
+  else if (c.tensor_parallel.autotp_size > 1)
+    ranks = fmt::format("data-parallel size {} (world size / tensor_parallel.autotp_size {})", dp,
+                        c.tensor_parallel.autotp_size);
   const char* kTrain = "train_batch_size";
   const char* kMicro = "train_micro_batch_size_per_gpu";
   const char* kGas = "gradient_accumulation_steps";
@@ -118,8 +124,8 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   }
   DsConfig c;
   c.origin = ctx.name;
-  const int64_t stages = cfg::peek_pipeline_stages(file_root);
-  c.world_size = world_size % stages == 0 ? static_cast<int>(world_size / stages) : world_size;  // data-parallel
+  const int64_t model_ranks = cfg::peek_model_parallel_size(file_root);
+  c.world_size = world_size % model_ranks == 0 ? static_cast<int>(world_size / model_ranks) : world_size;  // data-parallel
   nlohmann::json root = file_root;
   c.scheduler_total_steps_auto = resolve_auto(root, ctx, c.world_size, args);
   Section top(ctx, &root, "");
@@ -171,6 +177,8 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   guard([&] { c.tensorboard = parse_monitor(top, "tensorboard"); });
   guard([&] { c.activation_checkpointing = parse_activation_checkpointing(top); });
   guard([&] { c.pipeline = parse_pipeline(top, world_size); });
+  guard([&] { c.tensor_parallel = parse_tensor_parallel(top); });
+  check_model_parallel_sizes(ctx, c, world_size);
   guard([&] { c.checkpoint = parse_checkpoint(top); });
   guard([&] { c.model = free_object(top, "model"); });
   guard([&] { c.data = free_object(top, "data"); });

@@ -136,6 +136,7 @@ PipelineConfig parse_pipeline(Section& top, int world_size) {
     if (c.stages >= 1 && world_size % c.stages != 0)
       s.fail("stages", fmt::format("{} does not divide the world size {} (each stage has world size / stages "
                                    "data-parallel ranks)", c.stages, world_size));
+    if (c.stages < 1) c.stages = 1;
   }
   c.partition = s.string("partition", c.partition);
   if (c.partition == "best") c.partition = "parameters";
@@ -147,12 +148,38 @@ PipelineConfig parse_pipeline(Section& top, int world_size) {
   return c;
 }
 
-int64_t peek_pipeline_stages(const nlohmann::json& root) {
-  const auto pipeline = root.find("pipeline");
-  if (pipeline == root.end() || !pipeline->is_object()) return 1;
-  const auto stages = pipeline->find("stages");
-  if (stages == pipeline->end() || !stages->is_number_integer() || stages->get<int64_t>() < 1) return 1;
-  return stages->get<int64_t>();
+TensorParallelConfig parse_tensor_parallel(Section& top) {
+  TensorParallelConfig c;
+  Section s = top.object("tensor_parallel");
+  const int64_t size = s.integer("autotp_size", 0);
+  s.at_least("autotp_size", static_cast<double>(size), 0);
+  c.autotp_size = std::max<int64_t>(size, 1);
+  s.flag("tp_overlap_comm", false);  // speed only: the all-reduces are not overlapped here
+  if (s.has("dtype")) s.choice("dtype", {"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}, 1, true);
+  for (const char* key : {"tp", "partition_config", "preset_model", "tp_grain_size"})
+    if (s.has(key))
+      s.error(key, "not supported by dsworker: its models declare their own split (the gpt plugin's is Megatron's); "
+                   "set autotp_size only");
+  s.finish();
+  return c;
+}
+
+void check_model_parallel_sizes(Context& ctx, const DsConfig& c, int world_size) {
+  const int64_t model_ranks = c.pipeline.stages * c.tensor_parallel.autotp_size;
+  if (c.tensor_parallel.autotp_size > 1 && world_size % model_ranks != 0)
+    ctx.error("tensor_parallel.autotp_size",
+              fmt::format("{} x pipeline.stages {} does not divide the world size {}", c.tensor_parallel.autotp_size,
+                          c.pipeline.stages, world_size));
+}
+
+int64_t peek_model_parallel_size(const nlohmann::json& root) {
+  auto positive = [&](const char* block, const char* key) -> int64_t {
+    const auto b = root.find(block);
+    if (b == root.end() || !b->is_object()) return 1;
+    const auto v = b->find(key);
+    return v != b->end() && v->is_number_integer() && v->get<int64_t>() >= 1 ? v->get<int64_t>() : 1;
+  };
+  return positive("pipeline", "stages") * positive("tensor_parallel", "autotp_size");
 }
 
 CheckpointConfig parse_checkpoint(Section& top) {

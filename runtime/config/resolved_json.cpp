@@ -264,6 +264,7 @@ nlohmann::ordered_json resolved_json(const DsConfig& c) {
        {{"stages", c.pipeline.stages},
         {"partition", c.pipeline.partition},
         {"activation_checkpoint_interval", c.pipeline.activation_checkpoint_interval}}},
+      {"tensor_parallel", {{"autotp_size", c.tensor_parallel.autotp_size}}},
       {"checkpoint",
        {{"dir", k.dir},
         {"save_interval", k.save_interval},

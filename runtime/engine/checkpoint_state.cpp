@@ -11,19 +11,32 @@
 namespace ds {
 namespace {
 
-// A tensor of the engine's flat order (its tensors one after another, replicas included) and where
-// it is in the whole model's.
+// A run of the engine's flat order (its tensors one after another, replicas included) and where it is
+// in the whole model's. A whole tensor is one run; a tensor-parallel share one run per piece.
 struct Piece {
   size_t local, size, model;
-  bool replica;
+  bool written;  // this rank writes it: not a replica, and a replicated tensor only on tensor-parallel rank 0
 };
 
-std::vector<Piece> pieces(const std::vector<ParamSlot>& slots) {
+std::vector<Piece> pieces(const std::vector<ParamSlot>& slots, TensorParallelRank tp) {
   std::vector<Piece> out;
   size_t local = 0;
   for (const ParamSlot& slot : slots) {
     if (slot.owner >= 0) continue;
-    out.push_back({local, slot.size, slot.global_offset, slot.replica});
+    const bool share = slot.shard.dim >= 0 && tp.size > 1;
+    if (!share) {
+      out.push_back({local, slot.size, slot.global_offset, !slot.replica && tp.rank == 0});
+    } else {  // piece `rank` of every block of every outer row (take_share's order)
+      size_t outer = 1, inner = 1;
+      for (int d = 0; d < slot.shard.dim; ++d) outer *= static_cast<size_t>(slot.shape.dims[d]);
+      for (int d = slot.shard.dim + 1; d < slot.shape.ndim; ++d) inner *= static_cast<size_t>(slot.shape.dims[d]);
+      const size_t blocks = static_cast<size_t>(slot.shard.blocks);
+      const size_t piece = static_cast<size_t>(slot.shape.dims[slot.shard.dim]) / blocks * inner;
+      for (size_t k = 0; k < outer * blocks; ++k)
+        out.push_back({local + k * piece, piece,
+                       slot.global_offset + (k * static_cast<size_t>(tp.size) + static_cast<size_t>(tp.rank)) * piece,
+                       !slot.replica});
+    }
     local += slot.size;
   }
   return out;
@@ -35,13 +48,13 @@ std::vector<OwnedRun> Engine::checkpoint_runs() const {
   std::vector<OwnedRun> runs;
   if (layout_->world() == 1 && group_.rank() != 0) return runs;  // unpartitioned: rank 0 writes it all
   const size_t r = static_cast<size_t>(layout_->rank());
-  const std::vector<Piece> tensors = pieces(slots_);
+  const std::vector<Piece> tensors = pieces(slots_, plugin_.tensor_parallel());
   size_t local = 0;  // where the unit starts in the engine's flat order
   for (const zero::Unit& u : layout_->units()) {
     const size_t first = std::min(r * u.chunk, u.size), end = std::min(first + u.chunk, u.size);
     for (const Piece& t : tensors) {  // the run in the model's order, without the replicas
       const size_t lo = std::max(local + first, t.local), hi = std::min(local + end, t.local + t.size);
-      if (t.replica || hi <= lo) continue;
+      if (!t.written || hi <= lo) continue;
       const OwnedRun run{t.model + (lo - t.local), u.part_offset + (lo - local - first), hi - lo};
       if (!runs.empty() && runs.back().global + runs.back().size == run.global && runs.back().part + runs.back().size == run.part)
         runs.back().size += run.size;
@@ -53,15 +66,17 @@ std::vector<OwnedRun> Engine::checkpoint_runs() const {
   return runs;
 }
 
+// Writers are numbered stage-major, then data-parallel rank (when partitioned), then tensor-parallel rank.
 int Engine::checkpoint_writer() const {
   const int stage = config_.pipeline ? config_.pipeline->stage() : 0;
-  if (layout_->world() > 1) return stage * group_.size() + group_.rank();
-  return group_.rank() == 0 ? stage : -1;
+  const TensorParallelRank tp = plugin_.tensor_parallel();
+  if (layout_->world() > 1) return (stage * group_.size() + group_.rank()) * tp.size + tp.rank;
+  return group_.rank() == 0 ? stage * tp.size + tp.rank : -1;
 }
 
 int Engine::checkpoint_writers() const {
   const int stages = config_.pipeline ? config_.pipeline->stages() : 1;
-  return layout_->world() > 1 ? stages * group_.size() : stages;
+  return (layout_->world() > 1 ? stages * group_.size() : stages) * plugin_.tensor_parallel().size;
 }
 
 void Engine::barrier() {
@@ -120,16 +135,18 @@ void Engine::restore(const TrainingState& state) {
     throw ConfigError(fmt::format("checkpoint: saved {} loss scaling, but this run has {}",
                                   state.scaler ? "with" : "without", scaler_ ? "fp16 loss scaling" : "none"));
 
-  // With a pipeline, this stage's tensors taken out of the whole model's flat order (a replica: its owner's).
+  // With a pipeline or tensor parallelism, this rank's tensors and shares taken out of the whole model's flat
+  // order (a replica: its owner's).
   std::vector<std::vector<float>> stage_values;
-  if (config_.pipeline)
+  const bool split = config_.pipeline || config_.tensor_parallel;
+  if (split)
     for (const auto& [name, whole] : state.tensors) {
       std::vector<float>& values = stage_values.emplace_back(num_params_);
-      for (const Piece& t : pieces(slots_))
+      for (const Piece& t : pieces(slots_, plugin_.tensor_parallel()))
         std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(t.model), t.size, values.begin() + static_cast<std::ptrdiff_t>(t.local));
     }
   auto tensor = [&](size_t k) -> const std::vector<float>& {  // in the engine's flat order
-    return config_.pipeline ? stage_values[k] : state.tensors[k].second;
+    return split ? stage_values[k] : state.tensors[k].second;
   };
   const size_t r = static_cast<size_t>(layout_->rank());
   const std::vector<float>& full = tensor(0);  // master, flat order

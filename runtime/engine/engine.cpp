@@ -225,9 +225,11 @@ void Engine::build_layers() {
       global_offset[g] = global_offset[static_cast<size_t>(all[g].owner)];
       continue;
     }
+    ds_shape full = all[g].info.shape;  // a tensor-parallel share's whole tensor
+    if (all[g].info.shard.dim >= 0) full.dims[all[g].info.shard.dim] *= plugin_.tensor_parallel().size;
     global_offset[g] = model_params_;
-    model_params_ += static_cast<size_t>(all[g].info.numel());
-    model_tensors_.push_back({names[g], all[g].info.shape});
+    model_params_ += elements(full);
+    model_tensors_.push_back({names[g], full});
   }
   std::vector<std::vector<int>> tie_stages(all.size());  // per owner: ascending stages
   for (size_t g = 0; g < all.size(); ++g)

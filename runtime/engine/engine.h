@@ -212,6 +212,7 @@ class Engine {
   int64_t micro_batch() const { return config_.micro_batch; }
   int zero_stage() const { return config_.zero_stage; }
   int pipeline_stages() const { return config_.pipeline ? config_.pipeline->stages() : 1; }
+  int tensor_parallel_size() const { return plugin_.tensor_parallel().size; }
   amp::Storage precision() const { return config_.precision; }
   // The training samples' dtypes and shapes (one sample, no batch dimension) and their count.
   const ds_dataset_info& data_info() const { return data_; }

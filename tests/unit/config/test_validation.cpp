@@ -175,6 +175,23 @@ TEST_CASE("pipeline: stages divide the world; the batch sizes are per data-paral
             .pipeline.activation_checkpoint_interval == 1);
 }
 
+TEST_CASE("tensor_parallel: autotp_size splits the world with the stages; the split itself is the model's") {
+  auto c = parse(R"({"train_batch_size": 16, "gradient_accumulation_steps": 2, "tensor_parallel": {"autotp_size": 2},
+                     "pipeline": {"stages": 2}})", 8);
+  CHECK(c.tensor_parallel.autotp_size == 2);
+  CHECK(c.world_size == 2);  // data-parallel ranks: 8 / (2 x 2)
+  CHECK(c.train_micro_batch_size_per_gpu == 4);
+  CHECK(parse(R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 0, "tp_overlap_comm": false}})")
+            .tensor_parallel.autotp_size == 1);
+  CHECK(error_of(R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 3}})", 4) ==
+        "ds_config.json: tensor_parallel.autotp_size: 3 x pipeline.stages 1 does not divide the world size 4");
+  CHECK(error_of(R"({"train_batch_size": 7, "tensor_parallel": {"autotp_size": 2}})", 4).find(
+            "data-parallel size 2 (world size / tensor_parallel.autotp_size 2)") != std::string::npos);
+  CHECK(error_of(R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2, "partition_config": {}}})", 2) ==
+        "ds_config.json: tensor_parallel.partition_config: not supported by dsworker: its models declare their own "
+        "split (the gpt plugin's is Megatron's); set autotp_size only");
+}
+
 TEST_CASE("optimizer: a misspelt section is reported, and the default optimizer trains") {
   auto c = ds::parse_config(nlohmann::json::parse(R"({"train_batch_size": 8, "optimiser": {"type": "SGD"}})"),
                             "ds_config.json", 1);

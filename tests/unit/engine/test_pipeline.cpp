@@ -261,3 +261,16 @@ TEST_CASE("tensor parallelism: 2 ranks, and with 2 stages and 2 data-parallel ra
     check_same(run(spec), single(spec), /*whole_params=*/false);
   }
 }
+
+TEST_CASE("tensor parallelism with ZeRO 2 and 3 across the data-parallel ranks") {
+  for (int stage : {2, 3}) {
+    CAPTURE(stage);
+    Spec spec;
+    spec.data = 2;
+    spec.tensor = 2;
+    spec.stage = stage;
+    spec.clip = 0.5;
+    spec.steps = 6;
+    check_same(run(spec), single(spec), /*whole_params=*/false);
+  }
+}

@@ -1,8 +1,9 @@
-"""Pipeline parallelism through dsrun: `pipeline.stages` in ds_config.json splits the gpt plugin's layers
+"""Pipeline and tensor parallelism through dsrun: `pipeline.stages` in ds_config.json splits the gpt plugin's layers
 over stages of ranks (rank = stage x data-parallel size + data rank, as DeepSpeed lays them out), and the
 job trains as the same global batch does without a pipeline: the same losses (fp32 within 1e-5, bf16
 and fp16 within 1e-3: 4e-5 measured over 20 steps), the layout printed at start, the bytes between stages reported; checkpoints move between layouts;
-what is refused is refused before training, with the key named."""
+what is refused is refused before training, with the key named. Tensor parallelism
+(`tensor_parallel.autotp_size`, the gpt plugin's Megatron split) alone and in a 2 x 2 x 2 layout likewise."""
 import json, os
 
 from conftest import ROOT, run
@@ -105,3 +106,56 @@ def test_checkpoints_move_between_a_pipeline_and_data_parallel_ranks(dsrun, clea
         assert "resumed from" in r.stderr and "step 3" in r.stderr
         resumed, _ = metrics(resumed_out)
         assert close(resumed, straight[3:], 1e-5), (resumed, straight)
+
+
+def test_tensor_parallel_ranks_train_as_one_and_in_3d_as_data_parallel_ranks(dsrun, clean_env, tmp_path):
+    r, out = train(dsrun, clean_env, tmp_path, "tp", 2, dict(CONFIG, tensor_parallel={"autotp_size": 2}))
+    assert r.returncode == 0, r.stderr
+    assert "dsworker: layout: 1 stage x 1 data-parallel x 2 tensor-parallel ranks" in r.stderr
+    assert "sent per rank per step to its tensor-parallel group:" in r.stdout
+    r1, out1 = train(dsrun, clean_env, tmp_path, "one", 1, CONFIG)
+    assert r1.returncode == 0, r1.stderr
+    assert close(metrics(out)[0], metrics(out1)[0], 1e-5), (metrics(out)[0], metrics(out1)[0])
+    assert close(metrics(out)[1], metrics(out1)[1], 1e-5)
+
+    r3, out3 = train(dsrun, clean_env, tmp_path, "3d", 8, dict(CONFIG, tensor_parallel={"autotp_size": 2},
+                                                               pipeline={"stages": 2, "partition": "uniform"}))
+    assert r3.returncode == 0, r3.stderr
+    assert ("dsworker: layout: 2 stages x 2 data-parallel x 2 tensor-parallel ranks (rank = stage x 4 + data rank x 2 "
+            "+ tensor rank)") in r3.stderr
+    assert "dsworker: pipeline: stage 1: ranks 4-7, layers 2-3 (h1 .. head)" in r3.stderr
+    r2, out2 = train(dsrun, clean_env, tmp_path, "dp", 2, CONFIG)
+    assert r2.returncode == 0, r2.stderr
+    assert close(metrics(out3)[0], metrics(out2)[0], 1e-5), (metrics(out3)[0], metrics(out2)[0])
+
+
+def test_checkpoints_move_between_tensor_parallel_shares_and_one_rank(dsrun, clean_env, tmp_path):
+    split = dict(CONFIG, tensor_parallel={"autotp_size": 2}, pipeline={"stages": 2, "partition": "uniform"})
+    for saver, saver_ranks, loader, loader_ranks in ((split, 4, CONFIG, 1), (CONFIG, 1, split, 4)):
+        name = f"tp-from{saver_ranks}"
+        cfg = dict(saver, checkpoint={"dir": str(tmp_path / name), "save_interval": 3})
+        r, out = train(dsrun, clean_env, tmp_path, name, saver_ranks, cfg)
+        assert r.returncode == 0, r.stderr
+        straight, _ = metrics(out)
+        path = tmp_path / f"{name}-resumed.json"
+        path.write_text(json.dumps(dict(loader, checkpoint={"dir": str(tmp_path / name)})))
+        resumed_out = tmp_path / f"{name}-resumed.jsonl"
+        r = run([dsrun, "--num_gpus", str(loader_ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps",
+                 "6", "--resume", "global_step3", "--metrics", str(resumed_out)],
+                dict(clean_env, DSRUN_LOCAL_SLOTS=str(loader_ranks)), timeout=300)
+        assert r.returncode == 0, r.stderr
+        resumed, _ = metrics(resumed_out)
+        assert close(resumed, straight[3:], 1e-5), (resumed, straight)
+
+
+def test_tensor_parallel_refusals(dsrun, clean_env, tmp_path):
+    r, _ = train(dsrun, clean_env, tmp_path, "odd", 3, dict(CONFIG, tensor_parallel={"autotp_size": 3}))
+    assert r.returncode != 0
+    assert "model.n_head: 2 heads do not split over 3 tensor-parallel ranks" in r.stderr
+    r, _ = train(dsrun, clean_env, tmp_path, "nodiv", 4, dict(CONFIG, tensor_parallel={"autotp_size": 3}))
+    assert r.returncode != 0
+    assert "tensor_parallel.autotp_size: 3 x pipeline.stages 1 does not divide the world size 4" in r.stderr
+    r, _ = train(dsrun, clean_env, tmp_path, "preset", 2, dict(CONFIG, tensor_parallel={"autotp_size": 2,
+                                                                                     "preset_model": "llama"}))
+    assert r.returncode != 0
+    assert "tensor_parallel.preset_model: not supported by dsworker" in r.stderr
