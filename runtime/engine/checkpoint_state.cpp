@@ -79,9 +79,11 @@ int Engine::checkpoint_writers() const {
   return (layout_->world() > 1 ? stages * group_.size() : stages) * plugin_.tensor_parallel().size;
 }
 
+// Each barrier waits for ranks that have passed the previous ones: after the last, every rank of the job has arrived.
 void Engine::barrier() {
   group_.barrier();
-  if (config_.pipeline) config_.pipeline->pipe().barrier();  // after every stage's: all of the job's ranks
+  if (config_.tensor_parallel) config_.tensor_parallel->barrier();
+  if (config_.pipeline) config_.pipeline->pipe().barrier();
 }
 
 // The partition's master copy and state in fp32 (read from the swap file with NVMe offload: a

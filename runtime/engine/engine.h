@@ -234,7 +234,7 @@ class Engine {
   // This rank's index among the ranks that write a file (stage-major), or -1; how many write one.
   int checkpoint_writer() const;
   int checkpoint_writers() const;
-  // Waits for every rank of the job (every stage's data-parallel ranks).
+  // Waits for every rank of the job (data-parallel, tensor-parallel and pipeline groups in turn).
   void barrier();
   TrainingState checkpoint_shard();
   // Replaces parameters, optimizer state, step counters and the loss scaler with `state`, whose
