@@ -30,7 +30,7 @@ struct Topology {
 // bounds[stages] = the number of layers. `method` is DeepSpeed's partition_method:
 //   "uniform"      the same number of layers per stage, the first stages one more when it does not divide;
 //   "parameters"   balanced by each layer's parameter count (`params`);
-//   "type:REGEX"   balanced by the layers whose name matches REGEX (case-insensitive search).
+//   "type:REGEX"   balanced by the layers whose name matches REGEX (POSIX extended, case-insensitive search).
 // Balancing is DeepSpeed's: the split that minimises the spread (largest stage's weight - smallest's),
 // the later boundary on ties; with no more layers than stages, uniform. Throws ConfigError (naming
 // pipeline.partition and the value) on an unknown method, a bad regex, a regex matching no layer, or
