@@ -290,6 +290,7 @@ class GlooGroup final : public ProcessGroup {
 
   // Rendezvous under prefix/ (naming ranks that never come), then Gloo's full mesh of TCP pairs.
   void connect(std::shared_ptr<Store> store, const std::string& prefix, const std::string& address) {
+    if (size_ > 1) shm::setting_from_env();  // a bad value stops every rank here, before any peer connects
     PrefixedStore view(store, prefix + "/");
     ScopedActivity waiting(fmt::format("connecting process group '{}'", prefix));
     try {

@@ -140,13 +140,17 @@ struct Collectives::Segment {
   }
 };
 
-std::unique_ptr<Collectives> Collectives::connect(Store& store, int rank, int size, Millis timeout) {
-  if (size < 2) return nullptr;
+std::string setting_from_env() {
   const char* env = std::getenv("DS_COMM_SHM");
   const std::string setting = env ? env : "";
   if (!setting.empty() && setting != "0" && setting != "1")
     throw CommError(fmt::format("DS_COMM_SHM: '{}' is not 0 (TCP only) or 1 (the default)", setting));
-  const bool off = setting == "0";
+  return setting;
+}
+
+std::unique_ptr<Collectives> Collectives::connect(Store& store, int rank, int size, Millis timeout) {
+  if (size < 2) return nullptr;
+  const bool off = setting_from_env() == "0";
   const std::string me = off ? std::string() : host_identity();
   store.set(fmt::format("shm/host/{}", rank), me.empty() ? "-" : me);
   // Every rank decides alike from the same keys: one rank elsewhere (or off) sends all to TCP.

@@ -21,6 +21,9 @@ namespace ds::shm {
 
 // Identifies what ranks must share for the segment to work; empty when unknown.
 std::string host_identity();
+// DS_COMM_SHM as set: "" (unset: on), "0" (TCP only) or "1"; any other value throws CommError naming it.
+// Groups check it before connecting, so every rank refuses a bad value alike.
+std::string setting_from_env();
 
 class Collectives {
  public:
