@@ -233,17 +233,6 @@ DsConfig load_worker_config(const WorkerOptions& o, int world_size, std::unique_
   return load_config(o.config, world_size, args);
 }
 
-// The model's parameters, a tied one counted once, a tensor-parallel share as its whole tensor (a pipeline
-// stage's engine knows only its own).
-size_t model_parameters(const Plugin& plugin) {
-  size_t n = 0;
-  for (int i = 0; i < plugin.num_layers(); ++i)
-    for (const ParamInfo& p : plugin.layer(i).params)
-      if (p.tied_to.empty())
-        n += static_cast<size_t>(p.numel()) * static_cast<size_t>(p.shard.dim >= 0 ? plugin.tensor_parallel().size : 1);
-  return n;
-}
-
 // The plugin's layers split into config.pipeline.stages by its partition method.
 std::vector<int> stage_bounds(const DsConfig& config, const Plugin& plugin) {
   std::vector<std::string> names;
@@ -468,7 +457,7 @@ int train(const WorkerOptions& o) {
                  "dsworker: model %s: %zu parameters in %d layers; world size %d, ZeRO stage %d, %s (gradients %s%s%s), "
                  "global batch %lld "
                  "(micro %lld x accumulation %lld x ranks %d); %lld steps (%lld per epoch)\n",
-                 plugin->name().c_str(), model_parameters(*plugin), plugin->num_layers(), env.world_size,
+                 plugin->name().c_str(), engine.model_parameters(), plugin->num_layers(), env.world_size,
                  static_cast<int>(config.zero_optimization.stage), std::string(dtype_name(config.model_dtype())).c_str(),
                  std::string(dtype_name(config.grad_accum_dtype)).c_str(),
                  config.bf16.master_weights_and_grads ? ", bf16 master weights" : "",

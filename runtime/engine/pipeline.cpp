@@ -79,26 +79,6 @@ void Engine::reduce_pipeline_gradients() {
   for (size_t unit = layout_->units().size(); unit-- > 0;) grads_->unit_done(unit, true);
 }
 
-// After the data-parallel reduction.
-double Engine::owned_sum_of_squares(const std::function<bool(const ParamSlot&)>& pick) {
-  std::vector<float> values;
-  double sum = 0.0;
-  for (size_t layer = 0; layer < layers_.size(); ++layer) {
-    const zero::Unit& unit = layout_->unit_of_layer(layer);
-    for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s) {
-      if (slots_[s].owner >= 0 || !pick(slots_[s])) continue;
-      const zero::Range mine = layout_->owned_part(slots_[s].offset, slots_[s].size);
-      if (mine.size == 0) continue;
-      const auto* grads = static_cast<const std::byte*>(grads_->owned_grads(unit)) +
-                          (mine.offset - unit.part_offset) * amp::storage_bytes(config_.grad_storage);
-      values.resize(mine.size);
-      amp::to_float(config_.grad_storage, grads, values.data(), mine.size);
-      for (float g : values) sum += static_cast<double>(g) * g;
-    }
-  }
-  return sum;
-}
-
 // Forward only, one micro-batch through every stage in turn (evaluation, prediction).
 void Engine::pipeline_forward(const ds_batch& batch) {
   pipe::StageLinks& links = *config_.pipeline;
