@@ -212,9 +212,9 @@ nlohmann::json plugin_model_block(const nlohmann::json& model) {
 
 // The model plugin with the config's model block; a bad block is an error in the config file.
 std::unique_ptr<Plugin> load_plugin(const WorkerOptions& o, const nlohmann::json& model,
-                                    const ds_backend* backend = nullptr, TensorParallelRank tp = {}) {
+                                    const ds_backend* backend = nullptr, ParallelRank tp = {}, ParallelRank sp = {}) {
   try {
-    return Plugin::load(o.model, plugin_model_block(model).dump(), backend, tp);
+    return Plugin::load(o.model, plugin_model_block(model).dump(), backend, tp, sp);
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{}: {}", o.config, e.what()));
   }
@@ -256,19 +256,29 @@ std::vector<int> stage_bounds(const DsConfig& config, const Plugin& plugin) {
 // 120448 parameters" (this rank's shares of the split tensors).
 std::string parallel_layout(const pipe::Topology& t, const std::vector<int>& bounds, const Plugin& plugin) {
   std::string out;
-  if (t.model_size == 1)
+  if (t.model_size == 1 && t.seq_size == 1) {
     out = fmt::format("dsworker: pipeline: {} stages x {} data-parallel rank{} (rank = stage x {} + data rank)\n",
                       t.pipe_size, t.data_size, t.data_size > 1 ? "s" : "", t.data_size);
-  else
-    out = fmt::format("dsworker: layout: {} stage{} x {} data-parallel x {} tensor-parallel ranks (rank = stage x {} + "
-                      "data rank x {} + tensor rank)\n", t.pipe_size, t.pipe_size > 1 ? "s" : "", t.data_size,
-                      t.model_size, t.data_size * t.model_size, t.model_size);
+  } else {
+    const int seq = t.seq_size * t.model_size;  // ranks per data coordinate
+    std::string sizes = fmt::format("{} stage{} x {} data-parallel", t.pipe_size, t.pipe_size > 1 ? "s" : "", t.data_size);
+    std::string formula = fmt::format("stage x {} + data rank x {}", t.data_size * seq, seq);
+    if (t.seq_size > 1) {
+      sizes += fmt::format(" x {} sequence-parallel", t.seq_size);
+      formula += t.model_size > 1 ? fmt::format(" + sequence rank x {}", t.model_size) : " + sequence rank";
+    }
+    if (t.model_size > 1) {
+      sizes += fmt::format(" x {} tensor-parallel", t.model_size);
+      formula += " + tensor rank";
+    }
+    out = fmt::format("dsworker: layout: {} ranks (rank = {})\n", sizes, formula);
+  }
   for (int s = 0; s < t.pipe_size && t.pipe_size > 1; ++s) {
     const int first = bounds[static_cast<size_t>(s)], end = bounds[static_cast<size_t>(s) + 1];
     int64_t params = 0;
     for (int i = first; i < end; ++i)
       for (const ParamInfo& p : plugin.layer(i).params) params += p.numel();
-    const int r0 = t.rank({s, 0, 0}), r1 = t.rank({s, t.data_size - 1, t.model_size - 1});
+    const int r0 = t.rank({s, 0, 0, 0}), r1 = t.rank({s, t.data_size - 1, t.model_size - 1, t.seq_size - 1});
     out += fmt::format("dsworker: pipeline: stage {}: rank{} {}, layers {}-{} ({} .. {}), {} parameters\n", s,
                        r0 == r1 ? "" : "s", r0 == r1 ? std::to_string(r0) : fmt::format("{}-{}", r0, r1), first,
                        end - 1, plugin.layer(first).name, plugin.layer(end - 1).name, params);
@@ -337,12 +347,14 @@ int train(const WorkerOptions& o) {
   // created on the CPU's).
   // With tensor parallelism each rank holds its share of the model (pipe/pipe.h's layout: the tensor-parallel
   // rank varies fastest).
+  // With sequence parallelism each rank sees its chunk of every sequence.
   const pipe::Topology topology{static_cast<int>(config.pipeline.stages), config.world_size,
-                                static_cast<int>(config.tensor_parallel.autotp_size)};
+                                static_cast<int>(config.tensor_parallel.autotp_size),
+                                static_cast<int>(config.sequence_parallel_size)};
   const pipe::Topology::Coord me = topology.coord(env.rank);
-  const TensorParallelRank tp{me.model, topology.model_size};
-  if (!plugin || (device && &plugin->backend() != device->table()) || tp.size > 1)
-    plugin = load_plugin(o, config.model, device ? device->table() : nullptr, tp);
+  const ParallelRank tp{me.model, topology.model_size}, sp{me.seq, topology.seq_size};
+  if (!plugin || (device && &plugin->backend() != device->table()) || tp.size > 1 || sp.size > 1)
+    plugin = load_plugin(o, config.model, device ? device->table() : nullptr, tp, sp);
   std::shared_ptr<Store> store;
   std::unique_ptr<TcpStoreServer> server;
   if (env.world_size == 1) {
@@ -355,19 +367,24 @@ int train(const WorkerOptions& o) {
   const uint64_t seed = o.seed.value_or(config.seed);
   EngineConfig engine_settings = engine_config(config, seed);
   engine_settings.device = device.get();
-  // With a pipeline, `group` is this rank's stage's data-parallel group (pipe/pipe.h's layout).
-  // `group` is this rank's data-parallel group: the ranks of its stage holding the same tensor-parallel share.
-  std::unique_ptr<ProcessGroup> group, tensor_group;
+  // `group` is this rank's data-parallel group (pipe/pipe.h's layout): the ranks of its stage holding the
+  // same tensor-parallel share, with sequence parallelism those of every sequence chunk too (data-major).
+  std::unique_ptr<ProcessGroup> group, tensor_group, sequence_group;
   std::unique_ptr<pipe::StageLinks> links;
   if (topology.world() == topology.data_size) {
     group = make_gloo_group(store, env.rank, env.world_size, "dp", env.comm_timeout);
   } else {
-    group = make_gloo_group(store, me.data, topology.data_size, fmt::format("dp-{}-{}", me.pipe, me.model),
-                            env.comm_timeout);
+    group = make_gloo_group(store, me.data * sp.size + me.seq, topology.data_size * sp.size,
+                            fmt::format("dp-{}-{}", me.pipe, me.model), env.comm_timeout);
     if (tp.size > 1) {
-      tensor_group = make_gloo_group(store, me.model, tp.size, fmt::format("tp-{}-{}", me.pipe, me.data),
+      tensor_group = make_gloo_group(store, me.model, tp.size, fmt::format("tp-{}-{}-{}", me.pipe, me.data, me.seq),
                                      env.comm_timeout);
       engine_settings.tensor_parallel = tensor_group.get();
+    }
+    if (sp.size > 1) {
+      sequence_group = make_gloo_group(store, me.seq, sp.size, fmt::format("sp-{}-{}-{}", me.pipe, me.data, me.model),
+                                       env.comm_timeout);
+      engine_settings.sequence_parallel = sequence_group.get();
     }
     engine_settings.stage_bounds = {0, plugin->num_layers()};
     if (topology.pipe_size > 1) {
@@ -448,6 +465,7 @@ int train(const WorkerOptions& o) {
                               : fmt::format("1 epoch, the default ({} steps)", steps)).c_str());
     group->barrier();  // nobody tears the store down while a peer still needs it
     if (tensor_group) tensor_group->barrier();
+    if (sequence_group) sequence_group->barrier();
     if (links) links->pipe().barrier();
     return 0;
   }
@@ -463,7 +481,7 @@ int train(const WorkerOptions& o) {
                  config.bf16.master_weights_and_grads ? ", bf16 master weights" : "",
                  config.bf16.optimizer_states ? ", bf16 optimizer states" : "", static_cast<long long>(engine.global_batch()),
                  static_cast<long long>(config.train_micro_batch_size_per_gpu),
-                 static_cast<long long>(config.gradient_accumulation_steps), group->size(),
+                 static_cast<long long>(config.gradient_accumulation_steps), config.world_size,
                  static_cast<long long>(steps), static_cast<long long>(engine.steps_per_epoch()));
     if (!data.description.empty())
       std::fprintf(stderr, "dsworker: data: %s; %lld tokens per step\n", data.description.c_str(),
@@ -480,6 +498,7 @@ int train(const WorkerOptions& o) {
     sent_before[op] = group->comms().stats(op).sent_bytes;
   const uint64_t pipeline_sent_before = links ? links->sent_bytes() : 0;
   const uint64_t tensor_sent_before = tensor_group ? tensor_group->comms().sent_bytes() : 0;
+  const uint64_t sequence_sent_before = sequence_group ? sequence_group->comms().sent_bytes() : 0;
 
   std::optional<MetricsWriter> metrics;
   if (lead) {
@@ -583,6 +602,10 @@ int train(const WorkerOptions& o) {
       std::printf("sent per rank per step to its tensor-parallel group: %s (all-reduces of activations and their "
                   "gradients; evaluation included)\n",
                   format_bytes((tensor_group->comms().sent_bytes() - tensor_sent_before) / static_cast<uint64_t>(ran)).c_str());
+    if (sequence_group && ran > 0)
+      std::printf("sent per rank per step to its sequence-parallel group: %s (all-to-alls around attention; "
+                  "evaluation included)\n",
+                  format_bytes((sequence_group->comms().sent_bytes() - sequence_sent_before) / static_cast<uint64_t>(ran)).c_str());
     if (links && ran > 0)
       std::printf("sent by rank 0 per step to the other stages: %s (activations, tied gradients, norm)\n",
                   format_bytes((links->sent_bytes() - pipeline_sent_before) / static_cast<uint64_t>(ran)).c_str());
@@ -600,6 +623,7 @@ int train(const WorkerOptions& o) {
   }
   group->barrier();  // nobody tears the store down while a peer still needs it
   if (tensor_group) tensor_group->barrier();
+  if (sequence_group) sequence_group->barrier();
   if (links) links->pipe().barrier();
   return 0;
 }

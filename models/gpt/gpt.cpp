@@ -22,6 +22,12 @@
 // them (Block); the embedding and the tied head stay whole on every rank, as DeepSpeed's AutoTP leaves
 // a tied embedding. n_head must be a multiple of the tensor-parallel size.
 //
+// Sequence parallelism (model.sequence_parallel, DeepSpeed-Ulysses): rank s of S sees positions
+// [s·T, (s+1)·T) of every sequence (the embedding adds wpe from s·T); around attention each block trades its
+// chunk of the sequence for a share of the heads (all-to-all), attends over the whole sequence with them,
+// and trades back. n_head must be a multiple of tensor-parallel size x S, seq_len of S. The loss is the mean
+// over the rank's own positions (the engine's average over the ranks makes it the batch's).
+//
 // Every layer keeps what backward needs in its workspace (the engine may re-run forward right
 // before backward); backward's own temporaries are the backend's (ops.temp).
 #include <algorithm>
@@ -45,18 +51,23 @@ constexpr float kLnEps = 1e-5f;  // GPT-2's LayerNorm eps
 struct Dims {
   int64_t n_layer, n_head, n_embd, seq_len, vocab;
   float init_std;
+  int64_t seq_ranks = 1;  // sequence parallelism: each rank sees seq_len / seq_ranks positions at most
 };
 
-// Throws unless `in` is [B, T] (ndim 2, tokens) or [B, T, C] (ndim 3, activations), 1 ≤ T ≤ seq_len.
+// Throws unless `in` is [B, T] (ndim 2, tokens) or [B, T, C] (ndim 3, activations), 1 ≤ T ≤ seq_len
+// (per sequence-parallel rank: seq_len / S).
 void require_input(const Shape& in, int ndim, const Dims& d) {
-  bool ok = in.ndim == ndim && in[0] >= 1 && in[1] >= 1 && in[1] <= d.seq_len;
+  const int64_t most = d.seq_len / d.seq_ranks;
+  bool ok = in.ndim == ndim && in[0] >= 1 && in[1] >= 1 && in[1] <= most;
   if (ok && ndim == 3) ok = in[2] == d.n_embd;
   if (!ok)
     throw std::invalid_argument("input shape " + in.str() + ", expected " +
                                 (ndim == 2 ? std::string("[B, T] tokens")
                                            : "[B, T, " + std::to_string(d.n_embd) + "] (n_embd " +
                                                  std::to_string(d.n_embd) + ")") +
-                                " with 1 <= T <= seq_len " + std::to_string(d.seq_len));
+                                " with 1 <= T <= " +
+                                (d.seq_ranks > 1 ? "seq_len / sequence-parallel ranks " + std::to_string(most)
+                                                 : "seq_len " + std::to_string(d.seq_len)));
 }
 
 // Linear on rows: y[n,out] = x[n,in]·Wᵀ + b, the product accumulated onto the bias (one pass over
@@ -78,7 +89,7 @@ void linear_backward(const Ops& ops, const float* x, const float* W, const float
 
 class Embed : public ds::sdk::Layer {
  public:
-  explicit Embed(const Dims& d) : Layer("embed"), d_(d) {
+  Embed(const Dims& d, std::shared_ptr<const ds::sdk::SequenceParallel> sp) : Layer("embed"), d_(d), sp_(std::move(sp)) {
     add_param("wte", {d.vocab, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std);
     add_param("wpe", {d.seq_len, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std);
   }
@@ -86,17 +97,21 @@ class Embed : public ds::sdk::Layer {
     require_input(in, 2, d_);
     return {in[0], in[1], d_.n_embd};
   }
-  void forward(const Forward& f) override {
-    f.ops.embedding_forward(f.input.i32(), f.param(0).f32(), f.param(1).f32(), f.output.f32(), f.input.dim(0),
-                               f.input.dim(1), d_.n_embd, d_.vocab);
+  void forward(const Forward& f) override {  // positions from this rank's first: wpe rows sp.rank·T on
+    f.ops.embedding_forward(f.input.i32(), f.param(0).f32(), f.param(1).f32() + first_position(f.input.dim(1)),
+                            f.output.f32(), f.input.dim(0), f.input.dim(1), d_.n_embd, d_.vocab);
   }
   void backward(const Backward& b) override {  // layer 0: no grad_input (the input is token ids)
-    b.ops.embedding_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(), b.grad_param(1).f32(),
-                                b.input.dim(0), b.input.dim(1), d_.n_embd, d_.vocab);
+    b.ops.embedding_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(),
+                             b.grad_param(1).f32() + first_position(b.input.dim(1)), b.input.dim(0), b.input.dim(1),
+                             d_.n_embd, d_.vocab);
   }
 
  private:
+  // The offset (floats) of this rank's first position's row in wpe [seq_len, C].
+  int64_t first_position(int64_t T) const { return sp_->rank * T * d_.n_embd; }
   Dims d_;
+  std::shared_ptr<const ds::sdk::SequenceParallel> sp_;
 };
 
 // ---- transformer block ---------------------------------------------------------------------------
@@ -108,8 +123,9 @@ class Embed : public ds::sdk::Layer {
 // LayerNorms and the row-parallel biases are replicated: every rank computes the same values for them.
 class Block : public ds::sdk::Layer {
  public:
-  Block(std::string name, const Dims& d, std::shared_ptr<const ds::sdk::TensorParallel> tp)
-      : Layer(std::move(name)), d_(d), tp_(std::move(tp)) {
+  Block(std::string name, const Dims& d, std::shared_ptr<const ds::sdk::TensorParallel> tp,
+        std::shared_ptr<const ds::sdk::SequenceParallel> sp)
+      : Layer(std::move(name)), d_(d), tp_(std::move(tp)), sp_(std::move(sp)) {
     const int64_t C = d.n_embd, Cp = C / tp_->size, Fp = 4 * C / tp_->size;
     const float proj_std = d.init_std / std::sqrt(2.0f * static_cast<float>(d.n_layer));
     const ds::sdk::Shard qkv{0, 3}, rows{0, 1}, cols{1, 1};
@@ -146,8 +162,7 @@ class Block : public ds::sdk::Layer {
     float* x2 = ws + w.x2;
     const Ops& ops = f.ops;
     ops.layernorm_forward(x, p(f, 0), p(f, 1), ws + w.ln1, ws + w.ln1_stats, N, C, kLnEps);
-    linear_forward(ops, ws + w.ln1, p(f, 2), p(f, 3), ws + w.qkv, N, C, 3 * Cp);
-    ops.attention_forward(ws + w.qkv, ws + w.att, ws + w.att_stats, B, T, H, D);
+    attend(ops, ws, w, p(f, 2), p(f, 3), B, T);
     row_parallel_forward(ops, ws + w.att, p(f, 4), p(f, 5), x2, N, Cp, C);
     ops.add_into(x2, x, N * C);  // x2 = x + attn(ln_1(x))
     ops.layernorm_forward(x2, p(f, 6), p(f, 7), ws + w.ln2, ws + w.ln2_stats, N, C, kLnEps);
@@ -178,7 +193,7 @@ class Block : public ds::sdk::Layer {
     ops.add(dy, tmp.get(), dx2.get(), N * C);  // d/dx2: through the residual and the mlp branch
     // attention branch: x2 = x + c_proj(attention(c_attn(ln_1(x))))
     linear_backward(ops, ws + w.att, p(b, 4), dx2.get(), dc.get(), g(4), g(5), N, Cp, C);
-    ops.attention_backward(ws + w.qkv, ws + w.att_stats, dc.get(), dqkv.get(), B, T, H, D);
+    attention_backward(ops, ws, w, dc.get(), dqkv.get(), B, T);
     linear_backward(ops, ws + w.ln1, p(b, 2), dqkv.get(), dc.get(), g(2), g(3), N, C, 3 * Cp);
     tp_->allreduce_sum(dc.get(), N * C);
     ops.layernorm_backward(x, p(b, 0), ws + w.ln1_stats, dc.get(), tmp.get(), g(0), g(1), N, C);
@@ -220,6 +235,31 @@ class Block : public ds::sdk::Layer {
       total = at;
     }
   };
+  // qkv = c_attn(ln_1 output), then attention of this rank's H heads over its T positions into the workspace.
+  // With sequence parallelism over S ranks: of H/S heads over all S·T positions (the workspace keeps
+  // q, k, v in that layout for backward); the output traded back to this rank's positions, all H heads.
+  void attend(const Ops& ops, float* ws, const Slots& w, const float* W, const float* bias, int64_t B, int64_t T) const {
+    const int64_t C = d_.n_embd, N = B * T, H = d_.n_head / tp_->size, D = C / d_.n_head, Cp = H * D, S = sp_->size;
+    if (S == 1) {
+      linear_forward(ops, ws + w.ln1, W, bias, ws + w.qkv, N, C, 3 * Cp);
+      return ops.attention_forward(ws + w.qkv, ws + w.att, ws + w.att_stats, B, T, H, D);
+    }
+    const auto qkv = ops.temp(N * 3 * Cp), att = ops.temp(N * Cp);
+    linear_forward(ops, ws + w.ln1, W, bias, qkv.get(), N, C, 3 * Cp);
+    sp_->to_heads(qkv.get(), ws + w.qkv, B, T, 3 * Cp, 3);
+    ops.attention_forward(ws + w.qkv, att.get(), ws + w.att_stats, B, S * T, H / S, D);
+    sp_->to_sequence(att.get(), ws + w.att, B, T, Cp, 1);
+  }
+  // d(qkv) [B, T, 3·Cp] from d(attention output) [B, T, Cp], through the same trades as attend.
+  void attention_backward(const Ops& ops, const float* ws, const Slots& w, const float* datt, float* dqkv, int64_t B,
+                          int64_t T) const {
+    const int64_t N = B * T, H = d_.n_head / tp_->size, D = d_.n_embd / d_.n_head, Cp = H * D, S = sp_->size;
+    if (S == 1) return ops.attention_backward(ws + w.qkv, ws + w.att_stats, datt, dqkv, B, T, H, D);
+    const auto datt_heads = ops.temp(N * Cp), dqkv_heads = ops.temp(N * 3 * Cp);
+    sp_->to_heads(datt, datt_heads.get(), B, T, Cp, 1);
+    ops.attention_backward(ws + w.qkv, ws + w.att_stats, datt_heads.get(), dqkv_heads.get(), B, S * T, H / S, D);
+    sp_->to_sequence(dqkv_heads.get(), dqkv, B, T, 3 * Cp, 3);
+  }
   static const float* p(const ds::sdk::LayerCall& c, int32_t i) { return c.param(i).f32(); }
   static float* workspace(void* ws) {
     if (ws == nullptr) throw std::invalid_argument("workspace is NULL");
@@ -227,6 +267,7 @@ class Block : public ds::sdk::Layer {
   }
   Dims d_;
   std::shared_ptr<const ds::sdk::TensorParallel> tp_;
+  std::shared_ptr<const ds::sdk::SequenceParallel> sp_;
 };
 
 // ---- head: ln_f, tied LM head, cross-entropy -----------------------------------------------------
@@ -337,12 +378,22 @@ class Gpt : public ds::sdk::Model {
  public:
   explicit Gpt(ds::sdk::Config& cfg) : d_(read_dims(cfg)) {
     cfg.tensor_parallel(*tensor_parallel());
-    const int32_t ranks = tensor_parallel()->size;
+    cfg.sequence_parallel(*sequence_parallel());
+    const int32_t ranks = tensor_parallel()->size, seq_ranks = sequence_parallel()->size;
     if (d_.n_head % ranks != 0)
       throw ds::sdk::ConfigError("model.n_head: " + std::to_string(d_.n_head) + " heads do not split over " +
                                  std::to_string(ranks) + " tensor-parallel ranks (tensor_parallel.autotp_size)");
-    add_layer<Embed>(d_);
-    for (int64_t i = 0; i < d_.n_layer; ++i) add_layer<Block>("h" + std::to_string(i), d_, tensor_parallel());
+    if (d_.n_head % (ranks * seq_ranks) != 0)
+      throw ds::sdk::ConfigError("model.n_head: " + std::to_string(d_.n_head) + " heads do not split over " +
+                                 std::to_string(ranks) + " tensor-parallel x " + std::to_string(seq_ranks) +
+                                 " sequence-parallel ranks (sequence_parallel_size)");
+    if (d_.seq_len % seq_ranks != 0)
+      throw ds::sdk::ConfigError("model.seq_len: " + std::to_string(d_.seq_len) + " positions do not split over " +
+                                 std::to_string(seq_ranks) + " sequence-parallel ranks (sequence_parallel_size)");
+    d_.seq_ranks = seq_ranks;
+    add_layer<Embed>(d_, sequence_parallel());
+    for (int64_t i = 0; i < d_.n_layer; ++i)
+      add_layer<Block>("h" + std::to_string(i), d_, tensor_parallel(), sequence_parallel());
     add_layer<Head>(d_);
   }
   bool runs_on(ds_device_type) const override { return true; }  // only the backend's ops touch tensors

@@ -307,7 +307,9 @@ struct CheckpointConfig {
 struct DsConfig {
   std::string origin;                 // the name errors and warnings use, e.g. "ds_config.json"
   int world_size = 1;                 // data-parallel size the batch triad was resolved for: the world
-                                      // size / (pipeline.stages x tensor_parallel.autotp_size)
+                                      // size / (pipeline.stages x tensor_parallel.autotp_size x
+                                      // sequence_parallel_size)
+  int64_t sequence_parallel_size = 1; // DeepSpeed-Ulysses: ranks that split each sequence (top-level key)
 
   // train_batch_size = train_micro_batch_size_per_gpu × gradient_accumulation_steps × world_size
   int64_t train_batch_size = 0;               // samples per optimizer step, all ranks

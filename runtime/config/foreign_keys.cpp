@@ -15,7 +15,7 @@
 // | disable_allgather, fp32_allreduce    | ignore  | true               | legacy, unused by DeepSpeed's engine         |
 // | vocabulary_size                      | ignore  | present            | DeepSpeed only warns about it                |
 // | zero_force_ds_cpu_optimizer          | ignore  | false              | dsworker takes no client optimizer           |
-// | seq_parallel_communication_data_type | ignore  | present            | sequence parallelism only                    |
+// | seq_parallel_communication_data_type | ignore  | present            | the all-to-alls carry fp32, its default      |
 // | amp                                  | refuse  | enabled            | Apex AMP                                     |
 // | sparse_attention                     | refuse  | present            | changes the model                            |
 // | elasticity                           | refuse  | enabled            | elastic batch sizes                          |
@@ -27,7 +27,6 @@
 // | weight_quantization                  | refuse  | present            | changes the model                            |
 // | use_data_before_expert_parallelism   | refuse  | true               | mixture of experts                           |
 // | expert_parallel                      | refuse  | enabled            | mixture of experts (AutoEP)                  |
-// | sequence_parallel_size               | refuse  | not 1              | sequence parallelism (Ulysses)               |
 // | managed_gradient_accumulation        | refuse  | false              | dsworker runs the accumulation loop itself   |
 // | gradient_allreduce_op                | refuse  | not "mean"         | gradients are averaged                       |
 // | log_level                            | ignore  | present            | dsworker's own logging                       |
@@ -69,7 +68,8 @@ constexpr ForeignKey kForeign[] = {
     {"fp32_allreduce", Policy::ignore, When::is_true, "legacy, unused by DeepSpeed's engine"},
     {"vocabulary_size", Policy::ignore, When::present, "DeepSpeed only warns about it"},
     {"zero_force_ds_cpu_optimizer", Policy::ignore, When::is_false, "dsworker takes no client optimizer"},
-    {"seq_parallel_communication_data_type", Policy::ignore, When::present, "sequence parallelism only"},
+    {"seq_parallel_communication_data_type", Policy::ignore, When::present,
+     "the sequence-parallel all-to-alls carry fp32, DeepSpeed's default"},
     {"amp", Policy::refuse, When::enabled, "Apex AMP"},
     {"sparse_attention", Policy::refuse, When::present, "sparse attention changes the model"},
     {"elasticity", Policy::refuse, When::enabled, "elastic batch sizes"},
@@ -83,7 +83,6 @@ constexpr ForeignKey kForeign[] = {
     {"weight_quantization", Policy::refuse, When::present, "weight quantization"},
     {"use_data_before_expert_parallelism", Policy::refuse, When::is_true, "mixture of experts"},
     {"expert_parallel", Policy::refuse, When::enabled, "mixture of experts (AutoEP)"},
-    {"sequence_parallel_size", Policy::refuse, When::not_one, "sequence parallelism"},
     {"managed_gradient_accumulation", Policy::refuse, When::is_false,
      "a client-owned accumulation boundary; dsworker runs the accumulation loop itself"},
     {"gradient_allreduce_op", Policy::refuse, When::not_mean, "unaveraged gradients; dsworker averages them"},

@@ -1,5 +1,6 @@
 // The top level: scalar keys, the sections, foreign keys, then the cross-key resolutions — the batch
 // triad (DeepSpeed's integer rules, reference §2.2), fp16/bf16 exclusion and the dtype defaults.
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -19,14 +20,11 @@ void resolve_triad(Context& ctx, DsConfig& c, std::optional<int64_t> train, std:
                    std::optional<int64_t> gas) {
   const int64_t dp = c.world_size;
   std::string ranks = fmt::format("world_size {}", dp);
-  if (c.pipeline.stages > 1 && c.tensor_parallel.autotp_size > 1)
-    ranks = fmt::format("data-parallel size {} (world size / pipeline.stages {} / tensor_parallel.autotp_size {})", dp,
-                        c.pipeline.stages, c.tensor_parallel.autotp_size);
-  else if (c.pipeline.stages > 1)
-    ranks = fmt::format("data-parallel size {} (world size / pipeline.stages {})", dp, c.pipeline.stages);
-  else if (c.tensor_parallel.autotp_size > 1)
-    ranks = fmt::format("data-parallel size {} (world size / tensor_parallel.autotp_size {})", dp,
-                        c.tensor_parallel.autotp_size);
+  std::string divisors;  // the ranks that are not data-parallel
+  if (c.pipeline.stages > 1) divisors += fmt::format(" / pipeline.stages {}", c.pipeline.stages);
+  if (c.tensor_parallel.autotp_size > 1) divisors += fmt::format(" / tensor_parallel.autotp_size {}", c.tensor_parallel.autotp_size);
+  if (c.sequence_parallel_size > 1) divisors += fmt::format(" / sequence_parallel_size {}", c.sequence_parallel_size);
+  if (!divisors.empty()) ranks = fmt::format("data-parallel size {} (world size{})", dp, divisors);
   const char* kTrain = "train_batch_size";
   const char* kMicro = "train_micro_batch_size_per_gpu";
   const char* kGas = "gradient_accumulation_steps";
@@ -178,6 +176,11 @@ DsConfig parse_in(const nlohmann::json& file_root, Context& ctx, int world_size,
   guard([&] { c.activation_checkpointing = parse_activation_checkpointing(top); });
   guard([&] { c.pipeline = parse_pipeline(top, world_size); });
   guard([&] { c.tensor_parallel = parse_tensor_parallel(top); });
+  guard([&] {
+    const int64_t size = top.integer("sequence_parallel_size", 1);
+    top.at_least("sequence_parallel_size", static_cast<double>(size), 1);
+    c.sequence_parallel_size = std::max<int64_t>(size, 1);
+  });
   check_model_parallel_sizes(ctx, c, world_size);
   guard([&] { c.checkpoint = parse_checkpoint(top); });
   guard([&] { c.model = free_object(top, "model"); });

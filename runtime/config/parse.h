@@ -37,11 +37,13 @@ AioConfig parse_aio(Section& top);
 CommsLoggerConfig parse_comms_logger(Section& top);
 MonitorConfig parse_monitor(Section& top, const char* key);  // csv_monitor, tensorboard
 ActivationCheckpointingConfig parse_activation_checkpointing(Section& top);
-// `pipeline` and `tensor_parallel`; stages x tensor-parallel size must divide `world_size`.
+// `pipeline` and `tensor_parallel`; stages x tensor-parallel size x sequence_parallel_size must divide
+// `world_size`.
 PipelineConfig parse_pipeline(Section& top, int world_size);
 TensorParallelConfig parse_tensor_parallel(Section& top);
 void check_model_parallel_sizes(Context& ctx, const DsConfig& c, int world_size);
-// pipeline.stages x tensor_parallel.autotp_size as given when they are positive integers (else 1 each),
+// pipeline.stages x tensor_parallel.autotp_size x sequence_parallel_size as given when they are positive
+// integers (else 1 each): the ranks that are not data-parallel,
 // for the batch sizes' "auto" values, resolved before the sections are read (which report bad values).
 int64_t peek_model_parallel_size(const nlohmann::json& root);
 CheckpointConfig parse_checkpoint(Section& top);

@@ -165,21 +165,32 @@ TensorParallelConfig parse_tensor_parallel(Section& top) {
 }
 
 void check_model_parallel_sizes(Context& ctx, const DsConfig& c, int world_size) {
-  const int64_t model_ranks = c.pipeline.stages * c.tensor_parallel.autotp_size;
-  if (c.tensor_parallel.autotp_size > 1 && world_size % model_ranks != 0)
+  const int64_t model_ranks = c.pipeline.stages * c.tensor_parallel.autotp_size * c.sequence_parallel_size;
+  if (world_size % model_ranks == 0) return;
+  if (c.sequence_parallel_size > 1) {
+    std::string times;
+    if (c.pipeline.stages > 1) times += fmt::format(" x pipeline.stages {}", c.pipeline.stages);
+    if (c.tensor_parallel.autotp_size > 1) times += fmt::format(" x tensor_parallel.autotp_size {}", c.tensor_parallel.autotp_size);
+    ctx.error("sequence_parallel_size", fmt::format("{}{} does not divide the world size {}", c.sequence_parallel_size,
+                                                    times, world_size));
+  }
+  else if (c.tensor_parallel.autotp_size > 1)
     ctx.error("tensor_parallel.autotp_size",
               fmt::format("{} x pipeline.stages {} does not divide the world size {}", c.tensor_parallel.autotp_size,
                           c.pipeline.stages, world_size));
 }
 
 int64_t peek_model_parallel_size(const nlohmann::json& root) {
-  auto positive = [&](const char* block, const char* key) -> int64_t {
-    const auto b = root.find(block);
-    if (b == root.end() || !b->is_object()) return 1;
-    const auto v = b->find(key);
-    return v != b->end() && v->is_number_integer() && v->get<int64_t>() >= 1 ? v->get<int64_t>() : 1;
+  auto positive = [](const nlohmann::json& block, const char* key) -> int64_t {
+    if (!block.is_object()) return 1;
+    const auto v = block.find(key);
+    return v != block.end() && v->is_number_integer() && v->get<int64_t>() >= 1 ? v->get<int64_t>() : 1;
   };
-  return positive("pipeline", "stages") * positive("tensor_parallel", "autotp_size");
+  auto in = [&](const char* block, const char* key) -> int64_t {
+    const auto b = root.find(block);
+    return b == root.end() ? 1 : positive(*b, key);
+  };
+  return in("pipeline", "stages") * in("tensor_parallel", "autotp_size") * positive(root, "sequence_parallel_size");
 }
 
 CheckpointConfig parse_checkpoint(Section& top) {

@@ -265,6 +265,7 @@ nlohmann::ordered_json resolved_json(const DsConfig& c) {
         {"partition", c.pipeline.partition},
         {"activation_checkpoint_interval", c.pipeline.activation_checkpoint_interval}}},
       {"tensor_parallel", {{"autotp_size", c.tensor_parallel.autotp_size}}},
+      {"sequence_parallel_size", c.sequence_parallel_size},
       {"checkpoint",
        {{"dir", k.dir},
         {"save_interval", k.save_interval},

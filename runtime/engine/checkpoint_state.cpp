@@ -18,7 +18,7 @@ struct Piece {
   bool written;  // this rank writes it: not a replica, and a replicated tensor only on tensor-parallel rank 0
 };
 
-std::vector<Piece> pieces(const std::vector<ParamSlot>& slots, TensorParallelRank tp) {
+std::vector<Piece> pieces(const std::vector<ParamSlot>& slots, ParallelRank tp) {
   std::vector<Piece> out;
   size_t local = 0;
   for (const ParamSlot& slot : slots) {
@@ -69,7 +69,7 @@ std::vector<OwnedRun> Engine::checkpoint_runs() const {
 // Writers are numbered stage-major, then data-parallel rank (when partitioned), then tensor-parallel rank.
 int Engine::checkpoint_writer() const {
   const int stage = config_.pipeline ? config_.pipeline->stage() : 0;
-  const TensorParallelRank tp = plugin_.tensor_parallel();
+  const ParallelRank tp = plugin_.tensor_parallel();
   if (layout_->world() > 1) return (stage * group_.size() + group_.rank()) * tp.size + tp.rank;
   return group_.rank() == 0 ? stage * tp.size + tp.rank : -1;
 }

@@ -110,11 +110,18 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
       group_(group),
       schedule_(std::move(schedule)),
       own_data_(data ? nullptr : std::make_unique<PluginDataset>(plugin)),
-      dataset_(data ? *data : *own_data_),
+      sliced_(config.sequence_parallel ? std::make_unique<SequenceSlice>(data ? *data : *own_data_,
+                                                                         config.sequence_parallel->rank(),
+                                                                         config.sequence_parallel->size())
+                                       : nullptr),
+      dataset_(sliced_ ? *sliced_ : data ? *data : *own_data_),
       data_(dataset_.info()),
-      sampler_(data_.num_samples, group.rank(), group.size(), config.seed) {
+      sampler_(data_.num_samples, data_rank(), data_ranks(), config.seed) {
   rows_ = config_.micro_batch;
-  if (data) check_samples(plugin.dataset_info(), data_, plugin.name());
+  if (data) check_samples(plugin.dataset_info(), data->info(), plugin.name());
+  if (plugin_.sequence_parallel().size != (config_.sequence_parallel ? config_.sequence_parallel->size() : 1) ||
+      (config_.sequence_parallel && group_.rank() % config_.sequence_parallel->size() != config_.sequence_parallel->rank()))
+    throw std::invalid_argument("engine: the plugin's sequence-parallel split, its group and the gradient group differ");
   const int64_t per_step = config_.micro_batch * config_.grad_accum;
   steps_per_epoch_ = sampler_.per_rank() / per_step;
   if (steps_per_epoch_ == 0)
@@ -146,22 +153,18 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     throw ConfigError(fmt::format("zero_optimization.stage: {} with pipeline parallelism: ZeRO-2 and ZeRO-3 are "
                                   "incompatible with pipeline parallelism (as in DeepSpeed); use stage 0 or 1",
                                   config_.zero_stage));
-  if (config_.tensor_parallel) {
-    if (plugin_.tensor_parallel().size != config_.tensor_parallel->size())
-      throw std::invalid_argument("engine: the plugin was split for another tensor-parallel size than its group's");
-    collectives_ = {config_.tensor_parallel, [](void* ctx, float* data, int64_t n) noexcept {
-                      try {
-                        static_cast<ProcessGroup*>(ctx)->allreduce(data, static_cast<size_t>(n), DataType::F32, ReduceOp::Sum);
-                        return DS_OK;
-                      } catch (const std::exception& e) {
-                        std::fprintf(stderr, "dsworker: tensor-parallel all-reduce: %s\n", e.what());
-                        return DS_ERROR;
-                      }
-                    }};
+  if (config_.tensor_parallel && plugin_.tensor_parallel().size != config_.tensor_parallel->size())
+    throw std::invalid_argument("engine: the plugin was split for another tensor-parallel size than its group's");
+  if (config_.tensor_parallel || config_.sequence_parallel) {
+    model_groups_.tensor = config_.tensor_parallel;
+    model_groups_.sequence = config_.sequence_parallel;
+    collectives_ = model_collectives(model_groups_);
     plugin_.set_collectives(&collectives_);
   }
   if (config_.tensor_parallel && config_.device != nullptr)
     throw ConfigError("tensor parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
+  if (config_.sequence_parallel && config_.device != nullptr)
+    throw ConfigError("sequence parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.pipeline && config_.device != nullptr)
     throw ConfigError("pipeline parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.device != nullptr && config_.precision != amp::Storage::F32)
@@ -431,7 +434,7 @@ const void* Engine::optimizer_grads(const zero::Unit& unit) {
 void Engine::initial_values(size_t slot, std::vector<float>& values) const {
   const ParamSlot& p = slots_[slot];
   SplitMix64 rng(mix_seed(config_.seed, p.stream));
-  const TensorParallelRank tp = plugin_.tensor_parallel();
+  const ParallelRank tp = plugin_.tensor_parallel();
   const bool share = p.shard.dim >= 0 && tp.size > 1;
   values.resize(share ? p.size * static_cast<size_t>(tp.size) : p.size);  // a share: the full tensor first
   for (float& w : values) {
@@ -679,8 +682,15 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
 
 double Engine::evaluate(Dataset& data, int64_t max_samples) {
   const ds_dataset_info info = data.info();
-  check_samples(data_, info, plugin_.name());
-  const int64_t world = group_.size(), mb = config_.micro_batch;
+  std::optional<SequenceSlice> sliced;  // sequence parallelism: this rank's chunks of the samples
+  if (config_.sequence_parallel) {
+    check_samples(sliced_->whole(), info, plugin_.name());
+    sliced.emplace(data, config_.sequence_parallel->rank(), config_.sequence_parallel->size());
+  } else {
+    check_samples(data_, info, plugin_.name());
+  }
+  Dataset& source = sliced ? *sliced : data;
+  const int64_t world = data_ranks(), mb = config_.micro_batch;
   const int64_t batches = std::min(info.num_samples, max_samples) / world / mb;
   if (batches == 0)
     throw ConfigError(fmt::format("evaluation data: {} samples (at most {} used) are fewer than one micro-batch of {} "
@@ -692,8 +702,8 @@ double Engine::evaluate(Dataset& data, int64_t max_samples) {
   std::vector<int64_t> indices(static_cast<size_t>(mb));
   double loss = 0.0;
   for (int64_t b = 0; b < batches; ++b) {
-    for (int64_t k = 0; k < mb; ++k) indices[static_cast<size_t>(k)] = group_.rank() + (b * mb + k) * world;
-    data.get_batch(indices.data(), mb, input, target);
+    for (int64_t k = 0; k < mb; ++k) indices[static_cast<size_t>(k)] = data_rank() + (b * mb + k) * world;
+    source.get_batch(indices.data(), mb, input, target);
     if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), m.input.size());
     ds_batch batch{&input, &target, steps_, 0, nullptr};
     if (config_.pipeline) pipeline_forward(batch);
@@ -701,29 +711,38 @@ double Engine::evaluate(Dataset& data, int64_t max_samples) {
     if (last_stage()) loss += m.outputs.back()[0];
   }
   loss /= static_cast<double>(batches);
-  if (world > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
+  if (group_.size() > 1) group_.allreduce(&loss, 1, DataType::F64, ReduceOp::Avg);
   if (config_.pipeline) config_.pipeline->pipe().broadcast(&loss, 1, DataType::F64, config_.pipeline->stages() - 1);
   return loss;
 }
 
 ds_shape Engine::predictions_shape() const {
-  return plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
+  ds_shape shape = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
+  if (shape.ndim >= 2) shape.dims[1] *= sequence_parallel_size();  // gathered from the sequence-parallel ranks
+  return shape;
 }
 
 std::vector<float> Engine::predict(const ds_tensor& input_batch) {
+  const ds_dataset_info& whole = sliced_ ? sliced_->whole() : data_;  // samples as given, before any cut
   const int64_t rows = input_batch.shape.ndim > 0 ? input_batch.shape.dims[0] : 0;
   if (input_batch.dtype != data_.input_dtype || rows < 1 || rows > config_.micro_batch ||
-      !same_shape(input_batch.shape, batched(rows, data_.input_shape)))
+      !same_shape(input_batch.shape, batched(rows, whole.input_shape)))
     throw std::invalid_argument(fmt::format("engine: predict needs 1 to {} samples of {}, not {}", config_.micro_batch,
-                                            shape_text(data_.input_shape), shape_text(input_batch.shape)));
-  const ds_shape shape = plugin_.predictions_shape(input_batch.shape);
+                                            shape_text(whole.input_shape), shape_text(input_batch.shape)));
+  const ds_shape local_input = batched(rows, data_.input_shape);
+  const ds_shape shape = plugin_.predictions_shape(local_input);
   if (shape.ndim == 0) throw PluginError(fmt::format("plugin {}: the model makes no predictions", plugin_.path()));
   buffer_ = 0;
   MicroBatch& m = current();
-  const size_t n = elements(input_batch.shape);
-  std::memcpy(m.input.data(), input_batch.data, n * sizeof(float));
+  const size_t n = elements(local_input);
+  if (sliced_)
+    take_sequence_chunk(input_batch.data, m.input.data(), rows, whole.input_shape.dims[0],
+                        static_cast<int64_t>(elements(whole.input_shape)) / whole.input_shape.dims[0],
+                        dtype_bytes(data_.input_dtype), config_.sequence_parallel->rank(), config_.sequence_parallel->size());
+  else
+    std::memcpy(m.input.data(), input_batch.data, n * sizeof(float));
   if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), n);
-  ds_tensor input{m.input.data(), data_.input_dtype, input_batch.shape, DS_DEVICE_CPU};
+  ds_tensor input{m.input.data(), data_.input_dtype, local_input, DS_DEVICE_CPU};
   std::fill(m.target.begin(), m.target.end(), 0);  // class / token 0: a valid target, unused
   ds_tensor target{m.target.data(), data_.target_dtype, batched(rows, data_.target_shape), DS_DEVICE_CPU};
   std::vector<float> out(elements(shape));
@@ -740,7 +759,14 @@ std::vector<float> Engine::predict(const ds_tensor& input_batch) {
   rows_ = config_.micro_batch;
   if (config_.pipeline)  // the last stage's layer made them
     config_.pipeline->pipe().broadcast(out.data(), out.size(), DataType::F32, config_.pipeline->stages() - 1);
-  return out;
+  if (!sliced_) return out;
+  // Sequence parallelism: every rank's positions, [S, rows, T, ...] → [rows, S·T, ...].
+  const int ranks = config_.sequence_parallel->size();
+  std::vector<float> chunks(out.size() * static_cast<size_t>(ranks)), joined(chunks.size());
+  config_.sequence_parallel->allgather(out.data(), chunks.data(), out.size(), DataType::F32);
+  join_sequence_chunks(chunks.data(), joined.data(), rows, shape.dims[1] * ranks,
+                       static_cast<int64_t>(out.size()) / (rows * shape.dims[1]), sizeof(float), ranks);
+  return joined;
 }
 
 ds_batch Engine::load_micro_batch(int64_t epoch, int64_t within, int64_t micro, ds_tensor& input, ds_tensor& target) {

@@ -44,7 +44,9 @@
 #include "data/dataset.h"
 #include "backend/backend.h"
 #include "engine/device_layers.h"
+#include "engine/model_collectives.h"
 #include "engine/sampler.h"
+#include "engine/sequence_slice.h"
 #include "offload/param_swapper.h"
 #include "offload/state_swapper.h"
 #include "optim/lr_schedule.h"
@@ -93,6 +95,11 @@ struct EngineConfig {
   ProcessGroup* tensor_parallel = nullptr;  // tensor parallelism: the group the plugin was split over
                                             // (Plugin::load's tp); `group` is then this rank's data-parallel
                                             // group, the ranks holding the same shares
+  ProcessGroup* sequence_parallel = nullptr;  // sequence parallelism (DeepSpeed-Ulysses): the S ranks that split
+                                            // each sequence (Plugin::load's sp); `group` is then the ranks of the
+                                            // data-parallel and sequence-parallel coordinates, group rank =
+                                            // data rank · S + sequence rank, which share the gradient average
+                                            // and the ZeRO partitions (DeepSpeed's seq-data group)
   std::vector<int> stage_bounds;            // with a pipeline: stage s holds the plugin's layers
                                             // [stage_bounds[s], stage_bounds[s + 1]) (pipe::partition)
   uint64_t seed = 42;                       // parameter init and data order
@@ -208,13 +215,15 @@ class Engine {
   double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }  // for the next step
   // Optimizer steps in one pass over the data: floor(per-rank samples / (micro_batch · GAS)).
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
-  int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * group_.size(); }
+  int64_t global_batch() const { return config_.micro_batch * config_.grad_accum * data_ranks(); }
   int64_t micro_batch() const { return config_.micro_batch; }
   int zero_stage() const { return config_.zero_stage; }
   int pipeline_stages() const { return config_.pipeline ? config_.pipeline->stages() : 1; }
   int tensor_parallel_size() const { return plugin_.tensor_parallel().size; }
+  int sequence_parallel_size() const { return plugin_.sequence_parallel().size; }
   amp::Storage precision() const { return config_.precision; }
-  // The training samples' dtypes and shapes (one sample, no batch dimension) and their count.
+  // The training samples' dtypes and shapes (one sample, no batch dimension; with sequence parallelism
+  // this rank's chunk of it) and their count.
   const ds_dataset_info& data_info() const { return data_; }
   size_t num_parameters() const { return num_params_; }  // this rank's stage's (with a pipeline), replicas included
   // Every parameter tensor of the whole model in the canonical flat order (tied ones once), Ψ elements
@@ -354,7 +363,12 @@ class Engine {
   ProcessGroup& group_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
+  // Ranks that train on different samples (the sequence-parallel ranks of one data rank share theirs).
+  int data_ranks() const { return group_.size() / plugin_.sequence_parallel().size; }
+  int data_rank() const { return group_.rank() / plugin_.sequence_parallel().size; }
+
   std::unique_ptr<Dataset> own_data_;  // the plugin's dataset, when no other is given
+  std::unique_ptr<SequenceSlice> sliced_;  // sequence parallelism: this rank's chunks of that data's samples
   Dataset& dataset_;
   ds_dataset_info data_{};
   int64_t rows_ = 0;  // samples in the forward pass under way: micro_batch, or fewer in predict()
@@ -395,7 +409,8 @@ class Engine {
   int32_t first_layer_ = 0;                        // the plugin's index of layers_[0] (pipeline stages)
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
-  ds_collectives collectives_{};                   // tensor parallelism: the plugin's all-reduce (over config_.tensor_parallel)
+  ModelGroups model_groups_;                       // tensor and sequence parallelism: the plugin's groups
+  ds_collectives collectives_{};                   // and their collectives (over model_groups_)
   int64_t steps_ = 0;    // optimizer steps taken, skipped ones included
   int64_t updates_ = 0;  // optimizer steps applied (the optimizer's and the LR schedule's count)
   int64_t steps_per_epoch_ = 0;

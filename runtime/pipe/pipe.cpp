@@ -13,10 +13,11 @@
 namespace ds::pipe {
 
 Topology::Coord Topology::coord(int rank) const {
-  return Coord{rank / (data_size * model_size), rank / model_size % data_size, rank % model_size};
+  return Coord{rank / (data_size * seq_size * model_size), rank / (seq_size * model_size) % data_size,
+               rank % model_size, rank / model_size % seq_size};
 }
 
-int Topology::rank(Coord c) const { return (c.pipe * data_size + c.data) * model_size + c.model; }
+int Topology::rank(Coord c) const { return ((c.pipe * data_size + c.data) * seq_size + c.seq) * model_size + c.model; }
 
 namespace {
 // The ranks whose coordinates equal `rank`'s but for the one `axis` selects, in its order.
@@ -34,6 +35,14 @@ std::vector<int> line(const Topology& t, int rank, int Topology::Coord::*axis, i
 std::vector<int> Topology::data_group(int r) const { return line(*this, r, &Coord::data, data_size); }
 std::vector<int> Topology::pipe_group(int r) const { return line(*this, r, &Coord::pipe, pipe_size); }
 std::vector<int> Topology::model_group(int r) const { return line(*this, r, &Coord::model, model_size); }
+std::vector<int> Topology::seq_group(int r) const { return line(*this, r, &Coord::seq, seq_size); }
+
+std::vector<int> Topology::seq_data_group(int r) const {
+  std::vector<int> out;
+  for (int d : data_group(r))
+    for (int s : seq_group(d)) out.push_back(s);
+  return out;
+}
 
 std::vector<int> partition_uniform(int items, int parts) {
   std::vector<int> bounds(static_cast<size_t>(parts) + 1);

@@ -9,21 +9,27 @@
 namespace ds::pipe {
 
 // Ranks laid out as DeepSpeed and Megatron lay them out: the model (tensor-parallel) coordinate varies
-// fastest, then data, then pipe: rank = pipe·(data_size·model_size) + data·model_size + model. So a
-// stage's ranks are adjacent, and tensor-parallel ranks share a host.
+// fastest, then the sequence-parallel one (Megatron's "tp-cp-dp-pp" order), then data, then pipe:
+// rank = ((pipe·data_size + data)·seq_size + seq)·model_size + model. So a stage's ranks are adjacent,
+// and tensor-parallel ranks share a host (then sequence-parallel ones, whose traffic is 1/S of theirs).
 struct Topology {
-  int pipe_size = 1, data_size = 1, model_size = 1;
+  int pipe_size = 1, data_size = 1, model_size = 1, seq_size = 1;
   struct Coord {
-    int pipe = 0, data = 0, model = 0;
+    int pipe = 0, data = 0, model = 0, seq = 0;
   };
-  int world() const { return pipe_size * data_size * model_size; }
+  int world() const { return pipe_size * data_size * seq_size * model_size; }
   Coord coord(int rank) const;
   int rank(Coord c) const;
   // The ranks that differ from `rank` in one coordinate only, in order of that coordinate: its
-  // data-parallel group, its pipeline (one rank per stage), its tensor-parallel group.
+  // data-parallel group, its pipeline (one rank per stage), its tensor-parallel group, its
+  // sequence-parallel group.
   std::vector<int> data_group(int rank) const;
   std::vector<int> pipe_group(int rank) const;
   std::vector<int> model_group(int rank) const;
+  std::vector<int> seq_group(int rank) const;
+  // The ranks that differ from `rank` in the data and sequence coordinates only, at index
+  // data·seq_size + seq: they average gradients and share ZeRO partitions (DeepSpeed's seq-data group).
+  std::vector<int> seq_data_group(int rank) const;
 };
 
 // Stage s holds layers [bounds[s], bounds[s+1]); bounds has stages + 1 entries, bounds[0] = 0 and

@@ -177,10 +177,26 @@ typedef struct {
   int32_t dim;    /* -1: replicated */
   int32_t blocks; /* >= 1 */
 } ds_shard;
+/* Sequence parallelism (optional, DeepSpeed-Ulysses). With S ranks in the sequence-parallel group the
+ * engine adds "sequence_parallel": {"rank": s, "size": S} to the config block (a plugin that does not read
+ * the key refuses it as an unknown key) and hands the group's all-to-alls to set_collectives. Each sample's
+ * input and target are then cut along their first dimension (the sequence) into S equal chunks: the layers
+ * of rank s see positions [s·T, (s+1)·T) of every sequence, T = seq_len / S (an embedding adds the position
+ * offset s·T), and the loss layer returns the mean over its own positions (the engine's gradient average
+ * over the data-parallel and sequence-parallel ranks then makes it the whole batch's). Around attention the
+ * layer trades its sequence chunk for a share of the heads with seq_to_heads and back with seq_to_sequence.
+ * Predictions are this rank's positions; the engine gathers them. */
 typedef struct {
   void* ctx;
-  /* In place: data[0..n) becomes its sum over the tensor-parallel group. Blocking. */
+  /* Tensor parallelism: in place, data[0..n) becomes its sum over the tensor-parallel group. Blocking;
+   * NULL without it. */
   ds_status (*allreduce_sum)(void* ctx, float* data, int64_t n);
+  /* Sequence parallelism, both blocking; NULL without it. x is [B, T, K], this rank's chunk of T positions;
+   * K is `blocks` column blocks (3 for fused q, k, v), each cut into S pieces of K / (blocks·S) columns.
+   * seq_to_heads:    y [B, S·T, K/S] = the whole sequence, piece s of every block (concatenated);
+   * seq_to_sequence: the inverse, from y back to x. */
+  ds_status (*seq_to_heads)(void* ctx, const float* x, float* y, int64_t B, int64_t T, int64_t K, int32_t blocks);
+  ds_status (*seq_to_sequence)(void* ctx, const float* y, float* x, int64_t B, int64_t T, int64_t K, int32_t blocks);
 } ds_collectives;
 typedef ds_status (*ds_describe_shard_fn)(void* model, int32_t layer, int32_t param, ds_shard* out);
 typedef ds_status (*ds_set_collectives_fn)(void* model, const ds_collectives* collectives);

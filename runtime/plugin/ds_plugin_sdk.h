@@ -225,8 +225,34 @@ struct TensorParallel {
   // In place: the sum over the group. Throws when it fails.
   void allreduce_sum(float* data, int64_t n) const {
     if (size == 1) return;
-    if (comm == nullptr) throw std::logic_error("tensor parallelism: the engine gave no collectives");
+    if (comm == nullptr || comm->allreduce_sum == nullptr)
+      throw std::logic_error("tensor parallelism: the engine gave no collectives");
     if (comm->allreduce_sum(comm->ctx, data, n) != DS_OK) throw std::runtime_error("tensor-parallel all-reduce failed");
+  }
+};
+
+// Sequence parallelism (ds_plugin.h, DeepSpeed-Ulysses): this rank's place in its sequence-parallel group
+// (rank s holds positions [s·T, (s+1)·T) of every sequence) and the group's all-to-alls. size 1 without it.
+struct SequenceParallel {
+  int32_t rank = 0, size = 1;
+  const ds_collectives* comm = nullptr;  // the engine's (set_collectives), before any layer runs
+  // x [B, T, K] (K: `blocks` blocks of S pieces) → y [B, S·T, K/S], piece `rank` of every block. Throws when it fails.
+  void to_heads(const float* x, float* y, int64_t B, int64_t T, int64_t K, int32_t blocks) const {
+    check(comm == nullptr ? nullptr : comm->seq_to_heads);
+    if (comm->seq_to_heads(comm->ctx, x, y, B, T, K, blocks) != DS_OK)
+      throw std::runtime_error("sequence-parallel all-to-all failed");
+  }
+  // The inverse: y [B, S·T, K/S] → x [B, T, K].
+  void to_sequence(const float* y, float* x, int64_t B, int64_t T, int64_t K, int32_t blocks) const {
+    check(comm == nullptr ? nullptr : comm->seq_to_sequence);
+    if (comm->seq_to_sequence(comm->ctx, y, x, B, T, K, blocks) != DS_OK)
+      throw std::runtime_error("sequence-parallel all-to-all failed");
+  }
+
+ private:
+  template <class Fn>
+  static void check(Fn fn) {
+    if (fn == nullptr) throw std::logic_error("sequence parallelism: the engine gave no all-to-alls");
   }
 };
 
@@ -322,6 +348,8 @@ class Model {
   // Tensor parallelism, shared with the layers that split their parameters. A model that splits reads
   // it from the config in its constructor (Config::tensor_parallel); size 1 otherwise.
   const std::shared_ptr<TensorParallel>& tensor_parallel() const { return tp_; }
+  // Sequence parallelism likewise (Config::sequence_parallel); size 1 otherwise.
+  const std::shared_ptr<SequenceParallel>& sequence_parallel() const { return sp_; }
   // Fills input [n, *input_shape] and target [n, *target_shape] with samples indices[0..n-1]
   // (n = indices.size(); shapes and dtypes are checked before this is called).
   virtual void get_batch(std::span<const int64_t> indices, const Tensor& input, const Tensor& target) = 0;
@@ -340,6 +368,7 @@ class Model {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::shared_ptr<TensorParallel> tp_ = std::make_shared<TensorParallel>();
+  std::shared_ptr<SequenceParallel> sp_ = std::make_shared<SequenceParallel>();
 };
 
 }  // namespace ds::sdk

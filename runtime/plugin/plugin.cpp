@@ -108,10 +108,11 @@ std::string Plugin::resolve(const std::string& name_or_path) {
 }
 
 std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std::string& model_json,
-                                     const ds_backend* backend, TensorParallelRank tp) {
+                                     const ds_backend* backend, ParallelRank tp, ParallelRank sp) {
   std::unique_ptr<Plugin> p(new Plugin());
   p->path_ = resolve(name_or_path);
   p->tp_ = tp;
+  p->sp_ = sp;
   const std::string where = "plugin " + p->path_ + ": ";
 
   dlerror();
@@ -136,14 +137,15 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
 
   char err[2048] = {0};
   void* model = nullptr;
-  std::string split_json;  // with the tensor-parallel key the model splits itself by
-  if (tp.size > 1) {
+  std::string split_json;  // with the keys the model splits itself by
+  if (tp.size > 1 || sp.size > 1) {
     nlohmann::json block = nlohmann::json::parse(model_json.empty() ? std::string("{}") : model_json, nullptr, false);
     if (!block.is_object()) throw ConfigError(where + "the model block is not a JSON object");
-    block["tensor_parallel"] = {{"rank", tp.rank}, {"size", tp.size}};
+    if (tp.size > 1) block["tensor_parallel"] = {{"rank", tp.rank}, {"size", tp.size}};
+    if (sp.size > 1) block["sequence_parallel"] = {{"rank", sp.rank}, {"size", sp.size}};
     split_json = block.dump();
   }
-  const char* json = tp.size > 1 ? split_json.c_str() : model_json.empty() ? "{}" : model_json.c_str();
+  const char* json = !split_json.empty() ? split_json.c_str() : model_json.empty() ? "{}" : model_json.c_str();
   ds_status st = DS_ERROR;
   if (p->abi_version_ == DS_PLUGIN_ABI_VERSION) {
     p->api_ = raw;
@@ -168,6 +170,9 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
   if (st == DS_CONFIG_ERROR && tp.size > 1 && std::string(err).starts_with("model.tensor_parallel: unknown key"))
     throw ConfigError(where + "the " + p->name_ + " model cannot be split for tensor parallelism (tensor_parallel."
                       "autotp_size " + std::to_string(tp.size) + ")");
+  if (st == DS_CONFIG_ERROR && sp.size > 1 && std::string(err).starts_with("model.sequence_parallel: unknown key"))
+    throw ConfigError(where + "the " + p->name_ + " model cannot split its sequences for sequence parallelism "
+                      "(sequence_parallel_size " + std::to_string(sp.size) + ")");
   if (st == DS_CONFIG_ERROR) throw ConfigError(where + (err[0] ? err : "the model block is wrong (no message)"));
   if (st != DS_OK || model == nullptr)
     throw PluginError(where + "create failed" + (st == DS_UNSUPPORTED ? " (unsupported)" : "") + ": " +
@@ -177,6 +182,8 @@ std::unique_ptr<Plugin> Plugin::load(const std::string& name_or_path, const std:
   p->get_batch_ = reinterpret_cast<ds_get_batch_fn>(a.lookup("get_batch"));
   p->set_collectives_ = reinterpret_cast<ds_set_collectives_fn>(a.lookup("set_collectives"));
   const auto describe_shard = reinterpret_cast<ds_describe_shard_fn>(a.lookup("describe_shard"));
+  if (sp.size > 1 && p->set_collectives_ == nullptr)
+    throw ConfigError(where + "the " + p->name_ + " model read model.sequence_parallel but has no set_collectives");
   if (tp.size > 1 && (p->set_collectives_ == nullptr || describe_shard == nullptr))
     throw ConfigError(where + "the " + p->name_ + " model read model.tensor_parallel but has no set_collectives "
                       "and describe_shard");

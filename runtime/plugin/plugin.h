@@ -38,8 +38,8 @@ struct ParamInfo {
   int64_t numel() const;
 };
 
-// This rank's place in a tensor-parallel group (ds_plugin.h); size 1: none.
-struct TensorParallelRank {
+// This rank's place in a tensor- or sequence-parallel group (ds_plugin.h); size 1: none.
+struct ParallelRank {
   int rank = 0, size = 1;
 };
 
@@ -56,10 +56,11 @@ class Plugin {
  public:
   // Opens the plugin and creates its model from `model_json` (a JSON object as text; "" = "{}") on
   // `backend` (which must outlive the Plugin; nullptr = the CPU backend, backend/backend.h).
-  // With `tp.size` > 1 the model is asked to split itself (model.tensor_parallel, ds_plugin.h); a plugin
-  // that cannot is refused with a ConfigError saying so.
+  // With `tp.size` > 1 the model is asked to split itself (model.tensor_parallel, ds_plugin.h), with
+  // `sp.size` > 1 to split sequences (model.sequence_parallel); a plugin that cannot is refused with a
+  // ConfigError saying so.
   static std::unique_ptr<Plugin> load(const std::string& name_or_path, const std::string& model_json,
-                                      const ds_backend* backend = nullptr, TensorParallelRank tp = {});
+                                      const ds_backend* backend = nullptr, ParallelRank tp = {}, ParallelRank sp = {});
   // The file load() would open for `name_or_path`; throws PluginError listing the places searched.
   static std::string resolve(const std::string& name_or_path);
   // Where a plugin name is looked up, in order (see the top of this file).
@@ -96,7 +97,8 @@ class Plugin {
   void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) const;
   // Tensor parallelism: the group the model was split over (load's tp) and the collectives its layers
   // call (valid while the Plugin lives), before any layer runs.
-  TensorParallelRank tensor_parallel() const { return tp_; }
+  ParallelRank tensor_parallel() const { return tp_; }
+  ParallelRank sequence_parallel() const { return sp_; }
   void set_collectives(const ds_collectives* collectives);
 
  private:
@@ -112,7 +114,7 @@ class Plugin {
   ds_describe_predictions_fn describe_predictions_ = nullptr;  // optional functions (lookup)
   ds_get_batch_fn get_batch_ = nullptr;
   ds_set_collectives_fn set_collectives_ = nullptr;
-  TensorParallelRank tp_;
+  ParallelRank tp_, sp_;
   void* model_ = nullptr;
   std::vector<LayerInfo> layers_;
 };

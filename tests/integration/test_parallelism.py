@@ -3,7 +3,9 @@ over stages of ranks (rank = stage x data-parallel size + data rank, as DeepSpee
 job trains as the same global batch does without a pipeline: the same losses (fp32 within 1e-5, bf16
 and fp16 within 1e-3: over 20 steps 4e-5 measured on 4 stages, 8e-6 on 2 tensor-parallel ranks), the layout printed at start, the bytes between stages reported; checkpoints move between layouts;
 what is refused is refused before training, with the key named. Tensor parallelism
-(`tensor_parallel.autotp_size`, the gpt plugin's Megatron split) alone and in a 2 x 2 x 2 layout likewise."""
+(`tensor_parallel.autotp_size`, the gpt plugin's Megatron split) alone and in a 2 x 2 x 2 layout likewise, and
+sequence parallelism (`sequence_parallel_size`, DeepSpeed-Ulysses) alone and in the Hugging Face example's
+T x S x D = 2 x 2 x 2 layout."""
 import json, os
 
 from conftest import ROOT, run
@@ -176,3 +178,52 @@ def test_tensor_parallel_refusals(dsrun, clean_env, tmp_path):
                                                                                      "preset_model": "llama"}))
     assert r.returncode != 0
     assert "tensor_parallel.preset_model: not supported by dsworker" in r.stderr
+
+
+def test_sequence_parallel_ranks_train_as_one_and_in_the_hugging_face_3d_layout(dsrun, clean_env, tmp_path):
+    cfg = dict(CONFIG, model=dict(CONFIG["model"], n_head=4))
+    r, out = train(dsrun, clean_env, tmp_path, "sp", 2, dict(cfg, sequence_parallel_size=2))
+    assert r.returncode == 0, r.stderr
+    assert "dsworker: layout: 1 stage x 1 data-parallel x 2 sequence-parallel ranks" in r.stderr
+    assert "global batch 8 (micro 2 x accumulation 4 x ranks 1)" in r.stderr
+    assert "sent per rank per step to its sequence-parallel group:" in r.stdout
+    r1, out1 = train(dsrun, clean_env, tmp_path, "one", 1, cfg)
+    assert r1.returncode == 0, r1.stderr
+    assert close(metrics(out)[0], metrics(out1)[0], 1e-5), (metrics(out)[0], metrics(out1)[0])
+    assert close(metrics(out)[1], metrics(out1)[1], 1e-5)
+
+    ckpt = tmp_path / "3d-ckpt"
+    r3, out3 = train(dsrun, clean_env, tmp_path, "tsd", 8, dict(cfg, sequence_parallel_size=2,
+                                                                tensor_parallel={"autotp_size": 2},
+                                                                checkpoint={"dir": str(ckpt), "save_interval": 3}))
+    assert r3.returncode == 0, r3.stderr
+    assert ("dsworker: layout: 1 stage x 2 data-parallel x 2 sequence-parallel x 2 tensor-parallel ranks (rank = "
+            "stage x 8 + data rank x 4 + sequence rank x 2 + tensor rank)") in r3.stderr
+    r2, out2 = train(dsrun, clean_env, tmp_path, "dp", 2, cfg)
+    assert r2.returncode == 0, r2.stderr
+    assert close(metrics(out3)[0], metrics(out2)[0], 1e-5), (metrics(out3)[0], metrics(out2)[0])
+    assert close(metrics(out3)[1], metrics(out2)[1], 1e-5)
+
+    # The 2 x 2 x 2 checkpoint resumes on 2 data-parallel ranks, continuing the same losses.
+    path = tmp_path / "resume.json"
+    path.write_text(json.dumps(dict(cfg, checkpoint={"dir": str(ckpt)})))
+    resumed_out = tmp_path / "resumed.jsonl"
+    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "gpt", "--config", str(path), "--steps", "6", "--resume",
+             "global_step3", "--metrics", str(resumed_out)], dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert close(metrics(resumed_out)[0], metrics(out3)[0][3:], 1e-5)
+
+
+def test_sequence_parallel_refusals(dsrun, clean_env, tmp_path):
+    r, _ = train(dsrun, clean_env, tmp_path, "heads", 4, dict(CONFIG, sequence_parallel_size=4))
+    assert r.returncode != 0
+    assert "model.n_head: 2 heads do not split over 1 tensor-parallel x 4 sequence-parallel ranks" in r.stderr
+    r, _ = train(dsrun, clean_env, tmp_path, "nodiv", 3, dict(CONFIG, sequence_parallel_size=2))
+    assert r.returncode != 0
+    assert "sequence_parallel_size: 2 does not divide the world size 3" in r.stderr
+    path = tmp_path / "mlp.json"
+    path.write_text(json.dumps({"train_batch_size": 4, "sequence_parallel_size": 2}))
+    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "1"],
+            dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
+    assert r.returncode != 0
+    assert "the mlp model cannot split its sequences for sequence parallelism (sequence_parallel_size 2)" in r.stderr

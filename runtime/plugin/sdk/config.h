@@ -40,16 +40,12 @@ class Config {
   // Only a model that splits its parameters reads it: for the others it stays an unknown key.
   template <class TP>
   void tensor_parallel(TP& tp) {
-    known_.insert("tensor_parallel");
-    auto it = j_.find("tensor_parallel");
-    if (it == j_.end()) return;
-    if (!it->is_object() || !it->contains("rank") || !it->contains("size") || !(*it)["rank"].is_number_integer() ||
-        !(*it)["size"].is_number_integer())
-      throw ConfigError("model.tensor_parallel: " + it->dump() + " is not {\"rank\": r, \"size\": T}");
-    tp.rank = (*it)["rank"].template get<int32_t>();
-    tp.size = (*it)["size"].template get<int32_t>();
-    if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
-      throw ConfigError("model.tensor_parallel: rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.size));
+    group("tensor_parallel", tp.rank, tp.size);
+  }
+  // The engine's "sequence_parallel": {"rank": s, "size": S} likewise, read by a model that splits sequences.
+  template <class SP>
+  void sequence_parallel(SP& sp) {
+    group("sequence_parallel", sp.rank, sp.size);
   }
 
   bool has(const std::string& key) {
@@ -118,6 +114,19 @@ class Config {
   }
 
  private:
+  void group(const char* key, int32_t& rank, int32_t& size) {
+    known_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end()) return;
+    const std::string where = std::string("model.") + key + ": ";
+    if (!it->is_object() || !it->contains("rank") || !it->contains("size") || !(*it)["rank"].is_number_integer() ||
+        !(*it)["size"].is_number_integer())
+      throw ConfigError(where + it->dump() + " is not {\"rank\": r, \"size\": n}");
+    rank = (*it)["rank"].template get<int32_t>();
+    size = (*it)["size"].template get<int32_t>();
+    if (size < 1 || rank < 0 || rank >= size)
+      throw ConfigError(where + "rank " + std::to_string(rank) + " of " + std::to_string(size));
+  }
   static ConfigError bad(const std::string& key, const nlohmann::json& v, const char* want) {
     return ConfigError("model." + key + ": " + v.dump() + " is not " + want);
   }

@@ -187,7 +187,7 @@ TEST_CASE("all problems at once") {
                           "ds_config.json: fp16.loss_scale_windw: unknown key (did you mean 'loss_scale_window'?)",
                           "ds_config.json: zero_optimization.reduce_bucket_sz: unknown key (did you mean "
                           "'reduce_bucket_size'?)",
-                          "ds_config.json: sequence_parallel_size: 2 is not supported by dsworker (sequence parallelism)",
+                          "ds_config.json: sequence_parallel_size: 2 does not divide the world size 1",
                           "ds_config.json: zero_optimization.offload_optimizer.nvme_path: required with device "
                           "\"nvme\": the directory for the swap files"});
     CHECK(e.warnings == std::vector<std::string>{"ds_config.json: cuda_visible_devices: unknown key, ignored as "

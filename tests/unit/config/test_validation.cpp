@@ -175,6 +175,22 @@ TEST_CASE("pipeline: stages divide the world; the batch sizes are per data-paral
             .pipeline.activation_checkpoint_interval == 1);
 }
 
+TEST_CASE("sequence_parallel_size splits the world with the stages and tensor-parallel ranks (DeepSpeed-Ulysses)") {
+  auto c = parse(R"({"train_micro_batch_size_per_gpu": 2, "sequence_parallel_size": 2,
+                     "tensor_parallel": {"autotp_size": 2}})", 8);
+  CHECK(c.sequence_parallel_size == 2);
+  CHECK(c.world_size == 2);  // 8 ranks / (2 x 2): the data-parallel size
+  CHECK(c.train_batch_size == 4);
+  CHECK(error_of(R"({"train_batch_size": 8, "sequence_parallel_size": 3})", 4) ==
+        "ds_config.json: sequence_parallel_size: 3 does not divide the world size 4");
+  CHECK(error_of(R"({"train_batch_size": 8, "sequence_parallel_size": 2, "pipeline": {"stages": 2}})", 2) ==
+        "ds_config.json: sequence_parallel_size: 2 x pipeline.stages 2 does not divide the world size 2");
+  CHECK(error_of(R"({"train_batch_size": 8, "sequence_parallel_size": 0})", 2) ==
+        "ds_config.json: sequence_parallel_size: 0 must be >= 1");
+  CHECK(error_of(R"({"train_batch_size": 7, "sequence_parallel_size": 2})", 4).find(
+            "data-parallel size 2 (world size / sequence_parallel_size 2)") != std::string::npos);
+}
+
 TEST_CASE("tensor_parallel: autotp_size splits the world with the stages; the split itself is the model's") {
   auto c = parse(R"({"train_batch_size": 16, "gradient_accumulation_steps": 2, "tensor_parallel": {"autotp_size": 2},
                      "pipeline": {"stages": 2}})", 8);

@@ -3,7 +3,9 @@
 // losses, gradient norms and parameters within 1e-5, at ZeRO 0 and 1, with accumulation (the
 // micro-batches of the 1F1B schedule), clipping, fewer micro-batches than stages, evaluation and
 // prediction; the replica of the tied weight on the last stage stays bitwise its owner. Tensor
-// parallelism (the gpt plugin's Megatron split) likewise, alone and with stages and data parallelism.
+// parallelism (the gpt plugin's Megatron split) likewise, alone and with stages and data parallelism;
+// and sequence parallelism (DeepSpeed-Ulysses), alone, with ZeRO 1-3 across the data-parallel ranks, in
+// the Hugging Face example's T x S x D = 2 x 2 x 2 layout and with stages.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -24,7 +26,7 @@ using namespace ds;
 
 namespace {
 
-const std::string kGpt = R"({"n_layer": 2, "n_head": 2, "n_embd": 16, "seq_len": 8, "vocab_size": 64})";
+const std::string kGpt = R"({"n_layer": 2, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 64})";
 
 // A text with a pattern to learn: a period of 13 tokens.
 std::vector<uint16_t> tokens() {
@@ -34,7 +36,7 @@ std::vector<uint16_t> tokens() {
 }
 
 struct Spec {
-  int pipe = 1, data = 1, tensor = 1, micro = 2, gas = 4, steps = 12, stage = 0;
+  int pipe = 1, data = 1, tensor = 1, seq = 1, micro = 2, gas = 4, steps = 12, stage = 0;
   double clip = 0.0;
   std::string partition = "uniform";
 };
@@ -56,28 +58,37 @@ Result run(const Spec& spec) {
                         {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}}},
                         {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_max_lr", 0.01}, {"warmup_num_steps", 3}}}}}};
   const DsConfig config = parse_config(cfg, "test", spec.data);
-  const pipe::Topology topology{spec.pipe, spec.data, spec.tensor};
+  const pipe::Topology topology{spec.pipe, spec.data, spec.tensor, spec.seq};
   Result result;
   std::map<int, std::vector<float>> stage_params;  // data and tensor rank 0's, per stage
   std::map<int, std::vector<ParamSlot>> stage_slots;
-  std::map<std::pair<int, int>, std::vector<float>> replicated;  // (stage, tensor rank): replicated parameters
+  std::map<std::tuple<int, int, int>, std::vector<float>> replicated;  // (stage, tensor rank, sequence rank):
+                                                                        // replicated parameters
   std::vector<std::vector<double>> all_losses;  // every rank's
   std::mutex mutex;
   run_ranks(topology.world(), [&](ProcessGroup& world, std::shared_ptr<Store> store) {
     const pipe::Topology::Coord me = topology.coord(world.rank());
     auto plugin = Plugin::load(std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_gpt.so", kGpt, nullptr,
-                               TensorParallelRank{me.model, spec.tensor});
+                               ParallelRank{me.model, spec.tensor}, ParallelRank{me.seq, spec.seq});
     TokenDataset data(tokens(), 8, "train");
     std::unique_ptr<pipe::StageLinks> links;
-    std::unique_ptr<ProcessGroup> owned_dp, tp;
+    std::unique_ptr<ProcessGroup> owned_dp, tp, sp;
     ProcessGroup* dp = &world;
     EngineConfig e;
-    if (spec.tensor > 1) {
-      tp = make_gloo_group(store, me.model, spec.tensor, fmt::format("tp-{}-{}", me.pipe, me.data), std::chrono::seconds(30));
-      owned_dp = make_gloo_group(store, me.data, spec.data, fmt::format("dp-{}-{}", me.pipe, me.model),
-                                 std::chrono::seconds(30));
+    if (spec.tensor > 1 || spec.seq > 1) {  // dp: the data and sequence coordinates, data-major
+      owned_dp = make_gloo_group(store, me.data * spec.seq + me.seq, spec.data * spec.seq,
+                                 fmt::format("dp-{}-{}", me.pipe, me.model), std::chrono::seconds(30));
       dp = owned_dp.get();
+    }
+    if (spec.tensor > 1) {
+      tp = make_gloo_group(store, me.model, spec.tensor, fmt::format("tp-{}-{}-{}", me.pipe, me.data, me.seq),
+                           std::chrono::seconds(30));
       e.tensor_parallel = tp.get();
+    }
+    if (spec.seq > 1) {
+      sp = make_gloo_group(store, me.seq, spec.seq, fmt::format("sp-{}-{}-{}", me.pipe, me.data, me.model),
+                           std::chrono::seconds(30));
+      e.sequence_parallel = sp.get();
     }
     if (spec.pipe > 1) {
       links = std::make_unique<pipe::StageLinks>(store, topology, world.rank(), std::chrono::seconds(30));
@@ -127,8 +138,8 @@ Result run(const Spec& spec) {
       at += slot.size;
     }
     std::lock_guard lock(mutex);
-    if (me.data == 0) replicated[{me.pipe, me.model}] = std::move(same);
-    if (me.data == 0 && me.model == 0) {
+    if (me.data == 0) replicated[{me.pipe, me.model, me.seq}] = std::move(same);
+    if (me.data == 0 && me.model == 0 && me.seq == 0) {
       stage_params[me.pipe] = std::move(params);
       stage_slots[me.pipe] = engine.slots();
     }
@@ -141,7 +152,8 @@ Result run(const Spec& spec) {
     all_losses.push_back(losses);
   });
   for (const auto& losses : all_losses) CHECK(losses == result.losses);  // every stage prints the same loss
-  for (const auto& [where, values] : replicated) result.replicated_match &= values == replicated.at({where.first, 0});
+  for (const auto& [where, values] : replicated)
+    result.replicated_match &= values == replicated.at({std::get<0>(where), 0, 0});
   std::map<std::string, std::vector<float>> by_name;  // every stage's own tensors, by name
   for (const auto& [stage, slots] : stage_slots) {
     size_t at = 0;
@@ -262,15 +274,40 @@ TEST_CASE("tensor parallelism: 2 ranks, and with 2 stages and 2 data-parallel ra
   }
 }
 
-TEST_CASE("tensor parallelism with ZeRO 2 and 3 across the data-parallel ranks") {
-  for (int stage : {2, 3}) {
+TEST_CASE("tensor or sequence parallelism with ZeRO 2 and 3 across the data-parallel ranks") {
+  // With sequence parallelism the ZeRO partitions span the data-parallel and sequence-parallel ranks.
+  for (auto [stage, tensor, seq] : {std::tuple{2, 2, 1}, std::tuple{3, 2, 1}, std::tuple{2, 1, 2}, std::tuple{3, 1, 2}}) {
     CAPTURE(stage);
+    CAPTURE(tensor);
     Spec spec;
     spec.data = 2;
-    spec.tensor = 2;
+    spec.tensor = tensor;
+    spec.seq = seq;
     spec.stage = stage;
     spec.clip = 0.5;
     spec.steps = 6;
-    check_same(run(spec), single(spec), /*whole_params=*/false);
+    check_same(run(spec), single(spec), /*whole_params=*/tensor == 1);
+  }
+}
+
+TEST_CASE("sequence parallelism: 2 ranks, with 2 data-parallel ranks, 2 tensor-parallel ranks and 2 stages give one "
+          "rank's training") {
+  // (pipe, data, tensor, seq, ZeRO stage): the last but one is the Hugging Face example's T x S x D = 2 x 2 x 2.
+  for (auto [pipe, data, tensor, seq, stage] : {std::tuple{1, 1, 1, 2, 0}, std::tuple{1, 2, 1, 2, 1},
+                                                std::tuple{1, 1, 1, 4, 0}, std::tuple{1, 2, 2, 2, 1},
+                                                std::tuple{2, 1, 1, 2, 1}}) {
+    CAPTURE(pipe);
+    CAPTURE(data);
+    CAPTURE(tensor);
+    CAPTURE(seq);
+    Spec spec;
+    spec.pipe = pipe;
+    spec.data = data;
+    spec.tensor = tensor;
+    spec.seq = seq;
+    spec.stage = stage;
+    spec.clip = 0.5;
+    spec.steps = 6;
+    check_same(run(spec), single(spec), /*whole_params=*/tensor == 1);
   }
 }

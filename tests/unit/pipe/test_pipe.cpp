@@ -27,6 +27,23 @@ TEST_CASE("pipe: the grid is DeepSpeed's pipe x data x model, model fastest") {
   CHECK(pipe_data.pipe_group(4) == std::vector<int>{1, 4});
 }
 
+TEST_CASE("pipe: the sequence-parallel axis sits between model and data, as Megatron's tp-cp-dp-pp order") {
+  const Topology t{1, 2, 2, 2};  // the Hugging Face 3D example: T x S x D = 2 x 2 x 2
+  CHECK(t.world() == 8);
+  for (int r = 0; r < 8; ++r) CHECK(t.rank(t.coord(r)) == r);
+  CHECK(t.coord(6).data == 1);
+  CHECK(t.coord(6).seq == 1);
+  CHECK(t.coord(6).model == 0);
+  CHECK(t.model_group(6) == std::vector<int>{6, 7});  // tensor-parallel ranks adjacent
+  CHECK(t.seq_group(5) == std::vector<int>{5, 7});
+  CHECK(t.data_group(5) == std::vector<int>{1, 5});
+  CHECK(t.seq_data_group(5) == std::vector<int>{1, 3, 5, 7});  // data-major: index data x S + seq
+  const Topology piped{2, 1, 1, 2};
+  CHECK(piped.pipe_group(1) == std::vector<int>{1, 3});
+  CHECK(piped.seq_group(2) == std::vector<int>{2, 3});
+  CHECK(Topology{2, 2, 2}.seq_data_group(5) == Topology{2, 2, 2}.data_group(5));  // S = 1: the data group
+}
+
 TEST_CASE("pipe: uniform partitions give the first stages the extra layers") {
   CHECK(partition_uniform(10, 4) == std::vector<int>{0, 3, 6, 8, 10});
   CHECK(partition_uniform(8, 4) == std::vector<int>{0, 2, 4, 6, 8});

@@ -384,7 +384,7 @@ TEST_CASE("gpt config errors are ConfigErrors naming the key") {
 
 TEST_CASE("gpt split for tensor parallelism declares its shares and how they were cut; mlp cannot be split") {
   const char* config = R"({"n_layer": 1, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 32})";
-  auto split = ds::Plugin::load(gpt_path(), config, nullptr, ds::TensorParallelRank{1, 2});
+  auto split = ds::Plugin::load(gpt_path(), config, nullptr, ds::ParallelRank{1, 2});
   CHECK(split->tensor_parallel().size == 2);
   const ds::LayerInfo& h0 = split->layer(1);
   auto param = [&](const std::string& name) {
@@ -401,14 +401,38 @@ TEST_CASE("gpt split for tensor parallelism declares its shares and how they wer
   CHECK(param("ln_1.weight").shard.dim == -1);
   CHECK(split->layer(0).params[0].shard.dim == -1);  // the embedding stays whole
   const std::string where = "plugin " + gpt_path() + ": ";
-  CHECK_THROWS_WITH_AS(ds::Plugin::load(gpt_path(), config, nullptr, ds::TensorParallelRank{0, 3}),
+  CHECK_THROWS_WITH_AS(ds::Plugin::load(gpt_path(), config, nullptr, ds::ParallelRank{0, 3}),
                        (where + "model.n_head: 4 heads do not split over 3 tensor-parallel ranks "
                                 "(tensor_parallel.autotp_size)").c_str(),
                        ds::ConfigError);
   const std::string mlp = std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so";
-  CHECK_THROWS_WITH_AS(ds::Plugin::load(mlp, "{}", nullptr, ds::TensorParallelRank{0, 2}),
+  CHECK_THROWS_WITH_AS(ds::Plugin::load(mlp, "{}", nullptr, ds::ParallelRank{0, 2}),
                        ("plugin " + mlp + ": the mlp model cannot be split for tensor parallelism "
                                           "(tensor_parallel.autotp_size 2)").c_str(),
+                       ds::ConfigError);
+}
+
+TEST_CASE("gpt under sequence parallelism: each rank takes its chunk of positions; what cannot split is refused") {
+  const std::string config = R"({"n_layer": 1, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 32})";
+  auto split = ds::Plugin::load(gpt_path(), config, nullptr, {}, ds::ParallelRank{1, 2});
+  CHECK(split->sequence_parallel().size == 2);
+  CHECK(ds::shape_str(split->layer(1).params[2].shape) == "[48, 16]");  // parameters stay whole
+  CHECK(ds::shape_str(split->output_shape(0, ds_shape{2, {3, 4}})) == "[3, 4, 16]");
+  CHECK_THROWS_WITH_AS(split->output_shape(0, ds_shape{2, {3, 8}}),
+                       ::doctest::Contains("with 1 <= T <= seq_len / sequence-parallel ranks 4"), ds::PluginError);
+  const std::string where = "plugin " + gpt_path() + ": ";
+  CHECK_THROWS_WITH_AS(ds::Plugin::load(gpt_path(), config, nullptr, ds::ParallelRank{0, 2}, ds::ParallelRank{0, 4}),
+                       (where + "model.n_head: 4 heads do not split over 2 tensor-parallel x 4 sequence-parallel ranks "
+                                "(sequence_parallel_size)").c_str(),
+                       ds::ConfigError);
+  CHECK_THROWS_WITH_AS(
+      ds::Plugin::load(gpt_path(), R"({"n_head": 4, "n_embd": 16, "seq_len": 6})", nullptr, {}, ds::ParallelRank{0, 4}),
+      (where + "model.seq_len: 6 positions do not split over 4 sequence-parallel ranks (sequence_parallel_size)").c_str(),
+      ds::ConfigError);
+  const std::string mlp = std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so";
+  CHECK_THROWS_WITH_AS(ds::Plugin::load(mlp, "{}", nullptr, {}, ds::ParallelRank{0, 2}),
+                       ("plugin " + mlp + ": the mlp model cannot split its sequences for sequence parallelism "
+                                          "(sequence_parallel_size 2)").c_str(),
                        ds::ConfigError);
 }
 
