@@ -19,8 +19,10 @@
 // Predictions: the logits [B, T, vocab_size].
 //
 // Tensor parallelism (model.tensor_parallel, set by the engine): the blocks are split as Megatron splits
-// them (Block); the embedding and the tied head stay whole on every rank, as DeepSpeed's AutoTP leaves
-// a tied embedding. n_head must be a multiple of the tensor-parallel size.
+// them (Block); the vocabulary too when the tensor-parallel size divides vocab_size (Megatron's
+// vocabulary-parallel embedding and cross-entropy: Embed, Head), else the embedding and the tied head
+// stay whole on every rank, as DeepSpeed's AutoTP leaves a tied embedding. n_head must be a multiple of
+// the tensor-parallel size.
 //
 // Sequence parallelism (model.sequence_parallel, DeepSpeed-Ulysses): rank s of S sees positions
 // [s·T, (s+1)·T) of every sequence (the embedding adds wpe from s·T); around attention each block trades its
@@ -52,6 +54,7 @@ struct Dims {
   int64_t n_layer, n_head, n_embd, seq_len, vocab;
   float init_std;
   int64_t seq_ranks = 1;  // sequence parallelism: each rank sees seq_len / seq_ranks positions at most
+  bool vocab_parallel = false;  // tensor parallelism: wte's rows and the logits split over the ranks
 };
 
 // Throws unless `in` is [B, T] (ndim 2, tokens) or [B, T, C] (ndim 3, activations), 1 ≤ T ≤ seq_len
@@ -87,10 +90,18 @@ void linear_backward(const Ops& ops, const float* x, const float* W, const float
 
 // ---- embed ---------------------------------------------------------------------------------------
 
+// With a vocabulary split over the tensor-parallel ranks (Megatron's VocabParallelEmbedding), rank r
+// holds rows [r·V/P, (r+1)·V/P) of wte: each rank looks up the tokens in its rows (0 for the others), the
+// group sums the lookups, then the position embeddings are added.
 class Embed : public ds::sdk::Layer {
  public:
-  Embed(const Dims& d, std::shared_ptr<const ds::sdk::SequenceParallel> sp) : Layer("embed"), d_(d), sp_(std::move(sp)) {
-    add_param("wte", {d.vocab, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std);
+  Embed(const Dims& d, std::shared_ptr<const ds::sdk::TensorParallel> tp,
+        std::shared_ptr<const ds::sdk::SequenceParallel> sp)
+      : Layer("embed"), d_(d), tp_(std::move(tp)), sp_(std::move(sp)) {
+    if (d.vocab_parallel)
+      add_param("wte", {d.vocab / tp_->size, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std, ds::sdk::Shard{0, 1});
+    else
+      add_param("wte", {d.vocab, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std);
     add_param("wpe", {d.seq_len, d.n_embd}, DS_INIT_NORMAL, 0.0f, d.init_std);
   }
   Shape output_shape(const Shape& in) const override {
@@ -98,19 +109,33 @@ class Embed : public ds::sdk::Layer {
     return {in[0], in[1], d_.n_embd};
   }
   void forward(const Forward& f) override {  // positions from this rank's first: wpe rows sp.rank·T on
-    f.ops.embedding_forward(f.input.i32(), f.param(0).f32(), f.param(1).f32() + first_position(f.input.dim(1)),
-                            f.output.f32(), f.input.dim(0), f.input.dim(1), d_.n_embd, d_.vocab);
+    const int64_t B = f.input.dim(0), T = f.input.dim(1), C = d_.n_embd;
+    const float* wpe = f.param(1).f32() + first_position(T);
+    if (!d_.vocab_parallel)
+      return f.ops.embedding_forward(f.input.i32(), f.param(0).f32(), wpe, f.output.f32(), B, T, C, d_.vocab);
+    const int64_t rows = d_.vocab / tp_->size;
+    f.ops.embedding_rows_forward(f.input.i32(), f.param(0).f32(), f.output.f32(), B * T, C, tp_->rank * rows, rows,
+                                 d_.vocab);
+    tp_->allreduce_sum(f.output.f32(), B * T * C);
+    for (int64_t b = 0; b < B; ++b) f.ops.add_into(f.output.f32() + b * T * C, wpe, T * C);
   }
   void backward(const Backward& b) override {  // layer 0: no grad_input (the input is token ids)
-    b.ops.embedding_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(),
-                             b.grad_param(1).f32() + first_position(b.input.dim(1)), b.input.dim(0), b.input.dim(1),
-                             d_.n_embd, d_.vocab);
+    const int64_t B = b.input.dim(0), T = b.input.dim(1), C = d_.n_embd;
+    float* dwpe = b.grad_param(1).f32() + first_position(T);
+    if (!d_.vocab_parallel)
+      return b.ops.embedding_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(), dwpe, B, T, C,
+                                      d_.vocab);
+    const int64_t rows = d_.vocab / tp_->size;
+    b.ops.embedding_rows_backward(b.input.i32(), b.grad_output.f32(), b.grad_param(0).f32(), B * T, C,
+                                  tp_->rank * rows, rows, d_.vocab);
+    for (int64_t i = 0; i < B; ++i) b.ops.add_into(dwpe, b.grad_output.f32() + i * T * C, T * C);
   }
 
  private:
   // The offset (floats) of this rank's first position's row in wpe [seq_len, C].
   int64_t first_position(int64_t T) const { return sp_->rank * T * d_.n_embd; }
   Dims d_;
+  std::shared_ptr<const ds::sdk::TensorParallel> tp_;
   std::shared_ptr<const ds::sdk::SequenceParallel> sp_;
 };
 
@@ -272,12 +297,17 @@ class Block : public ds::sdk::Layer {
 
 // ---- head: ln_f, tied LM head, cross-entropy -----------------------------------------------------
 
+// With a vocabulary split over the tensor-parallel ranks, each rank computes the logits of its classes
+// (its rows of the tied wte) and the cross-entropy is Megatron's vocab_parallel_cross_entropy: the row
+// max all-reduced by MAX, the label's logit and Σexp by SUM; the input gradient (a column-parallel
+// product) summed over the group. Predictions are gathered from the ranks.
 class Head : public ds::sdk::Layer {
  public:
-  explicit Head(const Dims& d) : Layer("head"), d_(d) {
+  Head(const Dims& d, std::shared_ptr<const ds::sdk::TensorParallel> tp)
+      : Layer("head"), d_(d), tp_(std::move(tp)), classes_(d.vocab_parallel ? d.vocab / tp_->size : d.vocab) {
     add_param("ln_f.weight", {d.n_embd}, DS_INIT_ONES);
     add_param("ln_f.bias", {d.n_embd}, DS_INIT_ZEROS);
-    add_tied_param("wte", {d.vocab, d.n_embd}, "embed.wte");
+    add_tied_param("wte", {classes_, d.n_embd}, "embed.wte");
   }
   Shape output_shape(const Shape& in) const override {
     require_input(in, 3, d_);
@@ -285,37 +315,46 @@ class Head : public ds::sdk::Layer {
   }
   size_t workspace_bytes(const Shape& in) const override {
     require_input(in, 3, d_);
-    return Slots(in, d_).total * sizeof(float);
+    return Slots(in, d_.n_embd, classes_).total * sizeof(float);
   }
   void forward(const Forward& f) override {
     const Shape& s = f.input.shape();
-    const Slots w(s, d_);
+    const Slots w(s, d_.n_embd, classes_);
     float* ws = workspace(f.workspace);
-    const int64_t N = s[0] * s[1], C = d_.n_embd, V = d_.vocab;
+    const int64_t N = s[0] * s[1], C = d_.n_embd, V = classes_;
     const Ops& ops = f.ops;
+    const int32_t* labels = targets(f.batch, s);
     ops.layernorm_forward(f.input.f32(), f.param(0).f32(), f.param(1).f32(), ws + w.lnf, ws + w.lnf_stats, N, C, kLnEps);
     ops.matmul(ws + w.lnf, f.param(2).f32(), ws + w.logits, N, V, C, false, true, false);  // ln_f(x)·wteᵀ
-    ops.cross_entropy_forward(ws + w.logits, targets(f.batch, s), N, V, ws + w.ce_stats, f.output.f32());
-    if (!f.batch.predictions.empty()) {
-      const Shape want{s[0], s[1], V};
-      if (!(f.batch.predictions.shape() == want))
-        throw std::invalid_argument("predictions shape " + f.batch.predictions.shape().str() + ", expected " +
-                                    want.str());
-      ops.copy(f.batch.predictions.f32(), ws + w.logits, static_cast<size_t>(N * V) * sizeof(float));
+    if (!d_.vocab_parallel) {
+      ops.cross_entropy_forward(ws + w.logits, labels, N, V, ws + w.ce_stats, f.output.f32());
+    } else {
+      float* stats = ws + w.ce_stats;  // [3, N]: max, the label's logit, Σexp
+      ops.cross_entropy_shard_max(ws + w.logits, labels, N, V, first_class(), d_.vocab, stats);
+      tp_->allreduce_max(stats, N);
+      ops.cross_entropy_shard_sumexp(ws + w.logits, N, V, stats);
+      tp_->allreduce_sum(stats + N, 2 * N);
+      ops.cross_entropy_shard_loss(stats, N, f.output.f32());
     }
+    if (!f.batch.predictions.empty()) write_predictions(f, ws + w.logits);
   }
   void backward(const Backward& b) override {
     const Shape& s = b.input.shape();
-    const Slots w(s, d_);
+    const Slots w(s, d_.n_embd, classes_);
     const float* ws = workspace(b.workspace);
-    const int64_t N = s[0] * s[1], C = d_.n_embd, V = d_.vocab;
+    const int64_t N = s[0] * s[1], C = d_.n_embd, V = classes_;
     const Ops& ops = b.ops;
     const auto dlogits = ops.temp(N * V), dlnf = ops.temp(N * C);
-    ops.cross_entropy_backward(ws + w.logits, targets(b.batch, s), ws + w.ce_stats, b.grad_output.f32(), N, V,
-                               dlogits.get());
+    const int32_t* labels = targets(b.batch, s);
+    if (!d_.vocab_parallel)
+      ops.cross_entropy_backward(ws + w.logits, labels, ws + w.ce_stats, b.grad_output.f32(), N, V, dlogits.get());
+    else
+      ops.cross_entropy_shard_backward(ws + w.logits, labels, ws + w.ce_stats, b.grad_output.f32(), N, V,
+                                       first_class(), dlogits.get());
     const float* wte = b.param(2).f32();
     ops.matmul(dlogits.get(), ws + w.lnf, b.grad_param(2).f32(), V, C, N, true, false, true);  // dwte += dLᵀ·ln_f
     ops.matmul(dlogits.get(), wte, dlnf.get(), N, C, V, false, false, false);                // dln_f = dL·wte
+    if (d_.vocab_parallel) tp_->allreduce_sum(dlnf.get(), N * C);  // every rank's classes' share
     const auto unused_dx = ops.temp(b.grad_input.empty() ? N * C : 0);
     float* dx = b.grad_input.empty() ? unused_dx.get() : b.grad_input.f32();
     ops.layernorm_backward(b.input.f32(), b.param(0).f32(), ws + w.lnf_stats, dlnf.get(), dx, b.grad_param(0).f32(),
@@ -325,8 +364,8 @@ class Head : public ds::sdk::Layer {
  private:
   struct Slots {
     size_t lnf, lnf_stats, logits, ce_stats, total;
-    Slots(const Shape& s, const Dims& d) {
-      const size_t N = static_cast<size_t>(s[0] * s[1]), C = static_cast<size_t>(d.n_embd);
+    Slots(const Shape& s, int64_t n_embd, int64_t classes) {
+      const size_t N = static_cast<size_t>(s[0] * s[1]), C = static_cast<size_t>(n_embd);
       size_t at = 0;
       auto take = [&](size_t n) {
         const size_t here = at;
@@ -335,11 +374,28 @@ class Head : public ds::sdk::Layer {
       };
       lnf = take(N * C);
       lnf_stats = take(N * 2);
-      logits = take(N * static_cast<size_t>(d.vocab));
-      ce_stats = take(N * 2);
+      logits = take(N * static_cast<size_t>(classes));
+      ce_stats = take(N * 3);
       total = at;
     }
   };
+  int64_t first_class() const { return tp_->rank * classes_; }
+  // The logits [B, T, vocab] into the batch's predictions; with a split vocabulary, every rank's classes.
+  void write_predictions(const Forward& f, const float* logits) const {
+    const Shape& s = f.input.shape();
+    const int64_t N = s[0] * s[1], V = d_.vocab;
+    const Shape want{s[0], s[1], V};
+    if (!(f.batch.predictions.shape() == want))
+      throw std::invalid_argument("predictions shape " + f.batch.predictions.shape().str() + ", expected " + want.str());
+    float* out = f.batch.predictions.f32();
+    if (!d_.vocab_parallel) return f.ops.copy(out, logits, static_cast<size_t>(N * V) * sizeof(float));
+    const auto gathered = f.ops.temp(N * V);  // [ranks, N, classes]
+    tp_->allgather(logits, gathered.get(), N * classes_);
+    for (int32_t r = 0; r < tp_->size; ++r)
+      for (int64_t n = 0; n < N; ++n)
+        f.ops.copy(out + n * V + r * classes_, gathered.get() + (r * N + n) * classes_,
+                   static_cast<size_t>(classes_) * sizeof(float));
+  }
   static const int32_t* targets(const ds::sdk::Batch& batch, const Shape& in) {
     if (batch.target.empty()) throw std::invalid_argument("batch target is NULL");
     const Shape want{in[0], in[1]};
@@ -352,6 +408,8 @@ class Head : public ds::sdk::Layer {
     return static_cast<float*>(ws);
   }
   Dims d_;
+  std::shared_ptr<const ds::sdk::TensorParallel> tp_;
+  int64_t classes_;  // this rank's classes: the vocabulary, or its share
 };
 
 // ---- model ---------------------------------------------------------------------------------------
@@ -391,10 +449,11 @@ class Gpt : public ds::sdk::Model {
       throw ds::sdk::ConfigError("model.seq_len: " + std::to_string(d_.seq_len) + " positions do not split over " +
                                  std::to_string(seq_ranks) + " sequence-parallel ranks (sequence_parallel_size)");
     d_.seq_ranks = seq_ranks;
-    add_layer<Embed>(d_, sequence_parallel());
+    d_.vocab_parallel = ranks > 1 && d_.vocab % ranks == 0;
+    add_layer<Embed>(d_, tensor_parallel(), sequence_parallel());
     for (int64_t i = 0; i < d_.n_layer; ++i)
       add_layer<Block>("h" + std::to_string(i), d_, tensor_parallel(), sequence_parallel());
-    add_layer<Head>(d_);
+    add_layer<Head>(d_, tensor_parallel());
   }
   bool runs_on(ds_device_type) const override { return true; }  // only the backend's ops touch tensors
   ds::sdk::DatasetInfo dataset_info() const override { return {0, DS_I32, {d_.seq_len}, DS_I32, {d_.seq_len}}; }

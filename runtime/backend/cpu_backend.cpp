@@ -15,6 +15,7 @@
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
+#include "cpu/vocab_parallel.h"
 
 namespace ds::backend {
 namespace {
@@ -118,11 +119,35 @@ ds_status cross_entropy_backward(void*, const float* logits, const int32_t* labe
   return guarded([&] { cpu::cross_entropy_backward(logits, labels, stats, dloss[0], rows, classes, dlogits); });
 }
 
+ds_status embedding_rows_forward(void*, const int32_t* tokens, const float* wte_rows, float* out, int64_t n, int64_t C,
+                                 int64_t first, int64_t rows, int64_t vocab) {
+  return guarded([&] { cpu::embedding_rows_forward(tokens, wte_rows, out, n, C, first, rows, vocab); });
+}
+ds_status embedding_rows_backward(void*, const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n,
+                                  int64_t C, int64_t first, int64_t rows, int64_t vocab) {
+  return guarded([&] { cpu::embedding_rows_backward(tokens, dout, dwte_rows, n, C, first, rows, vocab); });
+}
+ds_status cross_entropy_shard_max(void*, const float* logits, const int32_t* labels, int64_t n, int64_t classes,
+                                  int64_t first, int64_t vocab, float* stats) {
+  return guarded([&] { cpu::cross_entropy_shard_max(logits, labels, n, classes, first, vocab, stats); });
+}
+ds_status cross_entropy_shard_sumexp(void*, const float* logits, int64_t n, int64_t classes, float* stats) {
+  return guarded([&] { cpu::cross_entropy_shard_sumexp(logits, n, classes, stats); });
+}
+ds_status cross_entropy_shard_loss(void*, const float* stats, int64_t n, float* loss) {
+  return guarded([&] { loss[0] = cpu::cross_entropy_shard_loss(stats, n); });
+}
+ds_status cross_entropy_shard_backward(void*, const float* logits, const int32_t* labels, const float* stats,
+                                       const float* dloss, int64_t n, int64_t classes, int64_t first, float* dlogits) {
+  return guarded([&] { cpu::cross_entropy_shard_backward(logits, labels, stats, dloss[0], n, classes, first, dlogits); });
+}
+
 const ds_backend kCpu = {
     DS_BACKEND_VERSION, "cpu", DS_DEVICE_CPU, nullptr, last_error, alloc, release, copy, matmul, bias_fill, bias_add,
     bias_grad, add_into, add, layernorm_forward, layernorm_backward, gelu_forward, gelu_backward, relu_forward,
     relu_backward, attention_forward, attention_backward, embedding_forward, embedding_backward,
-    cross_entropy_forward, cross_entropy_backward,
+    cross_entropy_forward, cross_entropy_backward, embedding_rows_forward, embedding_rows_backward,
+    cross_entropy_shard_max, cross_entropy_shard_sumexp, cross_entropy_shard_loss, cross_entropy_shard_backward,
 };
 
 }  // namespace

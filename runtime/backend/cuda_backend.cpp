@@ -239,6 +239,13 @@ ds_status cross_entropy_backward(void* ctx, const float* logits, const int32_t* 
   });
 }
 
+// The vocabulary-parallel ops: tensor parallelism runs on CPU ranks only so far, so they have no kernels here yet.
+template <class... Args>
+ds_status vocab_parallel_op(void* ctx, Args...) noexcept {
+  state(ctx).error = "the vocabulary-parallel ops of tensor parallelism run on the CPU backend only so far";
+  return DS_UNSUPPORTED;
+}
+
 }  // namespace
 
 Cuda::Cuda(int device) : state_(std::make_unique<State>()) {
@@ -251,6 +258,12 @@ Cuda::Cuda(int device) : state_(std::make_unique<State>()) {
       bias_add, bias_grad, add_into, add, layernorm_forward, layernorm_backward, gelu_forward, gelu_backward,
       relu_forward, relu_backward, attention_forward, attention_backward, embedding_forward, embedding_backward,
       cross_entropy_forward, cross_entropy_backward,
+      vocab_parallel_op<const int32_t*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t>,
+      vocab_parallel_op<const int32_t*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t>,
+      vocab_parallel_op<const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, float*>,
+      vocab_parallel_op<const float*, int64_t, int64_t, float*>,
+      vocab_parallel_op<const float*, int64_t, float*>,
+      vocab_parallel_op<const float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t, float*>,
   };
 }
 

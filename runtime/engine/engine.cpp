@@ -263,7 +263,7 @@ void Engine::build_layers() {
       slot.size = elements(p.info.shape);
       slot.stream = source;
       slot.global_offset = global_offset[g];
-      slot.shard = p.info.shard;
+      slot.shard = init.shard;  // a tied parameter is cut as its owner is
       slot.init = init.init;
       slot.a = init.a;
       slot.b = init.b;
@@ -857,7 +857,7 @@ double Engine::gradient_norm(bool averaged) {
   double sum_sq = grads_->owned_sum_of_squares();
   if (config_.pipeline) sum_sq = std::max(0.0, sum_sq - owned_sum_of_squares([](const ParamSlot& s) { return s.replica; }));
   if (config_.tensor_parallel) {  // the shares summed over the group, the replicated parameters counted once
-    double shares = owned_sum_of_squares([](const ParamSlot& s) { return s.shard.dim >= 0; });
+    double shares = owned_sum_of_squares([](const ParamSlot& s) { return s.shard.dim >= 0 && !s.replica; });
     sum_sq = std::max(0.0, sum_sq - shares);
     config_.tensor_parallel->allreduce(&shares, 1, DataType::F64, ReduceOp::Sum);
     sum_sq += shares;

@@ -75,12 +75,23 @@ void to_sequence(ModelGroups& g, const float* y, float* x, const Layout& l) {
 ds_collectives model_collectives(ModelGroups& groups) {
   ds_collectives c{};
   c.ctx = &groups;
-  if (groups.tensor != nullptr)
+  if (groups.tensor != nullptr) {
     c.allreduce_sum = [](void* ctx, float* data, int64_t n) noexcept {
       return guarded("tensor-parallel all-reduce", [&] {
         static_cast<ModelGroups*>(ctx)->tensor->allreduce(data, static_cast<size_t>(n), DataType::F32, ReduceOp::Sum);
       });
     };
+    c.allreduce_max = [](void* ctx, float* data, int64_t n) noexcept {
+      return guarded("tensor-parallel all-reduce", [&] {
+        static_cast<ModelGroups*>(ctx)->tensor->allreduce(data, static_cast<size_t>(n), DataType::F32, ReduceOp::Max);
+      });
+    };
+    c.allgather = [](void* ctx, const float* in, float* out, int64_t n) noexcept {
+      return guarded("tensor-parallel all-gather", [&] {
+        static_cast<ModelGroups*>(ctx)->tensor->allgather(in, out, static_cast<size_t>(n), DataType::F32);
+      });
+    };
+  }
   if (groups.sequence != nullptr) {
     c.seq_to_heads = [](void* ctx, const float* x, float* y, int64_t B, int64_t T, int64_t K, int32_t blocks) noexcept {
       return guarded("sequence-parallel all-to-all", [&] {

@@ -12,7 +12,8 @@
  * waits for the device where it must. Outputs are OVERWRITTEN unless the op says it accumulates (+=).
  * An op returns DS_OK, DS_ERROR (last_error(ctx) says why), DS_OUT_OF_MEMORY, or DS_UNSUPPORTED.
  * Floating tensors are fp32 in this version; ops on other dtypes will be appended (the table only
- * grows: a plugin checks `version` before using an op added after version 1).
+ * grows: a plugin checks `version` before using an op added after version 1). Version 2 added the
+ * vocabulary-parallel ops.
  * The formulas are kernels/cpu's (layernorm.h, attention.h, cross_entropy.h, ...) on every backend.
  */
 #ifndef DS_BACKEND_H
@@ -25,7 +26,7 @@
 extern "C" {
 #endif
 
-#define DS_BACKEND_VERSION 1u
+#define DS_BACKEND_VERSION 2u
 
 typedef enum { DS_DEVICE_CPU = 0, DS_DEVICE_CUDA = 1 } ds_device_type;
 
@@ -89,6 +90,26 @@ typedef struct ds_backend {
                                      int64_t classes, float* stats, float* loss);
   ds_status (*cross_entropy_backward)(void* ctx, const float* logits, const int32_t* labels, const float* stats,
                                       const float* dloss, int64_t rows, int64_t classes, float* dlogits);
+
+  /* Since version 2: the vocabulary-parallel embedding and cross-entropy of tensor parallelism
+   * (kernels/cpu/vocab_parallel.h). This rank holds classes [first, first + rows or classes) of a
+   * vocabulary of `vocab`. Embedding: out[n, C] = the shard's row of each token, 0 for tokens off the
+   * shard (summed over the group: the lookup); backward accumulates dwte_rows. Cross-entropy, stats [3, n]:
+   * shard_max writes the shard's row max and the label's logit (0 off the shard), which the group
+   * all-reduces by MAX and SUM; shard_sumexp the row's Σ exp(logit − max), all-reduced by SUM; shard_loss
+   * the mean loss[1]; backward dlogits = (softmax − one-hot) · dloss[0] / n. A backend without them
+   * returns DS_UNSUPPORTED. */
+  ds_status (*embedding_rows_forward)(void* ctx, const int32_t* tokens, const float* wte_rows, float* out, int64_t n,
+                                      int64_t C, int64_t first, int64_t rows, int64_t vocab);
+  ds_status (*embedding_rows_backward)(void* ctx, const int32_t* tokens, const float* dout, float* dwte_rows,
+                                       int64_t n, int64_t C, int64_t first, int64_t rows, int64_t vocab);
+  ds_status (*cross_entropy_shard_max)(void* ctx, const float* logits, const int32_t* labels, int64_t n,
+                                       int64_t classes, int64_t first, int64_t vocab, float* stats);
+  ds_status (*cross_entropy_shard_sumexp)(void* ctx, const float* logits, int64_t n, int64_t classes, float* stats);
+  ds_status (*cross_entropy_shard_loss)(void* ctx, const float* stats, int64_t n, float* loss);
+  ds_status (*cross_entropy_shard_backward)(void* ctx, const float* logits, const int32_t* labels, const float* stats,
+                                            const float* dloss, int64_t n, int64_t classes, int64_t first,
+                                            float* dlogits);
 } ds_backend;
 
 #ifdef __cplusplus

@@ -191,6 +191,10 @@ typedef struct {
   /* Tensor parallelism: in place, data[0..n) becomes its sum over the tensor-parallel group. Blocking;
    * NULL without it. */
   ds_status (*allreduce_sum)(void* ctx, float* data, int64_t n);
+  /* Tensor parallelism, likewise: data[0..n) becomes its maximum over the group; and
+   * out[T·n] = every rank's in[0..n), rank-major. */
+  ds_status (*allreduce_max)(void* ctx, float* data, int64_t n);
+  ds_status (*allgather)(void* ctx, const float* in, float* out, int64_t n);
   /* Sequence parallelism, both blocking; NULL without it. x is [B, T, K], this rank's chunk of T positions;
    * K is `blocks` column blocks (3 for fused q, k, v), each cut into S pieces of K / (blocks·S) columns.
    * seq_to_heads:    y [B, S·T, K/S] = the whole sequence, piece s of every block (concatenated);

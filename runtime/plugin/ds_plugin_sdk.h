@@ -229,6 +229,19 @@ struct TensorParallel {
       throw std::logic_error("tensor parallelism: the engine gave no collectives");
     if (comm->allreduce_sum(comm->ctx, data, n) != DS_OK) throw std::runtime_error("tensor-parallel all-reduce failed");
   }
+  // In place: the maximum over the group.
+  void allreduce_max(float* data, int64_t n) const {
+    if (size == 1) return;
+    if (comm == nullptr || comm->allreduce_max == nullptr)
+      throw std::logic_error("tensor parallelism: the engine gave no collectives");
+    if (comm->allreduce_max(comm->ctx, data, n) != DS_OK) throw std::runtime_error("tensor-parallel all-reduce failed");
+  }
+  // out[size·n]: every rank's in[0..n), rank-major.
+  void allgather(const float* in, float* out, int64_t n) const {
+    if (comm == nullptr || comm->allgather == nullptr)
+      throw std::logic_error("tensor parallelism: the engine gave no collectives");
+    if (comm->allgather(comm->ctx, in, out, n) != DS_OK) throw std::runtime_error("tensor-parallel all-gather failed");
+  }
 };
 
 // Sequence parallelism (ds_plugin.h, DeepSpeed-Ulysses): this rank's place in its sequence-parallel group

@@ -102,11 +102,46 @@ class Ops {
     check(backend().cross_entropy_backward(ctx(), logits, labels, stats, dloss, rows, classes, dlogits),
           "cross_entropy_backward");
   }
+  // Vocabulary-parallel embedding and cross-entropy (ds_backend.h, since version 2).
+  void embedding_rows_forward(const int32_t* tokens, const float* wte_rows, float* out, int64_t n, int64_t C,
+                              int64_t first, int64_t rows, int64_t vocab) const {
+    check(since(2).embedding_rows_forward(ctx(), tokens, wte_rows, out, n, C, first, rows, vocab), "embedding_rows_forward");
+  }
+  void embedding_rows_backward(const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n, int64_t C,
+                               int64_t first, int64_t rows, int64_t vocab) const {
+    check(since(2).embedding_rows_backward(ctx(), tokens, dout, dwte_rows, n, C, first, rows, vocab),
+          "embedding_rows_backward");
+  }
+  void cross_entropy_shard_max(const float* logits, const int32_t* labels, int64_t n, int64_t classes, int64_t first,
+                               int64_t vocab, float* stats) const {
+    check(since(2).cross_entropy_shard_max(ctx(), logits, labels, n, classes, first, vocab, stats),
+          "cross_entropy_shard_max");
+  }
+  void cross_entropy_shard_sumexp(const float* logits, int64_t n, int64_t classes, float* stats) const {
+    check(since(2).cross_entropy_shard_sumexp(ctx(), logits, n, classes, stats), "cross_entropy_shard_sumexp");
+  }
+  void cross_entropy_shard_loss(const float* stats, int64_t n, float* loss) const {
+    check(since(2).cross_entropy_shard_loss(ctx(), stats, n, loss), "cross_entropy_shard_loss");
+  }
+  void cross_entropy_shard_backward(const float* logits, const int32_t* labels, const float* stats, const float* dloss,
+                                    int64_t n, int64_t classes, int64_t first, float* dlogits) const {
+    check(since(2).cross_entropy_shard_backward(ctx(), logits, labels, stats, dloss, n, classes, first, dlogits),
+          "cross_entropy_shard_backward");
+  }
+
 
  private:
   const ds_backend& backend() const {
     if (b_ == nullptr) throw std::logic_error("no compute backend (the model was created without one)");
     return *b_;
+  }
+  // The table, when it has the ops of `version` (an older engine's table lacks them).
+  const ds_backend& since(uint32_t version) const {
+    const ds_backend& b = backend();
+    if (b.version < version)
+      throw std::runtime_error(std::string("the ") + (b.name ? b.name : "") + " backend is version " +
+                               std::to_string(b.version) + ", this op needs version " + std::to_string(version));
+    return b;
   }
   void* ctx() const { return b_->ctx; }
   void check(ds_status st, const char* op) const {

@@ -260,8 +260,9 @@ inline ds_status describe_shard(void* model, int32_t layer, int32_t param, ds_sh
 inline ds_status set_collectives(void* model, const ds_collectives* collectives) noexcept {
   return guard(model, [&](Model& m) {
     if (collectives == nullptr) throw std::invalid_argument("set_collectives: NULL");
-    if (m.tensor_parallel()->size > 1 && collectives->allreduce_sum == nullptr)
-      throw std::invalid_argument("set_collectives: no all-reduce for tensor parallelism");
+    if (m.tensor_parallel()->size > 1 &&
+        (collectives->allreduce_sum == nullptr || collectives->allreduce_max == nullptr || collectives->allgather == nullptr))
+      throw std::invalid_argument("set_collectives: no all-reduces or all-gather for tensor parallelism");
     if (m.sequence_parallel()->size > 1 && (collectives->seq_to_heads == nullptr || collectives->seq_to_sequence == nullptr))
       throw std::invalid_argument("set_collectives: no all-to-alls for sequence parallelism");
     m.tensor_parallel()->comm = collectives;

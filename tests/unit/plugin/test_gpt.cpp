@@ -399,7 +399,13 @@ TEST_CASE("gpt split for tensor parallelism declares its shares and how they wer
   CHECK(param("mlp.c_fc.bias").shard.dim == 0);
   CHECK(param("mlp.c_proj.bias").shard.dim == -1);  // replicated, added after the sum
   CHECK(param("ln_1.weight").shard.dim == -1);
-  CHECK(split->layer(0).params[0].shard.dim == -1);  // the embedding stays whole
+  CHECK(split->layer(0).params[0].shard.dim == 0);  // the vocabulary split too: rows [16, 32) of wte here
+  CHECK(ds::shape_str(split->layer(0).params[0].shape) == "[16, 16]");
+  CHECK(ds::shape_str(split->layers().back().params[2].shape) == "[16, 16]");  // the tied head's share
+  CHECK(split->layer(0).params[1].shard.dim == -1);  // wpe stays whole
+  auto whole = ds::Plugin::load(gpt_path(), R"({"n_layer": 1, "n_head": 4, "n_embd": 16, "vocab_size": 33})", nullptr,
+                                ds::ParallelRank{1, 2});
+  CHECK(whole->layer(0).params[0].shard.dim == -1);  // 33 classes do not split in 2: the embedding stays whole
   const std::string where = "plugin " + gpt_path() + ": ";
   CHECK_THROWS_WITH_AS(ds::Plugin::load(gpt_path(), config, nullptr, ds::ParallelRank{0, 3}),
                        (where + "model.n_head: 4 heads do not split over 3 tensor-parallel ranks "
