@@ -126,6 +126,8 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     e.param_offload = swap;
   }
   e.recompute = c.activation_checkpointing.present || c.pipeline.activation_checkpoint_interval > 0;
+  e.pipe_partitioned = c.pipeline.pipe_partitioned;
+  e.grad_partitioned = c.pipeline.grad_partitioned;
   e.seed = seed;
   return e;
 }

@@ -283,6 +283,8 @@ struct PipelineConfig {
   std::string partition = "parameters";  // "parameters", "uniform" or "type:REGEX" (pipe/pipe.h); DeepSpeed's
                                          // config default "best" means "parameters" (its module's default)
   int64_t activation_checkpoint_interval = 0;  // > 0: activations recomputed in backward (every layer)
+  bool pipe_partitioned = true;  // with tensor parallelism: each tensor-parallel rank sends 1/T of an activation
+  bool grad_partitioned = true;  // (of a gradient) to the next (previous) stage, which all-gathers them
 };
 
 // DeepSpeed's `tensor_parallel` block (AutoTP). dsworker's models declare their own split (the gpt

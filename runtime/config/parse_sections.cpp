@@ -142,8 +142,10 @@ PipelineConfig parse_pipeline(Section& top, int world_size) {
   if (c.partition == "best") c.partition = "parameters";
   c.activation_checkpoint_interval = s.integer("activation_checkpoint_interval", c.activation_checkpoint_interval);
   s.at_least("activation_checkpoint_interval", static_cast<double>(c.activation_checkpoint_interval), 0);
-  for (const char* key : {"pipe_partitioned", "grad_partitioned", "use_reentrant", "seed_layers"})
-    s.flag(key, false);  // with tensor parallelism only / how torch recomputes / dropout seeds: nothing to do here
+  c.pipe_partitioned = s.flag("pipe_partitioned", c.pipe_partitioned);
+  c.grad_partitioned = s.flag("grad_partitioned", c.grad_partitioned);
+  for (const char* key : {"use_reentrant", "seed_layers"})
+    s.flag(key, false);  // how torch recomputes / dropout seeds: nothing to do here
   s.finish();
   return c;
 }

@@ -100,6 +100,9 @@ struct EngineConfig {
                                             // data-parallel and sequence-parallel coordinates, group rank =
                                             // data rank · S + sequence rank, which share the gradient average
                                             // and the ZeRO partitions (DeepSpeed's seq-data group)
+  bool pipe_partitioned = true;             // pipeline x tensor parallelism: each tensor-parallel rank sends
+  bool grad_partitioned = true;             // 1/T of an activation / gradient to the next stage, which
+                                            // all-gathers them (DeepSpeed's pipeline keys, default true)
   std::vector<int> stage_bounds;            // with a pipeline: stage s holds the plugin's layers
                                             // [stage_bounds[s], stage_bounds[s + 1]) (pipe::partition)
   uint64_t seed = 42;                       // parameter init and data order
@@ -304,6 +307,16 @@ class Engine {
   double pipeline_micro_batches(int64_t epoch, int64_t within, double scale, double& compute_seconds);
   void reduce_pipeline_gradients();
   void pipeline_forward(const ds_batch& batch);
+  // With tensor parallelism, DeepSpeed's pipe_partitioned / grad_partitioned transfers: the part of an
+  // n-element activation (or gradient) this tensor-parallel rank sends and receives, 1/T of it (all of it
+  // when `partitioned` is off or T does not divide n); gather_slices puts the group's parts together.
+  struct Slice {
+    size_t offset, count;
+  };
+  Slice stage_slice(size_t n, bool partitioned) const;
+  void gather_slices(float* data, size_t n, bool partitioned);
+  std::unique_ptr<Work> send_activation(pipe::StageLinks& links, float* data, size_t n);
+  void receive_activation(pipe::StageLinks& links, float* data, size_t n);
   // The micro-batch's samples into the current buffer; a ds_batch of them.
   ds_batch load_micro_batch(int64_t epoch, int64_t within, int64_t micro, ds_tensor& input, ds_tensor& target);
   // Σg² over this rank's owned gradients of the slots `pick` selects.
@@ -408,6 +421,7 @@ class Engine {
   size_t buffer_ = 0;                              // the one the micro-batch under way uses
   int32_t first_layer_ = 0;                        // the plugin's index of layers_[0] (pipeline stages)
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
+  std::vector<float> slices_;                      // pipeline x tensor parallelism: gather_slices' scratch
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
   ModelGroups model_groups_;                       // tensor and sequence parallelism: the plugin's groups
   ds_collectives collectives_{};                   // and their collectives (over model_groups_)

@@ -21,6 +21,18 @@ size_t elements_of(const ds_shape& shape, int64_t rows) {
 
 }  // namespace
 
+// An activation to / from the neighbouring stage: this tensor-parallel rank's slice (pipe_partitioned).
+std::unique_ptr<Work> Engine::send_activation(pipe::StageLinks& links, float* data, size_t n) {
+  const Slice part = stage_slice(n, config_.pipe_partitioned);
+  return links.send_activation(data + part.offset, part.count);
+}
+
+void Engine::receive_activation(pipe::StageLinks& links, float* data, size_t n) {
+  const Slice part = stage_slice(n, config_.pipe_partitioned);
+  links.receive_activation(data + part.offset, part.count);
+  gather_slices(data, n, config_.pipe_partitioned);
+}
+
 double Engine::pipeline_micro_batches(int64_t epoch, int64_t within, double scale, double& compute_seconds) {
   using Clock = std::chrono::steady_clock;
   pipe::StageLinks& links = *config_.pipeline;
@@ -33,21 +45,26 @@ double Engine::pipeline_micro_batches(int64_t epoch, int64_t within, double scal
     if (op.kind == pipe::Op::Forward) {
       if (m.activation_sent) m.activation_sent->wait();  // the buffer's previous micro-batch has left
       batches[buffer_] = load_micro_batch(epoch, within, op.micro, inputs[buffer_], targets[buffer_]);
-      if (!links.first()) links.receive_activation(m.stage_input.data(), m.stage_input.size());
+      if (!links.first()) receive_activation(links, m.stage_input.data(), m.stage_input.size());
       const auto start = Clock::now();
       forward(batches[buffer_], true);
       compute_seconds += std::chrono::duration<double>(Clock::now() - start).count();
       if (links.last()) loss_sum += m.outputs.back()[0];
-      else m.activation_sent = links.send_activation(m.outputs.back().data(), m.outputs.back().size());
+      else m.activation_sent = send_activation(links, m.outputs.back().data(), m.outputs.back().size());
     } else {
-      if (!links.last()) links.receive_gradient(m.grad_output.data(), m.grad_output.size());
+      if (!links.last()) {
+        const Slice part = stage_slice(m.grad_output.size(), config_.grad_partitioned);
+        links.receive_gradient(m.grad_output.data() + part.offset, part.count);
+        gather_slices(m.grad_output.data(), m.grad_output.size(), config_.grad_partitioned);
+      }
       const auto start = Clock::now();
       const float* grad_input = backward(batches[buffer_], false, scale);
       compute_seconds += std::chrono::duration<double>(Clock::now() - start).count();
       if (links.first()) continue;
       if (m.gradient_sent) m.gradient_sent->wait();
       std::copy_n(grad_input, m.grad_input.size(), m.grad_input.data());
-      m.gradient_sent = links.send_gradient(m.grad_input.data(), m.grad_input.size());
+      const Slice part = stage_slice(m.grad_input.size(), config_.grad_partitioned);
+      m.gradient_sent = links.send_gradient(m.grad_input.data() + part.offset, part.count);
     }
   }
   for (MicroBatch& m : in_flight_) {
@@ -83,9 +100,24 @@ void Engine::reduce_pipeline_gradients() {
 void Engine::pipeline_forward(const ds_batch& batch) {
   pipe::StageLinks& links = *config_.pipeline;
   MicroBatch& m = current();
-  if (!links.first()) links.receive_activation(m.stage_input.data(), elements_of(layers_.front().input_shape, rows_));
+  if (!links.first()) receive_activation(links, m.stage_input.data(), elements_of(layers_.front().input_shape, rows_));
   forward(batch, false);
-  if (!links.last()) links.send_activation(m.outputs.back().data(), elements_of(layers_.back().output_shape, rows_))->wait();
+  if (!links.last()) send_activation(links, m.outputs.back().data(), elements_of(layers_.back().output_shape, rows_))->wait();
+}
+
+Engine::Slice Engine::stage_slice(size_t n, bool partitioned) const {
+  const ProcessGroup* tp = config_.tensor_parallel;
+  if (!partitioned || tp == nullptr || n % static_cast<size_t>(tp->size()) != 0) return {0, n};
+  const size_t count = n / static_cast<size_t>(tp->size());
+  return {count * static_cast<size_t>(tp->rank()), count};
+}
+
+void Engine::gather_slices(float* data, size_t n, bool partitioned) {
+  const Slice part = stage_slice(n, partitioned);
+  if (part.count == n) return;
+  slices_.resize(n);
+  config_.tensor_parallel->allgather(data + part.offset, slices_.data(), part.count, DataType::F32);
+  std::copy_n(slices_.data(), n, data);
 }
 
 }  // namespace ds

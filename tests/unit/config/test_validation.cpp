@@ -173,6 +173,11 @@ TEST_CASE("pipeline: stages divide the world; the batch sizes are per data-paral
   CHECK(error_of(R"({"train_batch_size": 8, "pipeline": {"stagse": 2}})").starts_with("ds_config.json: pipeline.stagse: unknown key"));
   CHECK(parse(R"({"train_batch_size": 8, "pipeline": {"activation_checkpoint_interval": 1}})")
             .pipeline.activation_checkpoint_interval == 1);
+  CHECK(c.pipeline.pipe_partitioned);  // DeepSpeed's defaults: true, true
+  CHECK(c.pipeline.grad_partitioned);
+  CHECK_FALSE(parse(R"({"train_batch_size": 8, "pipeline": {"grad_partitioned": false}})").pipeline.grad_partitioned);
+  CHECK(error_of(R"({"train_batch_size": 8, "pipeline": {"pipe_partitioned": 1}})") ==
+        "ds_config.json: pipeline.pipe_partitioned: 1 is not a boolean (true or false)");
 }
 
 TEST_CASE("sequence_parallel_size splits the world with the stages and tensor-parallel ranks (DeepSpeed-Ulysses)") {
