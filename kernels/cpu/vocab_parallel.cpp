@@ -1,14 +1,14 @@
-// vocab_parallel: the vocabulary-parallel embedding and cross-entropy (vocab_parallel.h). Rows split
-// over the kernel threads; the embedding's backward splits columns, so no two threads add into one
-// gradient element and tokens that repeat add up in position order.
+// vocab_parallel: the vocabulary-parallel embedding and cross-entropy (vocab_parallel.h), on the row
+// bodies shared with the CUDA kernels (vocab_parallel_row.h). Rows split over the kernel threads; the
+// embedding's backward splits columns, so no two threads add into one gradient element and tokens that
+// repeat add up in position order.
 #include "cpu/vocab_parallel.h"
 
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "cpu/parallel.h"
+#include "cpu/vocab_parallel_row.h"
 
 namespace ds::cpu {
 namespace {
@@ -20,23 +20,14 @@ void check_ids(const int32_t* ids, int64_t n, int64_t vocab, const char* what) {
                               " is not in [0, " + std::to_string(vocab) + ")");
 }
 
-bool in_shard(int32_t id, int64_t first, int64_t rows) { return id >= first && id < first + rows; }
-
 }  // namespace
 
 void embedding_rows_forward(const int32_t* tokens, const float* wte_rows, float* out, int64_t n, int64_t C,
                             int64_t first, int64_t rows, int64_t vocab) {
   check_ids(tokens, n, vocab, "embedding: token");
   parallel_for(n, min_rows_per_thread(C), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      float* o = out + i * C;
-      if (!in_shard(tokens[i], first, rows)) {
-        for (int64_t c = 0; c < C; ++c) o[c] = 0.0f;
-        continue;
-      }
-      const float* e = wte_rows + (tokens[i] - first) * C;
-      for (int64_t c = 0; c < C; ++c) o[c] = e[c];
-    }
+    for (int64_t p = begin; p < end; ++p)
+      for (int64_t c = 0; c < C; ++c) out[p * C + c] = embedding_rows_element(tokens, wte_rows, p, c, C, first, rows);
   });
 }
 
@@ -44,10 +35,10 @@ void embedding_rows_backward(const int32_t* tokens, const float* dout, float* dw
                              int64_t first, int64_t rows, int64_t vocab) {
   check_ids(tokens, n, vocab, "embedding: token");
   parallel_for(C, min_rows_per_thread(n), [&](int64_t begin, int64_t end) {
-    for (int64_t i = 0; i < n; ++i) {
-      if (!in_shard(tokens[i], first, rows)) continue;
-      float* e = dwte_rows + (tokens[i] - first) * C;
-      for (int64_t c = begin; c < end; ++c) e[c] += dout[i * C + c];
+    for (int64_t p = 0; p < n; ++p) {
+      if (!in_shard(tokens[p], first, rows)) continue;
+      float* e = dwte_rows + (tokens[p] - first) * C;
+      for (int64_t c = begin; c < end; ++c) e[c] += dout[p * C + c];
     }
   });
 }
@@ -56,52 +47,26 @@ void cross_entropy_shard_max(const float* logits, const int32_t* labels, int64_t
                              int64_t vocab, float* stats) {
   check_ids(labels, n, vocab, "cross_entropy: label");
   parallel_for(n, min_rows_per_thread(classes), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* x = logits + r * classes;
-      float m = -std::numeric_limits<float>::infinity();
-      bool nan = false;
-      for (int64_t c = 0; c < classes; ++c) {
-        m = x[c] > m ? x[c] : m;
-        nan |= std::isnan(x[c]);
-      }
-      stats[r] = nan ? std::numeric_limits<float>::quiet_NaN() : m;
-      stats[n + r] = in_shard(labels[r], first, classes) ? x[labels[r] - first] : 0.0f;
-    }
+    for (int64_t r = begin; r < end; ++r) shard_max_row(logits + r * classes, classes, labels[r], first, r, n, stats);
   });
 }
 
 void cross_entropy_shard_sumexp(const float* logits, int64_t n, int64_t classes, float* stats) {
   parallel_for(n, min_rows_per_thread(classes), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* x = logits + r * classes;
-      const double m = stats[r];
-      double sum = 0.0;
-      for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(x[c]) - m);
-      stats[2 * n + r] = static_cast<float>(sum);
-    }
+    for (int64_t r = begin; r < end; ++r) stats[2 * n + r] = shard_sumexp_row(logits + r * classes, classes, stats[r]);
   });
 }
 
-float cross_entropy_shard_loss(const float* stats, int64_t n) {
-  if (n <= 0) return 0.0f;
-  double total = 0.0;
-  for (int64_t r = 0; r < n; ++r)
-    total += std::log(static_cast<double>(stats[2 * n + r])) + stats[r] - static_cast<double>(stats[n + r]);
-  return static_cast<float>(total / static_cast<double>(n));
-}
+float cross_entropy_shard_loss(const float* stats, int64_t n) { return shard_loss(stats, n); }
 
 void cross_entropy_shard_backward(const float* logits, const int32_t* labels, const float* stats, float g, int64_t n,
                                   int64_t classes, int64_t first, float* dlogits) {
   const double scale = static_cast<double>(g) / static_cast<double>(n);
   parallel_for(n, min_rows_per_thread(classes), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* x = logits + r * classes;
-      float* d = dlogits + r * classes;
-      const double m = stats[r], s = stats[2 * n + r];
-      for (int64_t c = 0; c < classes; ++c) d[c] = static_cast<float>(std::exp(static_cast<double>(x[c]) - m) / s * scale);
-      if (in_shard(labels[r], first, classes))
-        d[labels[r] - first] = static_cast<float>((std::exp(static_cast<double>(x[labels[r] - first]) - m) / s - 1.0) * scale);
-    }
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t c = 0; c < classes; ++c)
+        dlogits[r * classes + c] =
+            shard_dlogit(logits[r * classes + c], labels[r] == first + c, stats[r], stats[2 * n + r], scale);
   });
 }
 

@@ -14,7 +14,8 @@
 //     shard_sumexp: stats[2] = Σ_c exp(logits[r, c] − M) (then all-reduce SUM: S);
 //     shard_loss:   loss = (1/n) Σ_r (log S_r + M_r − picked_r);
 //     backward:     dlogits[r, c] = (exp(logits[r, c] − M_r) / S_r − [first + c == label_r]) · g / n (OVERWRITTEN).
-// Sums run in double and round once. A token or label outside [0, vocab) throws std::out_of_range naming
+// Sums and exps run in double and round once (the row bodies: vocab_parallel_row.h, shared with the CUDA
+// kernels). A token or label outside [0, vocab) throws std::out_of_range naming
 // its position and value before anything is written. A NaN logit gives a NaN max, so a NaN loss.
 #pragma once
 #include <cstdint>

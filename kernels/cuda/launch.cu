@@ -17,6 +17,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/vocab_parallel.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -241,6 +242,51 @@ void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, f
   check(cudaGetLastError(), "embedding_backward (dwpe) launch");
   embedding_backward_wte_kernel<<<column_blocks(C), kColumnThreads, 0, s>>>(tokens, dout, dwte, B * T, C, vocab);
   check(cudaGetLastError(), "embedding_backward (dwte) launch");
+}
+
+void embedding_rows_forward(const int32_t* tokens, const float* wte_rows, float* out, int64_t n, int64_t C,
+                            int64_t first, int64_t rows, int64_t vocab, void* stream) {
+  if (n <= 0 || C <= 0) return;
+  embedding_rows_forward_kernel<<<element_blocks(n * C), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      tokens, wte_rows, out, n, C, first, rows, vocab);
+  check(cudaGetLastError(), "embedding_rows_forward launch");
+}
+
+void embedding_rows_backward(const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n, int64_t C,
+                             int64_t first, int64_t rows, void* stream) {
+  if (n <= 0 || C <= 0) return;
+  embedding_rows_backward_kernel<<<column_blocks(C), kColumnThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      tokens, dout, dwte_rows, n, C, first, rows);
+  check(cudaGetLastError(), "embedding_rows_backward launch");
+}
+
+void cross_entropy_shard_max(const float* logits, const int32_t* labels, int64_t n, int64_t classes, int64_t first,
+                             int64_t vocab, float* stats, void* stream) {
+  if (n <= 0) return;
+  cross_entropy_shard_max_kernel<<<column_blocks(n), kColumnThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      logits, labels, n, classes, first, vocab, stats);
+  check(cudaGetLastError(), "cross_entropy_shard_max launch");
+}
+
+void cross_entropy_shard_sumexp(const float* logits, int64_t n, int64_t classes, float* stats, void* stream) {
+  if (n <= 0) return;
+  cross_entropy_shard_sumexp_kernel<<<column_blocks(n), kColumnThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      logits, n, classes, stats);
+  check(cudaGetLastError(), "cross_entropy_shard_sumexp launch");
+}
+
+void cross_entropy_shard_loss(const float* stats, int64_t n, float* loss, void* stream) {
+  cross_entropy_shard_loss_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(stats, n, loss);
+  check(cudaGetLastError(), "cross_entropy_shard_loss launch");
+}
+
+void cross_entropy_shard_backward(const float* logits, const int32_t* labels, const float* stats, const float* dloss,
+                                  int64_t n, int64_t classes, int64_t first, float* dlogits, void* stream) {
+  if (n <= 0 || classes <= 0) return;
+  cross_entropy_shard_backward_kernel<<<element_blocks(n * classes), kElementThreads, 0,
+                                        static_cast<cudaStream_t>(stream)>>>(logits, labels, stats, dloss, n, classes,
+                                                                             first, dlogits);
+  check(cudaGetLastError(), "cross_entropy_shard_backward launch");
 }
 
 void sum_squares(const float* x, int64_t n, double* total, double* partial, void* stream) {

@@ -110,6 +110,19 @@ void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe
 void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, float* dwpe, int64_t B, int64_t T,
                         int64_t C, int64_t vocab, void* stream);
 
+// Vocabulary-parallel embedding and cross-entropy (kernels/cpu/vocab_parallel.h, stats [3, n]); the
+// backward's dloss is on the device.
+void embedding_rows_forward(const int32_t* tokens, const float* wte_rows, float* out, int64_t n, int64_t C,
+                            int64_t first, int64_t rows, int64_t vocab, void* stream);
+void embedding_rows_backward(const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n, int64_t C,
+                             int64_t first, int64_t rows, void* stream);
+void cross_entropy_shard_max(const float* logits, const int32_t* labels, int64_t n, int64_t classes, int64_t first,
+                             int64_t vocab, float* stats, void* stream);
+void cross_entropy_shard_sumexp(const float* logits, int64_t n, int64_t classes, float* stats, void* stream);
+void cross_entropy_shard_loss(const float* stats, int64_t n, float* loss, void* stream);
+void cross_entropy_shard_backward(const float* logits, const int32_t* labels, const float* stats, const float* dloss,
+                                  int64_t n, int64_t classes, int64_t first, float* dlogits, void* stream);
+
 // total[0] += Σ x[i]² over x[n], in double; partial is scratch of kSumSquaresBlocks doubles
 // (launch_shape.h). All three in device memory.
 void sum_squares(const float* x, int64_t n, double* total, double* partial, void* stream);

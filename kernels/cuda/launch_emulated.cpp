@@ -16,6 +16,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/vocab_parallel.cuh"
 #include "simt/simt.h"
 
 namespace ds::cuda {
@@ -180,6 +181,43 @@ void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, f
   simt::launch(column_blocks(T * C), kColumnThreads, {}, [&] { embedding_backward_wpe_kernel(dout, dwpe, B, T, C); });
   simt::launch(column_blocks(C), kColumnThreads, {},
                [&] { embedding_backward_wte_kernel(tokens, dout, dwte, B * T, C, vocab); });
+}
+
+void embedding_rows_forward(const int32_t* tokens, const float* wte_rows, float* out, int64_t n, int64_t C,
+                            int64_t first, int64_t rows, int64_t vocab, void*) {
+  if (n <= 0 || C <= 0) return;
+  simt::launch(element_blocks(n * C), kElementThreads, {},
+               [&] { embedding_rows_forward_kernel(tokens, wte_rows, out, n, C, first, rows, vocab); });
+}
+
+void embedding_rows_backward(const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n, int64_t C,
+                             int64_t first, int64_t rows, void*) {
+  if (n <= 0 || C <= 0) return;
+  simt::launch(column_blocks(C), kColumnThreads, {},
+               [&] { embedding_rows_backward_kernel(tokens, dout, dwte_rows, n, C, first, rows); });
+}
+
+void cross_entropy_shard_max(const float* logits, const int32_t* labels, int64_t n, int64_t classes, int64_t first,
+                             int64_t vocab, float* stats, void*) {
+  if (n <= 0) return;
+  simt::launch(column_blocks(n), kColumnThreads, {},
+               [&] { cross_entropy_shard_max_kernel(logits, labels, n, classes, first, vocab, stats); });
+}
+
+void cross_entropy_shard_sumexp(const float* logits, int64_t n, int64_t classes, float* stats, void*) {
+  if (n <= 0) return;
+  simt::launch(column_blocks(n), kColumnThreads, {}, [&] { cross_entropy_shard_sumexp_kernel(logits, n, classes, stats); });
+}
+
+void cross_entropy_shard_loss(const float* stats, int64_t n, float* loss, void*) {
+  simt::launch(1, 1, {}, [&] { cross_entropy_shard_loss_kernel(stats, n, loss); });
+}
+
+void cross_entropy_shard_backward(const float* logits, const int32_t* labels, const float* stats, const float* dloss,
+                                  int64_t n, int64_t classes, int64_t first, float* dlogits, void*) {
+  if (n <= 0 || classes <= 0) return;
+  simt::launch(element_blocks(n * classes), kElementThreads, {},
+               [&] { cross_entropy_shard_backward_kernel(logits, labels, stats, dloss, n, classes, first, dlogits); });
 }
 
 void sum_squares(const float* x, int64_t n, double* total, double* partial, void*) {

@@ -116,6 +116,31 @@ void embedding_backward(const int32_t*, const float*, float*, float*, int64_t, i
   throw std::runtime_error("cuda: embedding_backward: dsrun was built without CUDA");
 }
 
+void embedding_rows_forward(const int32_t*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: embedding_rows_forward: dsrun was built without CUDA");
+}
+
+void embedding_rows_backward(const int32_t*, const float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: embedding_rows_backward: dsrun was built without CUDA");
+}
+
+void cross_entropy_shard_max(const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, float*, void*) {
+  throw std::runtime_error("cuda: cross_entropy_shard_max: dsrun was built without CUDA");
+}
+
+void cross_entropy_shard_sumexp(const float*, int64_t, int64_t, float*, void*) {
+  throw std::runtime_error("cuda: cross_entropy_shard_sumexp: dsrun was built without CUDA");
+}
+
+void cross_entropy_shard_loss(const float*, int64_t, float*, void*) {
+  throw std::runtime_error("cuda: cross_entropy_shard_loss: dsrun was built without CUDA");
+}
+
+void cross_entropy_shard_backward(const float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t,
+                                  float*, void*) {
+  throw std::runtime_error("cuda: cross_entropy_shard_backward: dsrun was built without CUDA");
+}
+
 void sum_squares(const float*, int64_t, double*, double*, void*) {
   throw std::runtime_error("cuda: sum_squares: dsrun was built without CUDA");
 }

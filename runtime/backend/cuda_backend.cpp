@@ -239,11 +239,33 @@ ds_status cross_entropy_backward(void* ctx, const float* logits, const int32_t* 
   });
 }
 
-// The vocabulary-parallel ops: tensor parallelism runs on CPU ranks only so far, so they have no kernels here yet.
-template <class... Args>
-ds_status vocab_parallel_op(void* ctx, Args...) noexcept {
-  state(ctx).error = "the vocabulary-parallel ops of tensor parallelism run on the CPU backend only so far";
-  return DS_UNSUPPORTED;
+ds_status embedding_rows_forward(void* ctx, const int32_t* tokens, const float* wte_rows, float* out, int64_t n,
+                                 int64_t C, int64_t first, int64_t rows, int64_t vocab) {
+  return guarded(ctx, "embedding_rows_forward",
+                 [&] { cuda::embedding_rows_forward(tokens, wte_rows, out, n, C, first, rows, vocab, kStream); });
+}
+ds_status embedding_rows_backward(void* ctx, const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n,
+                                  int64_t C, int64_t first, int64_t rows, int64_t) {
+  return guarded(ctx, "embedding_rows_backward",
+                 [&] { cuda::embedding_rows_backward(tokens, dout, dwte_rows, n, C, first, rows, kStream); });
+}
+ds_status cross_entropy_shard_max(void* ctx, const float* logits, const int32_t* labels, int64_t n, int64_t classes,
+                                  int64_t first, int64_t vocab, float* stats) {
+  return guarded(ctx, "cross_entropy_shard_max",
+                 [&] { cuda::cross_entropy_shard_max(logits, labels, n, classes, first, vocab, stats, kStream); });
+}
+ds_status cross_entropy_shard_sumexp(void* ctx, const float* logits, int64_t n, int64_t classes, float* stats) {
+  return guarded(ctx, "cross_entropy_shard_sumexp",
+                 [&] { cuda::cross_entropy_shard_sumexp(logits, n, classes, stats, kStream); });
+}
+ds_status cross_entropy_shard_loss(void* ctx, const float* stats, int64_t n, float* loss) {
+  return guarded(ctx, "cross_entropy_shard_loss", [&] { cuda::cross_entropy_shard_loss(stats, n, loss, kStream); });
+}
+ds_status cross_entropy_shard_backward(void* ctx, const float* logits, const int32_t* labels, const float* stats,
+                                       const float* dloss, int64_t n, int64_t classes, int64_t first, float* dlogits) {
+  return guarded(ctx, "cross_entropy_shard_backward", [&] {
+    cuda::cross_entropy_shard_backward(logits, labels, stats, dloss, n, classes, first, dlogits, kStream);
+  });
 }
 
 }  // namespace
@@ -258,12 +280,8 @@ Cuda::Cuda(int device) : state_(std::make_unique<State>()) {
       bias_add, bias_grad, add_into, add, layernorm_forward, layernorm_backward, gelu_forward, gelu_backward,
       relu_forward, relu_backward, attention_forward, attention_backward, embedding_forward, embedding_backward,
       cross_entropy_forward, cross_entropy_backward,
-      vocab_parallel_op<const int32_t*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t>,
-      vocab_parallel_op<const int32_t*, const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t>,
-      vocab_parallel_op<const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t, float*>,
-      vocab_parallel_op<const float*, int64_t, int64_t, float*>,
-      vocab_parallel_op<const float*, int64_t, float*>,
-      vocab_parallel_op<const float*, const int32_t*, const float*, const float*, int64_t, int64_t, int64_t, float*>,
+      embedding_rows_forward, embedding_rows_backward, cross_entropy_shard_max, cross_entropy_shard_sumexp,
+      cross_entropy_shard_loss, cross_entropy_shard_backward,
   };
 }
 

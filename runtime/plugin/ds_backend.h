@@ -97,8 +97,7 @@ typedef struct ds_backend {
    * shard (summed over the group: the lookup); backward accumulates dwte_rows. Cross-entropy, stats [3, n]:
    * shard_max writes the shard's row max and the label's logit (0 off the shard), which the group
    * all-reduces by MAX and SUM; shard_sumexp the row's Σ exp(logit − max), all-reduced by SUM; shard_loss
-   * the mean loss[1]; backward dlogits = (softmax − one-hot) · dloss[0] / n. A backend without them
-   * returns DS_UNSUPPORTED. */
+   * the mean loss[1]; backward dlogits = (softmax − one-hot) · dloss[0] / n. */
   ds_status (*embedding_rows_forward)(void* ctx, const int32_t* tokens, const float* wte_rows, float* out, int64_t n,
                                       int64_t C, int64_t first, int64_t rows, int64_t vocab);
   ds_status (*embedding_rows_backward)(void* ctx, const int32_t* tokens, const float* dout, float* dwte_rows,

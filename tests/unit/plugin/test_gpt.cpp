@@ -16,6 +16,7 @@
 #include "core/errors.h"
 #include "mini_engine.h"
 #include "plugin/plugin.h"
+#include "plugin/sdk/ops.h"
 
 using ds::test::shape_of;
 using ds::test::splitmix64;
@@ -469,4 +470,42 @@ TEST_CASE("gpt on the CUDA backend (emulated) gives the CPU backend's loss, grad
       INFO(on_cpu->layer(static_cast<int32_t>(l)).name << "." << on_cpu->layer(static_cast<int32_t>(l)).params[j].name);
       CHECK(worst <= 1e-5 * (1.0 + scale));
     }
+}
+
+TEST_CASE("the vocabulary-parallel ops on the CUDA backend (emulated) give the CPU backend's results") {
+  // Through the tables gpt's Embed and Head call (the same argument order on both), in "device" memory
+  // (host memory on the emulated device): one shard, classes [6, 12) of a vocabulary of 18.
+  ds::backend::Cuda cuda(0);
+  const ds_backend* tables[] = {ds::backend::cpu(), cuda.table()};
+  const int64_t n = 5, C = 3, first = 6, classes = 6, vocab = 18;
+  const std::vector<int32_t> ids{0, 7, 11, 6, 17};
+  std::vector<float> wte(classes * C), logits(n * classes), dout(n * C);
+  for (size_t i = 0; i < wte.size(); ++i) wte[i] = 0.1f * static_cast<float>(i);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i));
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(static_cast<float>(i));
+  std::vector<float> out[2], grad[2], stats[2], loss[2], dlogits[2];
+  for (int t = 0; t < 2; ++t) {
+    const ds::sdk::Ops ops(tables[t]);
+    out[t].assign(n * C, -1.0f);
+    grad[t].assign(classes * C, 0.0f);
+    stats[t].assign(3 * n, 0.0f);
+    loss[t].assign(1, 0.0f);
+    dlogits[t].assign(n * classes, 0.0f);
+    ops.embedding_rows_forward(ids.data(), wte.data(), out[t].data(), n, C, first, classes, vocab);
+    ops.embedding_rows_backward(ids.data(), dout.data(), grad[t].data(), n, C, first, classes, vocab);
+    ops.cross_entropy_shard_max(logits.data(), ids.data(), n, classes, first, vocab, stats[t].data());
+    ops.cross_entropy_shard_sumexp(logits.data(), n, classes, stats[t].data());
+    ops.cross_entropy_shard_loss(stats[t].data(), n, loss[t].data());
+    const float dloss = 0.5f;
+    ops.cross_entropy_shard_backward(logits.data(), ids.data(), stats[t].data(), &dloss, n, classes, first,
+                                     dlogits[t].data());
+  }
+  CHECK(out[0][0] == 0.0f);  // token 0 is off the shard
+  CHECK(out[0][C] == wte[C]);  // token 7 is the shard's row 1
+  CHECK(out[1] == out[0]);
+  CHECK(grad[1] == grad[0]);
+  CHECK(stats[1] == stats[0]);
+  CHECK(loss[1] == loss[0]);
+  CHECK(std::isfinite(loss[0][0]));
+  CHECK(dlogits[1] == dlogits[0]);
 }
