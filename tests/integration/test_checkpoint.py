@@ -290,18 +290,19 @@ def test_dsckpt_exports_hugging_face_gpt2_that_transformers_evaluates_to_the_sam
 
 def test_model_init_from_hugging_face_gpt2(dsrun, clean_env, tmp_path, corpus):
     """model.init_from: our own export comes back bit-identical (trained at ZeRO 2, imported at ZeRO 3 on 2
-    ranks and at stage 0 on 1 rank), and a transformers-made GPT-2 (a longer context: its first seq_len
+    ranks, at stage 0 on 1 rank and split over 2 tensor-parallel ranks, the vocabulary included), and a transformers-made GPT-2 (a longer context: its first seq_len
     positions) evaluates to transformers' loss within 1e-5; sizes that differ are named."""
     venv_python = os.path.join(ROOT, ".venv-hf", "bin", "python")
     assert os.path.exists(venv_python), "run scripts/test-venv.sh (transformers)"
     dsckpt = os.path.join(os.path.dirname(DSWORKER), "dsckpt")
     here = os.path.dirname(__file__)
 
-    def frozen(name, stage, init_from, ck, **model):  # lr 0: one step leaves the weights as loaded
+    def frozen(name, stage, init_from, ck, tensor_parallel=1, **model):  # lr 0: one step leaves the weights as loaded
         cfg = json.loads(open(config(tmp_path, corpus, tmp_path / ck, stage=stage, name=name, **model)).read())
         cfg["optimizer"]["params"]["lr"] = 0.0
         del cfg["scheduler"]
         cfg["model"]["init_from"] = str(init_from)
+        cfg["tensor_parallel"] = {"autotp_size": tensor_parallel}
         cfg["data"].update(val_fraction=0.1)
         (tmp_path / name).write_text(json.dumps(cfg))
         return str(tmp_path / name)
@@ -310,9 +311,9 @@ def test_model_init_from_hugging_face_gpt2(dsrun, clean_env, tmp_path, corpus):
     assert r.returncode == 0, r.stderr
     for args in (["-o", str(tmp_path / "hf"), "--format", "hf"], ["-o", str(tmp_path / "a.safetensors")]):
         assert subprocess.run([dsckpt, "export", str(tmp_path / "a"), *args], capture_output=True).returncode == 0
-    for name, stage, ranks in (("b", 3, 2), ("c", 0, 1)):
-        r = train(dsrun, clean_env, frozen(f"{name}.json", stage, tmp_path / "hf", name), 1, tmp_path / f"{name}.jsonl",
-                  ranks=ranks)
+    for name, stage, ranks, tp in (("b", 3, 2, 1), ("c", 0, 1, 1), ("e", 1, 2, 2)):  # e: 2 tensor-parallel shares
+        r = train(dsrun, clean_env, frozen(f"{name}.json", stage, tmp_path / "hf", name, tp), 1,
+                  tmp_path / f"{name}.jsonl", ranks=ranks)
         assert r.returncode == 0, r.stderr
         assert f"initialised from {tmp_path / 'hf'}" in r.stderr
         out = tmp_path / f"{name}.safetensors"
