@@ -225,9 +225,9 @@ class Engine {
   int tensor_parallel_size() const { return plugin_.tensor_parallel().size; }
   int sequence_parallel_size() const { return plugin_.sequence_parallel().size; }
   amp::Storage precision() const { return config_.precision; }
-  // The training samples' dtypes and shapes (one sample, no batch dimension; with sequence parallelism
-  // this rank's chunk of it) and their count.
-  const ds_dataset_info& data_info() const { return data_; }
+  // The training samples' dtypes and shapes (one whole sample as the data gives it, no batch dimension,
+  // even where sequence parallelism cuts it) and their count.
+  const ds_dataset_info& data_info() const { return sliced_ ? sliced_->whole() : data_; }
   size_t num_parameters() const { return num_params_; }  // this rank's stage's (with a pipeline), replicas included
   // Every parameter tensor of the whole model in the canonical flat order (tied ones once), Ψ elements
   // in all: on every stage.

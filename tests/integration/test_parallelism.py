@@ -195,10 +195,12 @@ def test_sequence_parallel_ranks_train_as_one_and_in_the_hugging_face_3d_layout(
     assert close(metrics(out)[1], metrics(out1)[1], 1e-5)
 
     ckpt = tmp_path / "3d-ckpt"
+    sample = {"prompt": "This program", "length": 20, "temperature": 0.8, "top_k": 40}
     r3, out3 = train(dsrun, clean_env, tmp_path, "tsd", 8, dict(cfg, sequence_parallel_size=2,
-                                                                tensor_parallel={"autotp_size": 2},
+                                                                tensor_parallel={"autotp_size": 2}, sample=sample,
                                                                 checkpoint={"dir": str(ckpt), "save_interval": 3}))
     assert r3.returncode == 0, r3.stderr
+    assert "sample after step 6" in r3.stdout + r3.stderr  # predictions gathered from both splits
     assert ("dsworker: layout: 1 stage x 2 data-parallel x 2 sequence-parallel x 2 tensor-parallel ranks (rank = "
             "stage x 8 + data rank x 4 + sequence rank x 2 + tensor rank)") in r3.stderr
     r2, out2 = train(dsrun, clean_env, tmp_path, "dp", 2, cfg)
