@@ -211,6 +211,25 @@ void check_same(const Result& pipeline, const Result& one, bool whole_params = t
   CHECK(pipeline.losses.back() < pipeline.losses.front());
 }
 
+// pipe x data x tensor x seq ranks at a ZeRO stage, clipping at 0.5, train as one rank does (the whole
+// parameters compared where no tensor is split).
+void check_layout(int pipe, int data, int tensor, int seq, int stage, int steps) {
+  CAPTURE(pipe);
+  CAPTURE(data);
+  CAPTURE(tensor);
+  CAPTURE(seq);
+  CAPTURE(stage);
+  Spec spec;
+  spec.pipe = pipe;
+  spec.data = data;
+  spec.tensor = tensor;
+  spec.seq = seq;
+  spec.stage = stage;
+  spec.clip = 0.5;
+  spec.steps = steps;
+  check_same(run(spec), single(spec), /*whole_params=*/tensor == 1);
+}
+
 }  // namespace
 
 TEST_CASE("pipeline: 2 and 4 stages give one rank's training") {
@@ -259,35 +278,14 @@ TEST_CASE("pipeline: ZeRO-2 and 3 are refused, as DeepSpeed refuses them") {
 }
 
 TEST_CASE("tensor parallelism: 2 ranks, and with 2 stages and 2 data-parallel ranks, give one rank's training") {
-  for (auto [pipe, data, tensor] : {std::tuple{1, 1, 2}, std::tuple{2, 1, 2}, std::tuple{1, 2, 2}, std::tuple{2, 2, 2}}) {
-    CAPTURE(pipe);
-    CAPTURE(data);
-    CAPTURE(tensor);
-    Spec spec;
-    spec.pipe = pipe;
-    spec.data = data;
-    spec.tensor = tensor;
-    spec.clip = 0.5;
-    spec.stage = data > 1 ? 1 : 0;
-    spec.steps = 8;
-    check_same(run(spec), single(spec), /*whole_params=*/false);
-  }
+  for (auto [pipe, data] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}})
+    check_layout(pipe, data, 2, 1, data > 1 ? 1 : 0, 8);
 }
 
 TEST_CASE("tensor or sequence parallelism with ZeRO 2 and 3 across the data-parallel ranks") {
   // With sequence parallelism the ZeRO partitions span the data-parallel and sequence-parallel ranks.
-  for (auto [stage, tensor, seq] : {std::tuple{2, 2, 1}, std::tuple{3, 2, 1}, std::tuple{2, 1, 2}, std::tuple{3, 1, 2}}) {
-    CAPTURE(stage);
-    CAPTURE(tensor);
-    Spec spec;
-    spec.data = 2;
-    spec.tensor = tensor;
-    spec.seq = seq;
-    spec.stage = stage;
-    spec.clip = 0.5;
-    spec.steps = 6;
-    check_same(run(spec), single(spec), /*whole_params=*/tensor == 1);
-  }
+  for (auto [stage, tensor, seq] : {std::tuple{2, 2, 1}, std::tuple{3, 2, 1}, std::tuple{2, 1, 2}, std::tuple{3, 1, 2}})
+    check_layout(1, 2, tensor, seq, stage, 6);
 }
 
 TEST_CASE("sequence parallelism: 2 ranks, with 2 data-parallel ranks, 2 tensor-parallel ranks and 2 stages give one "
@@ -295,19 +293,6 @@ TEST_CASE("sequence parallelism: 2 ranks, with 2 data-parallel ranks, 2 tensor-p
   // (pipe, data, tensor, seq, ZeRO stage): the last but one is the Hugging Face example's T x S x D = 2 x 2 x 2.
   for (auto [pipe, data, tensor, seq, stage] : {std::tuple{1, 1, 1, 2, 0}, std::tuple{1, 2, 1, 2, 1},
                                                 std::tuple{1, 1, 1, 4, 0}, std::tuple{1, 2, 2, 2, 1},
-                                                std::tuple{2, 1, 1, 2, 1}}) {
-    CAPTURE(pipe);
-    CAPTURE(data);
-    CAPTURE(tensor);
-    CAPTURE(seq);
-    Spec spec;
-    spec.pipe = pipe;
-    spec.data = data;
-    spec.tensor = tensor;
-    spec.seq = seq;
-    spec.stage = stage;
-    spec.clip = 0.5;
-    spec.steps = 6;
-    check_same(run(spec), single(spec), /*whole_params=*/tensor == 1);
-  }
+                                                std::tuple{2, 1, 1, 2, 1}})
+    check_layout(pipe, data, tensor, seq, stage, 6);
 }
