@@ -682,13 +682,9 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
 
 double Engine::evaluate(Dataset& data, int64_t max_samples) {
   const ds_dataset_info info = data.info();
+  check_samples(data_info(), info, plugin_.name());
   std::optional<SequenceSlice> sliced;  // sequence parallelism: this rank's chunks of the samples
-  if (config_.sequence_parallel) {
-    check_samples(sliced_->whole(), info, plugin_.name());
-    sliced.emplace(data, config_.sequence_parallel->rank(), config_.sequence_parallel->size());
-  } else {
-    check_samples(data_, info, plugin_.name());
-  }
+  if (config_.sequence_parallel) sliced.emplace(data, config_.sequence_parallel->rank(), config_.sequence_parallel->size());
   Dataset& source = sliced ? *sliced : data;
   const int64_t world = data_ranks(), mb = config_.micro_batch;
   const int64_t batches = std::min(info.num_samples, max_samples) / world / mb;
@@ -723,7 +719,7 @@ ds_shape Engine::predictions_shape() const {
 }
 
 std::vector<float> Engine::predict(const ds_tensor& input_batch) {
-  const ds_dataset_info& whole = sliced_ ? sliced_->whole() : data_;  // samples as given, before any cut
+  const ds_dataset_info& whole = data_info();  // samples as given, before any cut
   const int64_t rows = input_batch.shape.ndim > 0 ? input_batch.shape.dims[0] : 0;
   if (input_batch.dtype != data_.input_dtype || rows < 1 || rows > config_.micro_batch ||
       !same_shape(input_batch.shape, batched(rows, whole.input_shape)))
@@ -736,9 +732,7 @@ std::vector<float> Engine::predict(const ds_tensor& input_batch) {
   MicroBatch& m = current();
   const size_t n = elements(local_input);
   if (sliced_)
-    take_sequence_chunk(input_batch.data, m.input.data(), rows, whole.input_shape.dims[0],
-                        static_cast<int64_t>(elements(whole.input_shape)) / whole.input_shape.dims[0],
-                        dtype_bytes(data_.input_dtype), config_.sequence_parallel->rank(), config_.sequence_parallel->size());
+    sliced_->cut_input(input_batch.data, m.input.data(), rows);
   else
     std::memcpy(m.input.data(), input_batch.data, n * sizeof(float));
   if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), n);

@@ -28,9 +28,9 @@ ds_shape cut(const ds_shape& sample, int ranks, const char* what) {
   return part;
 }
 
-}  // namespace
-
 size_t dtype_bytes(ds_dtype dtype) { return dtype == DS_BF16 || dtype == DS_F16 ? 2 : 4; }
+
+}  // namespace
 
 SequenceSlice::SequenceSlice(Dataset& whole, int rank, int ranks)
     : whole_(whole), rank_(rank), ranks_(ranks), whole_info_(whole.info()), part_(whole_info_) {
@@ -51,10 +51,14 @@ void SequenceSlice::get_batch(const int64_t* indices, int64_t n, ds_tensor& inpu
   ds_tensor in = whole_tensor(input_, whole_info_.input_dtype, whole_info_.input_shape);
   ds_tensor tg = whole_tensor(target_, whole_info_.target_dtype, whole_info_.target_shape);
   whole_.get_batch(indices, n, in, tg);
-  take_sequence_chunk(in.data, input.data, n, whole_info_.input_shape.dims[0], inner_elements(whole_info_.input_shape),
-                      dtype_bytes(whole_info_.input_dtype), rank_, ranks_);
+  cut_input(in.data, input.data, n);
   take_sequence_chunk(tg.data, target.data, n, whole_info_.target_shape.dims[0],
                       inner_elements(whole_info_.target_shape), dtype_bytes(whole_info_.target_dtype), rank_, ranks_);
+}
+
+void SequenceSlice::cut_input(const void* whole, void* part, int64_t n) const {
+  take_sequence_chunk(whole, part, n, whole_info_.input_shape.dims[0], inner_elements(whole_info_.input_shape),
+                      dtype_bytes(whole_info_.input_dtype), rank_, ranks_);
 }
 
 void take_sequence_chunk(const void* whole, void* part, int64_t n, int64_t L, int64_t inner, size_t elem, int rank,

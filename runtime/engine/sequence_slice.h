@@ -19,6 +19,8 @@ class SequenceSlice : public Dataset {
   ds_dataset_info info() const override { return part_; }
   const ds_dataset_info& whole() const { return whole_info_; }
   void get_batch(const int64_t* indices, int64_t n, ds_tensor& input, ds_tensor& target) override;
+  // n whole inputs [n, *whole().input_shape] → this rank's chunks [n, *info().input_shape].
+  void cut_input(const void* whole, void* part, int64_t n) const;
 
  private:
   Dataset& whole_;
@@ -26,9 +28,6 @@ class SequenceSlice : public Dataset {
   ds_dataset_info whole_info_, part_;
   std::vector<std::byte> input_, target_;  // whole samples, before they are cut
 };
-
-// Bytes per element of a tensor of `dtype`.
-size_t dtype_bytes(ds_dtype dtype);
 
 // x [n, L, inner] (elements of `elem` bytes) → chunk `rank` of `ranks` along L: part [n, L/ranks, inner].
 void take_sequence_chunk(const void* whole, void* part, int64_t n, int64_t L, int64_t inner, size_t elem, int rank,
