@@ -1,5 +1,6 @@
-// Token + position embedding: fast vs reference (repeated tokens), gradients vs central
-// differences, bad tokens (message, nothing written), accumulation, determinism.
+// Token + position embedding: fast vs reference (repeated tokens), bad tokens (message, nothing
+// written), accumulation, determinism. (Gradients against central differences:
+// tests/unit/backend/test_backend_ops.cpp.)
 #include <doctest/doctest.h>
 
 #include <stdexcept>
@@ -45,26 +46,6 @@ TEST_CASE("embedding matches the reference") {
     ds::test::check_close("embedding dwte " + dims, dwte.data(), dwter.data(), dwte.size(), atol, 1e-6);
     ds::test::check_close("embedding dwpe " + dims, dwpe.data(), dwper.data(), dwpe.size(), atol, 1e-6);
   }
-}
-
-TEST_CASE("embedding gradients match central differences") {
-  Rng rng(62);
-  const int64_t B = 2, T = 5, C = 3, vocab = 4;  // 10 positions over 4 tokens: repeats
-  const auto tokens = random_tokens(rng, B * T, vocab);
-  auto wte = ds::test::random_vec(rng, vocab * C), wpe = ds::test::random_vec(rng, T * C);
-  const auto r = ds::test::random_vec(rng, B * T * C);
-  auto f = [&] {
-    std::vector<float> out(B * T * C);
-    ds::cpu::embedding_forward(tokens.data(), wte.data(), wpe.data(), out.data(), B, T, C, vocab);
-    double s = 0;
-    for (size_t i = 0; i < out.size(); ++i) s += static_cast<double>(r[i]) * out[i];
-    return s;
-  };
-  std::vector<float> dwte(vocab * C, 0.0f), dwpe(T * C, 0.0f);
-  ds::cpu::embedding_backward(tokens.data(), r.data(), dwte.data(), dwpe.data(), B, T, C, vocab);
-  const auto ndwte = ds::test::central_differences(wte, f), ndwpe = ds::test::central_differences(wpe, f);
-  ds::test::check_close("embedding dwte vs central differences", dwte.data(), ndwte.data(), dwte.size(), 1e-4, 1e-3);
-  ds::test::check_close("embedding dwpe vs central differences", dwpe.data(), ndwpe.data(), dwpe.size(), 1e-4, 1e-3);
 }
 
 TEST_CASE("embedding rejects bad tokens and writes nothing") {
