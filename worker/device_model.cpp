@@ -187,7 +187,7 @@ float DeviceModel::forward_backward(const std::vector<int32_t>& input, const std
   return loss;
 }
 
-void DeviceModel::adam_step(const optim::AdamArgs& args, bool decoupled) {
+void DeviceModel::adam_step(const cpu::AdamArgs& args, bool decoupled) {
   float* p = param_at(0);
   const float* g = grad_at(0);
   float* m = static_cast<float*>(m_.data);
@@ -197,8 +197,8 @@ void DeviceModel::adam_step(const optim::AdamArgs& args, bool decoupled) {
     return;
   }
   for (int64_t i = 0; i < n_; ++i) {  // the element body the CUDA kernel runs (this file: no FMA contraction)
-    if (decoupled) optim::adam_element<true>(p[i], g[i], m[i], v[i], args);
-    else optim::adam_element<false>(p[i], g[i], m[i], v[i], args);
+    if (decoupled) cpu::adam_element<true>(p[i], g[i], m[i], v[i], args);
+    else cpu::adam_element<false>(p[i], g[i], m[i], v[i], args);
   }
 }
 

@@ -2,7 +2,7 @@
 // parameters [Ψ], gradients [Ψ], Adam/AdamW's m and v [Ψ], activations, workspaces and the batch.
 // No ZeRO, mixed precision or process group: the plain loop forward → backward → optimizer step,
 // each layer through the plugin (whose ops run on the backend), the optimizer through kernels/cuda's
-// Adam on a CUDA backend and the same element body (optim/adam_element.h) on the CPU's. A tied
+// Adam on a CUDA backend and the same element body (cpu/adam_element.h) on the CPU's. A tied
 // parameter shares its owner's values and gradient (gradients accumulate, so both layers add into
 // one buffer). Used by dsworker --selftest (a GPT trained on the GPU and on the CPU, step by step)
 // and bench/gpu (GPT-2's tokens/s).
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "optim/adam_element.h"
+#include "cpu/adam_element.h"
 #include "plugin/plugin.h"
 
 namespace ds {
@@ -33,7 +33,7 @@ class DeviceModel {
   // `input` holds micro_batch samples' input values as raw 4-byte patterns (int32 tokens or fp32).
   float forward_backward(const std::vector<int32_t>& input, const std::vector<int32_t>& target);
   // One Adam (decoupled = false) or AdamW step of every parameter from the gradients.
-  void adam_step(const optim::AdamArgs& args, bool decoupled);
+  void adam_step(const cpu::AdamArgs& args, bool decoupled);
   // Waits for the device.
   void synchronize() const;
 

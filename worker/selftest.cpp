@@ -383,7 +383,7 @@ void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
     cpu_adam->step(std::span<const Segment>(&segment, 1), {}, lr, step);
     const float beta1 = 0.9f, beta2 = 0.999f, lr_f = static_cast<float>(lr), wd = 0.01f;
     const float bc1 = optim::bias_correction(beta1, step), bc2 = optim::bias_correction(beta2, step);
-    const optim::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
+    const cpu::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
     DeviceArray<float> d_g(g);
     cuda::adam_step(d_p.get(), d_g.get(), d_m.get(), d_v.get(), static_cast<int64_t>(n), args, decoupled, nullptr);
     cuda::synchronize();

@@ -69,7 +69,7 @@ TrainingComparison compare_training(const std::string& plugin, const std::string
         offset += static_cast<size_t>(p.numel());
       }
     const float bc1 = optim::bias_correction(beta1, step), bc2 = optim::bias_correction(beta2, step);
-    const optim::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr / bc1, 1.0f / std::sqrt(bc2), -lr * wd};
+    const cpu::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr / bc1, 1.0f / std::sqrt(bc2), -lr * wd};
     cpu.adam_step(args, true);
     dev.load_state(cpu);  // the next step from the same state
   }

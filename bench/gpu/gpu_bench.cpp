@@ -68,7 +68,7 @@ int adam(long long params, int steps) {
   check(cudaMemset(m, 0, bytes), "cudaMemset");
   check(cudaMemset(v, 0, bytes), "cudaMemset");
   check(cudaMemset(copy_src, 1, 14 * n), "cudaMemset");
-  const ds::optim::AdamArgs args{0.9f, 0.999f, 1e-8f, 0.01f, -1e-3f / 0.1f, 1.0f / std::sqrt(0.001f), -1e-5f};
+  const ds::cpu::AdamArgs args{0.9f, 0.999f, 1e-8f, 0.01f, -1e-3f / 0.1f, 1.0f / std::sqrt(0.001f), -1e-5f};
   const double copy_ms = mean_ms(steps, [&] { check(cudaMemcpyAsync(copy_dst, copy_src, 14 * n, cudaMemcpyDeviceToDevice, nullptr), "cudaMemcpyAsync"); });
   const double adam_ms = mean_ms(steps, [&] { ds::cuda::adam_step(p, g, m, v, params, args, true, nullptr); });
   check(cudaDeviceSynchronize(), "the AdamW steps");

@@ -1,5 +1,5 @@
 // Adam/AdamW on the GPU: a grid-stride loop over fp32 parameters, gradients and moments, each
-// element through the CPU loop's own body (runtime/optim/adam_element.h), so a step gives the CPU's
+// element through the CPU loop's own body (kernels/cpu/adam_element.h), so a step gives the CPU's
 // bits. When all four arrays are 16-byte aligned, each thread moves four elements per access
 // (128-bit loads and stores, the width at which a GPU's memory system runs fastest), the last n % 4
 // one at a time. Written in the CUDA subset: nvcc compiles it, the SIMT emulator runs it in the unit
@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "optim/adam_element.h"
+#include "cpu/adam_element.h"
 #include "simt/cuda_subset.h"
 
 namespace ds::cuda {
@@ -21,7 +21,7 @@ DS_HD inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>
 
 // p, m, v [n] updated in place from g [n]; any grid and block.
 template <bool kDecoupled>
-DS_KERNEL void adam_kernel(float* p, const float* g, float* m, float* v, int64_t n, optim::AdamArgs a) {
+DS_KERNEL void adam_kernel(float* p, const float* g, float* m, float* v, int64_t n, cpu::AdamArgs a) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t scalar_from = 0;
@@ -33,7 +33,7 @@ DS_KERNEL void adam_kernel(float* p, const float* g, float* m, float* v, int64_t
     for (int64_t i = first; i < n / 4; i += stride) {
       Float4 param = p4[i], mi = m4[i], vi = v4[i];
       const Float4 grad = g4[i];
-      for (int j = 0; j < 4; ++j) optim::adam_element<kDecoupled>(param.x[j], grad.x[j], mi.x[j], vi.x[j], a);
+      for (int j = 0; j < 4; ++j) cpu::adam_element<kDecoupled>(param.x[j], grad.x[j], mi.x[j], vi.x[j], a);
       p4[i] = param;
       m4[i] = mi;
       v4[i] = vi;
@@ -42,7 +42,7 @@ DS_KERNEL void adam_kernel(float* p, const float* g, float* m, float* v, int64_t
   }
   for (int64_t i = scalar_from + first; i < n; i += stride) {
     float param = p[i], mi = m[i], vi = v[i];
-    optim::adam_element<kDecoupled>(param, g[i], mi, vi, a);
+    cpu::adam_element<kDecoupled>(param, g[i], mi, vi, a);
     p[i] = param;
     m[i] = mi;
     v[i] = vi;

@@ -305,7 +305,7 @@ void find_nonfinite(const float* x, int64_t n, int32_t* flag, void* stream) {
   check(cudaGetLastError(), "find_nonfinite launch");
 }
 
-void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
+void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cpu::AdamArgs& args, bool decoupled,
                void* stream) {
   if (n <= 0) return;
   auto s = static_cast<cudaStream_t>(stream);

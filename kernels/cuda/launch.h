@@ -11,7 +11,7 @@
 #include <string>
 
 #include "amp/half.h"
-#include "optim/adam_element.h"
+#include "cpu/adam_element.h"
 
 namespace ds::cuda {
 
@@ -130,7 +130,7 @@ void sum_squares(const float* x, int64_t n, double* total, double* partial, void
 void find_nonfinite(const float* x, int64_t n, int32_t* flag, void* stream);
 
 // One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
-void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
+void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cpu::AdamArgs& args, bool decoupled,
                void* stream);
 
 }  // namespace ds::cuda

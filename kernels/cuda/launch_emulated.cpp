@@ -232,7 +232,7 @@ void find_nonfinite(const float* x, int64_t n, int32_t* flag, void*) {
   simt::launch(element_blocks(n), kElementThreads, {}, [&] { nonfinite_kernel(x, n, flag); });
 }
 
-void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const optim::AdamArgs& args, bool decoupled,
+void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cpu::AdamArgs& args, bool decoupled,
                void*) {
   if (n <= 0) return;
   simt::launch(element_blocks(n), kElementThreads, {}, [&] {

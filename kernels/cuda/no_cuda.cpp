@@ -149,7 +149,7 @@ void find_nonfinite(const float*, int64_t, int32_t*, void*) {
   throw std::runtime_error("cuda: find_nonfinite: dsrun was built without CUDA");
 }
 
-void adam_step(float*, const float*, float*, float*, int64_t, const optim::AdamArgs&, bool, void*) {
+void adam_step(float*, const float*, float*, float*, int64_t, const cpu::AdamArgs&, bool, void*) {
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }
 

@@ -180,6 +180,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     open_swap([&](size_t n) { return make_optimizer(n, reducer); });
   else
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
+  build_segments();
   init_parameters();
   if (policy_.parameters)
     fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, *chunks_, config_.precision, config_.stage3,
@@ -364,29 +365,45 @@ void Engine::build_partition() {
   if ((config_.precision != amp::Storage::F32 || config_.param_offload) && fp32_copies && !master_on_nvme_)
     master_.assign(partition, 0.0f);
   if (config_.precision != amp::Storage::F32) param_scratch_.assign(max_layer, 0.0f);
-  if (config_.grad_storage != amp::Storage::F32) {
-    if (fp32_copies) grads32_.assign(partition, 0.0f);
-    grad_scratch_.assign(max_layer, 0.0f);
-  }
-  const size_t p_bytes = amp::storage_bytes(master_storage()), g_bytes = amp::storage_bytes(optimizer_grad_storage());
-  for (const zero::Unit& u : layout_->units()) {
-    if (u.chunk == 0) continue;
-    std::byte* p = master_on_nvme_ ? nullptr : master(u);  // on NVMe: set per sub-group (segments_in)
-    const auto* g = static_cast<const std::byte*>(optimizer_grads(u));
-    const bool params_follow =
-        p == nullptr ? segments_.empty() || segments_.back().params == nullptr
-                     : !segments_.empty() && static_cast<std::byte*>(segments_.back().params) + segments_.back().size * p_bytes == p;
-    if (!segments_.empty() && params_follow &&
-        static_cast<const std::byte*>(segments_.back().grads) + segments_.back().size * g_bytes == g)
-      segments_.back().size += u.chunk;  // contiguous with the previous unit's chunk
-    else
-      segments_.push_back(Segment{p, g, u.chunk, master_storage(), optimizer_grad_storage()});
-  }
+  if (config_.grad_storage != amp::Storage::F32) grad_scratch_.assign(max_layer, 0.0f);
   for (const ParamSlot& slot : slots_)
     if (slot.owner < 0) {
       const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
       tensor_ranges_.push_back(TensorRange{mine.offset, mine.size});
     }
+}
+
+// What the optimizer updates: this rank's chunks, merged where they are contiguous. With 16-bit
+// gradients and an fp32 master in memory, an optimizer that fuses mixed precision (Adam) reads the
+// 16-bit gradients themselves and writes the 16-bit parameters as it updates the master; otherwise the
+// gradients are widened into an fp32 partition first (grads32_) and the master rounded after the step.
+void Engine::build_segments() {
+  const bool wide_grads = config_.grad_storage != amp::Storage::F32 && !config_.low_precision_master;
+  fused_update_ = wide_grads && !master_.empty() && !swapper_ && !param_swapper_ &&
+                  optimizer_->fuses_mixed_precision();
+  if (wide_grads && !fused_update_) grads32_.assign(layout_->partition_size(), 0.0f);
+  const amp::Storage grad_type = fused_update_ ? config_.grad_storage : optimizer_grad_storage();
+  const size_t p_bytes = amp::storage_bytes(master_storage()), g_bytes = amp::storage_bytes(grad_type);
+  for (const zero::Unit& u : layout_->units()) {
+    if (u.chunk == 0) continue;
+    std::byte* p = master_on_nvme_ ? nullptr : master(u);  // on NVMe: set per sub-group (segments_in)
+    const auto* g = static_cast<const std::byte*>(grads32_.empty() ? grads_->owned_grads(u) : grads32_.data() + u.part_offset);
+    std::byte* copy = fused_update_ ? owned_params(u) : nullptr;
+    if (!segments_.empty()) {
+      Segment& last = segments_.back();
+      const bool params_follow = p == nullptr ? last.params == nullptr
+                                              : static_cast<std::byte*>(last.params) + last.size * p_bytes == p;
+      const bool copy_follows = copy == nullptr || static_cast<std::byte*>(last.param_copy) + last.size * elem_ == copy;
+      if (params_follow && copy_follows && static_cast<const std::byte*>(last.grads) + last.size * g_bytes == g) {
+        last.size += u.chunk;  // contiguous with the previous unit's chunk
+        continue;
+      }
+    }
+    Segment segment{p, g, u.chunk, master_storage(), grad_type};
+    segment.param_copy = copy;
+    segment.copy_type = config_.precision;
+    segments_.push_back(segment);
+  }
 }
 
 std::byte* Engine::owned_params(const zero::Unit& unit) {
@@ -421,10 +438,6 @@ std::byte* Engine::master(const zero::Unit& unit) {
   return reinterpret_cast<std::byte*>(master_.data() + unit.part_offset);
 }
 
-const void* Engine::optimizer_grads(const zero::Unit& unit) {
-  if (grads32_.empty()) return grads_->owned_grads(unit);
-  return grads32_.data() + unit.part_offset;
-}
 
 
 // Each parameter has its own random stream, seeded by (seed, parameter index): the initial weights
@@ -890,7 +903,9 @@ double Engine::owned_sum_of_squares(const std::function<bool(const ParamSlot&)>&
 void Engine::update(double norm, double scale, double lr) {
   const double coef = config_.gradient_clipping > 0.0 ? std::min(1.0, config_.gradient_clipping / (norm + 1e-6)) : 1.0;
   const double factor = coef / scale;
-  if (grads32_.empty()) {
+  if (fused_update_) {
+    for (Segment& s : segments_) s.grad_scale = factor;  // applied as the optimizer reads them
+  } else if (grads32_.empty()) {
     if (factor != 1.0) grads_->scale_owned(factor);  // in place, in their storage
   } else {
     for (const zero::Unit& u : layout_->units()) {
@@ -903,7 +918,7 @@ void Engine::update(double norm, double scale, double lr) {
   ++updates_;
   if (swapper_) update_swapped(lr);
   else optimizer_->step(segments_, tensor_ranges_, lr, updates_);
-  if (!master_.empty())
+  if (!master_.empty() && !fused_update_)
     for (const zero::Unit& u : layout_->units()) put_params(u, 0, master_.data() + u.part_offset, u.chunk);
   if (policy_.parameters) {
     fetcher_->end_step();

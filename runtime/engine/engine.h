@@ -348,12 +348,12 @@ class Engine {
   // Rounds n fp32 values into the unit's chunk from element `lo` of the chunk on: in memory, or into
   // the parameter swap file (written back once the chunk's last element is in).
   void put_params(const zero::Unit& unit, size_t lo, const float* values, size_t n);
-  // The parameters the optimizer updates ([unit.chunk] of master_storage()) and the gradients it
-  // reads ([unit.chunk] of optimizer_grad_storage()).
+  // The parameters the optimizer updates ([unit.chunk] of master_storage()), and the storage of the
+  // gradients it reads unless the update is fused.
   std::byte* master(const zero::Unit& unit);
-  const void* optimizer_grads(const zero::Unit& unit);
   amp::Storage master_storage() const;
   amp::Storage optimizer_grad_storage() const;
+  void build_segments();  // segments_, fused_update_ and grads32_, once the optimizer exists
   // The partition [P] by units: fn(unit, lo, hi) for each unit's share [lo, hi) of [begin, begin + count).
   void for_each_owned(size_t begin, size_t count,
                       const std::function<void(const zero::Unit&, size_t lo, size_t hi)>& fn) const;
@@ -400,7 +400,9 @@ class Engine {
                                                    // partition [P] (empty with low_precision_master)
   bool master_on_nvme_ = false;                    // NVMe offload and master_ wanted: it is in the swap file
   std::unique_ptr<offload::StateSwapper> swapper_; // NVMe offload: [master] + the optimizer state, [P] each
-  std::vector<float> grads32_;                     // 16-bit gradients: the fp32 gradient partition [P]
+  std::vector<float> grads32_;                     // 16-bit gradients, not fused: the fp32 gradient partition [P]
+  // The optimizer reads the 16-bit gradients scaled and writes the 16-bit parameters (build_segments).
+  bool fused_update_ = false;
                                                    // (empty with low_precision_master)
   std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]
   std::optional<amp::LossScaler> scaler_;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/half.h"
+#include "cpu/elements.h"
 #include "amp/storage.h"
 #include "optim/optimizer.h"
 
@@ -26,14 +26,9 @@
 
 namespace ds::optim {
 
-struct Bf16 {
-  uint16_t bits;
-};
-
-inline float load(float x) { return x; }
-inline float load(Bf16 x) { return amp::bf16_to_float(x.bits); }
-inline void store(float& to, float x) { to = x; }
-inline void store(Bf16& to, float x) { to.bits = amp::bf16_from_float(x); }
+using cpu::Bf16;
+using cpu::load;
+using cpu::store;
 
 // f(static_cast<T*>(nullptr)) with T the element type of `s`: float or Bf16.
 template <class F>

@@ -44,10 +44,10 @@ float bias_correction(float beta, int64_t step) {
 }
 
 void check_state_args(const char* name, std::span<const Segment> segments, std::span<const StateView> state,
-                      std::span<const StateView> own, int64_t step) {
+                      std::span<const StateView> own, int64_t step, bool fuses) {
   size_t n = 0;
   for (const Segment& s : segments) n += s.size;
-  check_step_args(name, segments, n, step);
+  check_step_args(name, segments, n, step, fuses);
   if (state.size() != own.size())
     throw std::invalid_argument(fmt::format("{}: {} state buffers given, it keeps {}", name, state.size(), own.size()));
   for (size_t k = 0; k < state.size(); ++k)
@@ -56,9 +56,14 @@ void check_state_args(const char* name, std::span<const Segment> segments, std::
                                               name, k, state[k].name, n));
 }
 
-size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step) {
+size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step,
+                       bool fuses) {
   size_t n = 0;
-  for (const Segment& s : segments) n += s.size;
+  for (const Segment& s : segments) {
+    n += s.size;
+    if (!fuses && (s.grad_scale != 1.0 || s.param_copy != nullptr))
+      throw std::invalid_argument(fmt::format("{}: does not scale gradients or copy parameters as it steps", name));
+  }
   if (n != expected) throw std::invalid_argument(fmt::format("{}: step over {} elements, made for {}", name, n, expected));
   if (step < 1) throw std::invalid_argument(fmt::format("{}: step {} < 1", name, step));
   return n;

@@ -15,8 +15,10 @@
 // only and talk to the other ranks themselves: they turn the engine's gradient all-reduce off after
 // their warm-up (wants_averaged_gradients) and all-reduce 1-bit compressed momentum instead.
 //
-// The element loops live here, not in kernels/cpu (reworked concurrently by another engineer):
-// plain loops compiled with -O3 -fno-math-errno so the compiler vectorizes them.
+// Adam's element loop is a kernel (kernels/cpu/adam.h), fused with mixed precision's passes: it takes
+// segments whose gradients are 16-bit and still to be scaled, and writes the model's 16-bit parameters
+// beside the fp32 master (fuses_mixed_precision). The other loops are here: plain loops compiled with
+// -O3 -fno-math-errno so the compiler vectorizes them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -44,7 +46,14 @@ struct Segment {
   const void* grads;   // [size] of grad_type
   size_t size;
   amp::Storage param_type = amp::Storage::F32;  // F32 or BF16 (only Adam, SGD and Lamb take BF16)
-  amp::Storage grad_type = amp::Storage::F32;
+  amp::Storage grad_type = amp::Storage::F32;   // F32 or BF16; F16 too where the optimizer fuses
+  // Only for optimizers that fuse mixed precision's passes (fuses_mixed_precision; others throw
+  // std::invalid_argument): the gradients are multiplied by grad_scale as they are read (the unscale and
+  // clip factor), and the updated parameters are also rounded into param_copy ([size] of copy_type, F16
+  // or BF16) when it is set.
+  double grad_scale = 1.0;
+  void* param_copy = nullptr;
+  amp::Storage copy_type = amp::Storage::BF16;
 };
 
 // One named state buffer (e.g. Adam's "exp_avg"): `size` elements of `storage` at `data`, in the
@@ -92,6 +101,9 @@ class Optimizer {
   // elements in order. ZeRO-Infinity steps sub-group by sub-group this way, with state read from
   // NVMe, on an optimizer made for 0 elements. Others throw std::logic_error.
   virtual bool elementwise() const { return false; }
+  // Whether step() and step_with_state() honour a segment's grad_scale and param_copy and read fp16
+  // gradients (Adam/AdamW).
+  virtual bool fuses_mixed_precision() const { return false; }
   virtual void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
                                int64_t step);
 

@@ -23,10 +23,12 @@ inline StateView f32_state(std::string name, std::vector<float>& buffer) {
 // Throws std::invalid_argument unless `state` matches the optimizer's own buffers `own` in count and
 // storage and holds as many elements as the segments (step_with_state), or step < 1.
 void check_state_args(const char* name, std::span<const Segment> segments, std::span<const StateView> state,
-                      std::span<const StateView> own, int64_t step);
+                      std::span<const StateView> own, int64_t step, bool fuses = false);
 
 // The segments' total size; throws std::invalid_argument unless it matches the size the optimizer
-// was made for and step >= 1.
-size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step);
+// was made for and step >= 1, and unless the optimizer `fuses` when a segment asks it to scale its
+// gradients or copy its parameters.
+size_t check_step_args(const char* name, std::span<const Segment> segments, size_t expected, int64_t step,
+                       bool fuses = false);
 
 }  // namespace ds::optim

@@ -27,9 +27,16 @@ inline const std::string kLamb = R"({"type": "Lamb", "params": {"lr": 0.01, "wei
 inline std::string plugin_path() { return std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so"; }
 
 // An engine with the config's optimizer and LR schedule.
-inline Engine make_engine(const EngineConfig& e, Plugin& plugin, ProcessGroup& group, const DsConfig& config) {
+// Wraps the optimizer the config makes (a test's instrumented stand-in), or nullptr for none.
+using OptimizerWrap = std::function<std::unique_ptr<Optimizer>(std::unique_ptr<Optimizer>)>;
+
+inline Engine make_engine(const EngineConfig& e, Plugin& plugin, ProcessGroup& group, const DsConfig& config,
+                          const OptimizerWrap& wrap = nullptr) {
   return Engine(e, plugin, group,
-                [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r, &group); },
+                [&](size_t n, NormReducer r) {
+                  auto made = make_optimizer(config.optimizer, n, r, &group);
+                  return wrap ? wrap(std::move(made)) : std::move(made);
+                },
                 make_lr_schedule(config.scheduler, config.optimizer.lr));
 }
 
@@ -59,6 +66,7 @@ struct RunSpec {
   std::string model = kModel;
   bool every_step = false;  // compare the ranks' parameters after every step, not only at the end
   std::function<void(EngineConfig&)> tweak;
+  OptimizerWrap wrap_optimizer;
   // Each rank's layers on this device's backend (made per rank; nullptr: the CPU).
   std::function<std::unique_ptr<backend::Device>()> device;
 };
@@ -85,7 +93,7 @@ inline Run run_training(const RunSpec& spec) {
     e.seed = 7;
     e.zero_stage = spec.stage;
     if (spec.tweak) spec.tweak(e);
-    Engine engine = make_engine(e, *plugin, group, config);
+    Engine engine = make_engine(e, *plugin, group, config, spec.wrap_optimizer);
     std::vector<std::vector<float>> mine;
     std::vector<StepStats> stats;
     std::vector<float> initial = engine.gather_parameters();

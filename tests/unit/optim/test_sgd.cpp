@@ -72,3 +72,16 @@ TEST_CASE("sgd: state and betas") {
   CHECK(with_momentum->state()[0].name == "momentum_buffer");
   CHECK(with_momentum->state()[0].size == 4);
 }
+
+TEST_CASE("sgd: refuses a segment asking it to scale gradients or copy parameters (only Adam fuses)") {
+  auto opt = ds::make_optimizer(ds::test::optimizer_config(ds::OptimizerType::SGD, 0.1, ds::SgdParams{}), 1);
+  CHECK_FALSE(opt->fuses_mixed_precision());
+  std::vector<float> p = {1.0f}, g = {0.5f};
+  ds::Segment scaled{p.data(), g.data(), 1};
+  scaled.grad_scale = 0.5;
+  CHECK_THROWS_WITH_AS(opt->step(std::span<const ds::Segment>(&scaled, 1), {}, 0.1, 1),
+                       "SGD: does not scale gradients or copy parameters as it steps", std::invalid_argument);
+  CHECK(p[0] == 1.0f);
+  auto adam = ds::make_optimizer(ds::test::optimizer_config(ds::OptimizerType::AdamW, 0.1, ds::AdamParams{}), 1);
+  CHECK(adam->fuses_mixed_precision());
+}

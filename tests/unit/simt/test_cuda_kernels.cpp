@@ -119,7 +119,7 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
       adam->step(std::span<const ds::Segment>(&segment, 1), {}, lr, step);
       const float beta1 = 0.9f, beta2 = 0.999f, lr_f = static_cast<float>(lr), wd = 0.01f;
       const float bc1 = ds::optim::bias_correction(beta1, step), bc2 = ds::optim::bias_correction(beta2, step);
-      const ds::optim::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
+      const ds::cpu::AdamArgs args{beta1, beta2, 1e-8f, wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
       std::copy(g.begin(), g.end(), g_device);
       ds::simt::launch(3, 64, {}, [&] {  // a grid-stride loop: fewer threads than elements (and than groups of 4)
         if (decoupled) ds::cuda::adam_kernel<true>(gpu_p, g_device, gpu_m, gpu_v, n, args);

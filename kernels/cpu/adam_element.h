@@ -1,5 +1,5 @@
-// One element of the Adam/AdamW update (the formulas: adam.cpp), in fp32. The CPU loop (adam.cpp) and
-// the CUDA kernel (kernels/cuda/adam.cuh) both call this body; neither fuses a multiply-add (ds_optim
+// One element of the Adam/AdamW update (the formulas: adam.h), in fp32. The CPU loop (adam.cpp) and
+// the CUDA kernel (kernels/cuda/adam.cuh) both call this body; neither fuses a multiply-add (adam.cpp
 // is built with -ffp-contract=off, ds_kernels_cuda with --fmad=false), and sqrtf and the division are
 // IEEE on both, so a GPU step gives the CPU's bits.
 #pragma once
@@ -7,7 +7,7 @@
 
 #include "simt/hd.h"
 
-namespace ds::optim {
+namespace ds::cpu {
 
 struct AdamArgs {
   float beta1, beta2, eps, wd;
@@ -27,4 +27,4 @@ DS_HD inline void adam_element(float& param, float grad, float& m, float& v, con
   param = param + a.step_size * (m / denom);
 }
 
-}  // namespace ds::optim
+}  // namespace ds::cpu

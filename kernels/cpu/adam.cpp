@@ -1,0 +1,92 @@
+// Adam / AdamW's fused loop (adam.h): one template over the arrays' element types, instantiated for
+// each combination, compiled per x86-64 level, split over the threads in contiguous ranges.
+#include "cpu/adam.h"
+
+#include <stdexcept>
+#include <type_traits>
+#include <string>
+
+#include "cpu/elements.h"
+#include "cpu/parallel.h"
+#include "cpu/simd.h"
+
+namespace ds::cpu {
+namespace {
+
+struct NoCopy {};  // the element type of an absent parameter copy
+
+template <bool kDecoupled, class P, class G, class S, class C>
+DS_KERNEL_CLONES void adam_loop(P* __restrict p, const G* __restrict g, S* __restrict m, S* __restrict v,
+                                C* __restrict copy, size_t n, double scale, AdamArgs a) {
+  const bool scaled = scale != 1.0;
+  for (size_t i = 0; i < n; ++i) {
+    float grad = load(g[i]);
+    if (scaled) grad = static_cast<float>(grad * scale);
+    float param = load(p[i]), mi = load(m[i]), vi = load(v[i]);
+    adam_element<kDecoupled>(param, grad, mi, vi, a);
+    store(m[i], mi);
+    store(v[i], vi);
+    store(p[i], param);
+    if constexpr (!std::is_same_v<C, NoCopy>) store(copy[i], param);
+  }
+}
+
+void check(const AdamArrays& x) {
+  auto bad = [](const char* what, amp::Storage s) {
+    const char* name = s == amp::Storage::F16 ? "fp16" : s == amp::Storage::BF16 ? "bf16" : "fp32";
+    throw std::invalid_argument(std::string("adam_step: ") + what + " cannot be " + name);
+  };
+  if (x.param_type == amp::Storage::F16) bad("parameters", x.param_type);
+  if (x.state_type == amp::Storage::F16) bad("moments", x.state_type);
+  if (x.param_copy && x.copy_type == amp::Storage::F32) bad("the parameter copy", x.copy_type);
+}
+
+// f(p, g, m, v, copy) with the arrays typed (copy a NoCopy* when there is none).
+template <class F>
+void typed(const AdamArrays& x, F&& f) {
+  with_element(x.param_type, [&]<class P>(P*) {
+    with_element(x.grad_type, [&]<class G>(G*) {
+      with_element(x.state_type, [&]<class S>(S*) {
+        auto run = [&]<class C>(C* copy) {
+          f(static_cast<P*>(x.params), static_cast<const G*>(x.grads), static_cast<S*>(x.exp_avg),
+            static_cast<S*>(x.exp_avg_sq), copy);
+        };
+        if (!x.param_copy) return run(static_cast<NoCopy*>(nullptr));
+        with_element(x.copy_type, [&]<class C>(C*) { run(static_cast<C*>(x.param_copy)); });
+      });
+    });
+  });
+}
+
+}  // namespace
+
+void adam_step(const AdamArrays& arrays, const AdamArgs& args, bool decoupled) {
+  check(arrays);
+  typed(arrays, [&]<class P, class G, class S, class C>(P* p, const G* g, S* m, S* v, C* copy) {
+    parallel_for(static_cast<int64_t>(arrays.n), kMinElementsPerThread, [&](int64_t begin, int64_t end) {
+      const auto at = static_cast<size_t>(begin), len = static_cast<size_t>(end - begin);
+      C* c = copy ? copy + at : nullptr;
+      if (decoupled) adam_loop<true>(p + at, g + at, m + at, v + at, c, len, arrays.grad_scale, args);
+      else adam_loop<false>(p + at, g + at, m + at, v + at, c, len, arrays.grad_scale, args);
+    });
+  });
+}
+
+void adam_step_reference(const AdamArrays& arrays, const AdamArgs& args, bool decoupled) {
+  check(arrays);
+  typed(arrays, [&]<class P, class G, class S, class C>(P* p, const G* g, S* m, S* v, C* copy) {
+    for (size_t i = 0; i < arrays.n; ++i) {
+      float grad = load(g[i]);
+      if (arrays.grad_scale != 1.0) grad = static_cast<float>(static_cast<double>(grad) * arrays.grad_scale);
+      float param = load(p[i]), mi = load(m[i]), vi = load(v[i]);
+      if (decoupled) adam_element<true>(param, grad, mi, vi, args);
+      else adam_element<false>(param, grad, mi, vi, args);
+      store(m[i], mi);
+      store(v[i], vi);
+      store(p[i], param);
+      if constexpr (!std::is_same_v<C, NoCopy>) store(copy[i], param);
+    }
+  });
+}
+
+}  // namespace ds::cpu
