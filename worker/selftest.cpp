@@ -24,6 +24,7 @@
 #include "cpu/activation.h"
 #include "cpu/attention.h"
 #include "cpu/bias.h"
+#include "cpu/convert.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/elementwise.h"
 #include "cpu/embedding.h"
@@ -311,15 +312,15 @@ void conversions(Check& c, amp::Half type, size_t n, std::mt19937& rng) {
   const auto x = conversion_inputs(rng, n), add = random_floats(rng, n, 0.0f, 1.0f);
   std::vector<uint16_t> half(n);
   std::vector<float> back(n);
-  amp::from_float(type, x.data(), half.data(), n);
-  amp::to_float(type, half.data(), back.data(), n);
+  cpu::from_float(type, x.data(), half.data(), n);
+  cpu::to_float(type, half.data(), back.data(), n);
   DeviceArray<float> d_x(x), d_back(back), d_add(add);
   DeviceArray<uint16_t> d_half(half), d_from_cpu(half);
   const auto len = static_cast<int64_t>(n);
   cuda::float_to_half(type, d_x.get(), d_half.get(), len, nullptr);
   cuda::half_to_float(type, d_from_cpu.get(), d_back.get(), len, nullptr);
   c.differing = bits_differing(d_half.to_host(), half, type) + bits_differing(d_back.to_host(), back);
-  amp::accumulate(type, add.data(), half.data(), n);
+  cpu::accumulate(type, add.data(), half.data(), n);
   cuda::half_accumulate(type, d_add.get(), d_from_cpu.get(), len, nullptr);
   c.differing += bits_differing(d_from_cpu.to_host(), half, type);
 }
@@ -330,7 +331,7 @@ void relu_and_scale(Check& c, size_t n, std::mt19937& rng) {
   std::vector<float> y(n), dx(n), scaled = x;
   cpu::relu_forward(x.data(), y.data(), static_cast<int64_t>(n));
   cpu::relu_backward(x.data(), dy.data(), dx.data(), static_cast<int64_t>(n));
-  amp::scale(amp::Storage::F32, scaled.data(), n, 3.0 / 65536.0);
+  cpu::scale(amp::Storage::F32, scaled.data(), n, 3.0 / 65536.0);
   DeviceArray<float> d_x(x), d_dy(dy), d_y(y), d_dx(dx), d_scaled(x);
   cuda::relu_forward(d_x.get(), d_y.get(), static_cast<int64_t>(n), nullptr);
   cuda::relu_backward(d_x.get(), d_dy.get(), d_dx.get(), static_cast<int64_t>(n), nullptr);
@@ -343,7 +344,7 @@ void relu_and_scale(Check& c, size_t n, std::mt19937& rng) {
 void sum_squares(Check& c, size_t n, std::mt19937& rng) {
   auto x = random_floats(rng, n, 0.0f, 1.0f);
   x[n / 2] = 3e19f;  // its square is beyond fp32's range
-  const double want = amp::sum_squares(amp::Storage::F32, x.data(), n, 0.25);
+  const double want = cpu::sum_squares(amp::Storage::F32, x.data(), n, 0.25);
   DeviceArray<float> d_x(x);
   DeviceArray<double> d_total(std::vector<double>{0.25}), d_partial(std::vector<double>(cuda::kSumSquaresBlocks, 0.0));
   cuda::sum_squares(d_x.get(), static_cast<int64_t>(n), d_total.get(), d_partial.get(), nullptr);

@@ -1,22 +1,12 @@
 // 16-bit floating-point storage: IEEE binary16 (fp16) and bfloat16 (bf16), as raw uint16_t bit
 // patterns, with conversions to and from fp32. float → 16-bit rounds to nearest, ties to even;
 // overflow gives ±inf (fp16: |x| ≥ 65520); NaN stays NaN (quiet, sign kept); fp16 denormals are
-// exact both ways. 16-bit → float is exact. Math is always done in fp32.
+// exact both ways. 16-bit → float is exact. Math is always done in fp32. Bulk conversions over
+// buffers: kernels/cpu/convert.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-
-// Bulk loops over 16-bit data are compiled twice, for x86-64-v3 (F16C converts fp16 in hardware,
-// AVX2) and for the baseline, and the loader picks one for the CPU it runs on (GCC's
-// target_clones); without F16C every fp16 conversion is a libgcc call, about 15x slower.
-// Not under ThreadSanitizer: the clones' ifunc resolvers run while the loader relocates, before its
-// runtime is up, and crash there (SIGSEGV in the resolver of the first clone).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define DS_AMP_BULK __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define DS_AMP_BULK
-#endif
 
 // Marks the few functions the CUDA kernels share (`__host__ __device__` under nvcc).
 #if defined(__CUDACC__)
@@ -73,13 +63,5 @@ inline float bf16_to_float(uint16_t bits) {
 
 inline uint16_t half_from_float(Half type, float x) { return type == Half::F16 ? fp16_from_float(x) : bf16_from_float(x); }
 inline float half_to_float(Half type, uint16_t bits) { return type == Half::F16 ? fp16_to_float(bits) : bf16_to_float(bits); }
-
-// Bulk conversions of n elements (fp16 with F16C where the CPU has it, the same results either way).
-// Loops that work on 16-bit data in place go through fp32 blocks of this many elements.
-constexpr size_t kHalfBlock = 256;
-void to_float(Half type, const uint16_t* in, float* out, size_t n);
-void from_float(Half type, const float* in, uint16_t* out, size_t n);
-// out[i] = half(float(out[i]) + in[i]): accumulation into 16-bit storage.
-void accumulate(Half type, const float* in, uint16_t* out, size_t n);
 
 }  // namespace ds::amp

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "core/errors.h"
+#include "cpu/convert.h"
 #include "engine/engine.h"
 
 namespace ds {
@@ -168,7 +169,7 @@ void Engine::restore(const TrainingState& state) {
     if (!policy_.parameters) {  // the whole unit, from the full state: no gather needed
       rounded.assign(u.padded(), 0.0f);
       std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(global), u.size, rounded.begin());
-      amp::from_float(config_.precision, rounded.data(), params_.data() + u.begin * elem_, u.padded());
+      cpu::from_float(config_.precision, rounded.data(), params_.data() + u.begin * elem_, u.padded());
     }
     global += u.size;
   }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "cpu/convert.h"
 #include "engine/rng.h"
 #include "zero/collective_type.h"
 
@@ -417,11 +418,11 @@ void Engine::put_params(const zero::Unit& unit, size_t lo, const float* values, 
   if (n == 0) return;
   const auto index = static_cast<size_t>(&unit - layout_->units().data());
   if (!param_swapper_ || param_swapper_->memory(index)) {
-    amp::from_float(config_.precision, values, owned_params(unit) + lo * elem_, n);
+    cpu::from_float(config_.precision, values, owned_params(unit) + lo * elem_, n);
     return;
   }
   if (lo == 0) staged_chunk_ = param_swapper_->stage(index);  // chunks are written whole, in order
-  amp::from_float(config_.precision, values, staged_chunk_ + lo * elem_, n);
+  cpu::from_float(config_.precision, values, staged_chunk_ + lo * elem_, n);
   if (lo + n == unit.chunk) param_swapper_->commit(index);
 }
 
@@ -496,7 +497,7 @@ void Engine::init_parameters() {
       std::copy(values.begin(), values.end(), full + slots_[s].offset);
     }
     group_.broadcast(full, n, DataType::F32, 0);
-    if (!fp32) amp::from_float(config_.precision, full, params_.data(), n);
+    if (!fp32) cpu::from_float(config_.precision, full, params_.data(), n);
     if (swapper_)
       init_swapped([&](const zero::Unit& u) { return full + layout_->owned_begin(u); });
     if (!master_.empty())
@@ -570,7 +571,7 @@ const float* Engine::acquire_params(size_t layer, bool training) {
   }
   const std::byte* layer_base = layer_in_unit(base, layer, elem_);
   if (config_.precision == amp::Storage::F32) return reinterpret_cast<const float*>(layer_base);
-  amp::to_float(config_.precision, layer_base, param_scratch_.data(), layers_[layer].size);
+  cpu::to_float(config_.precision, layer_base, param_scratch_.data(), layers_[layer].size);
   return param_scratch_.data();
 }
 
@@ -588,7 +589,7 @@ float* Engine::layer_grads(size_t layer) {
 void Engine::store_grads(size_t layer) {
   if (config_.grad_storage == amp::Storage::F32) return;
   std::byte* grads = layer_in_unit(grads_->unit_grads(layout_->unit_index(layer)), layer, amp::storage_bytes(config_.grad_storage));
-  amp::add_float(config_.grad_storage, grad_scratch_.data(), grads, layers_[layer].size);
+  cpu::add_float(config_.grad_storage, grad_scratch_.data(), grads, layers_[layer].size);
 }
 
 bool Engine::owns(size_t layer, const ParamSlot& tied) const {
@@ -645,7 +646,7 @@ void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch)
   }
   ds_tensor output{out.data(), DS_F32, output_shape(i), DS_DEVICE_CPU};
   plugin_.forward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, workspace(i), batch);
-  if (i + 1 < layers_.size() || !last_stage()) amp::round_to(config_.precision, out.data(), out.size());  // the loss stays fp32
+  if (i + 1 < layers_.size() || !last_stage()) cpu::round_to(config_.precision, out.data(), out.size());  // the loss stays fp32
 }
 
 void Engine::forward(const ds_batch& batch, bool training) {
@@ -685,7 +686,7 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     take_tied_grads(i, grads);
     release_params(i, true);
     store_grads(i);
-    if (input_grad) amp::round_to(config_.precision, next->data(), elements(layer.input_shape));
+    if (input_grad) cpu::round_to(config_.precision, next->data(), elements(layer.input_shape));
     if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
@@ -713,7 +714,7 @@ double Engine::evaluate(Dataset& data, int64_t max_samples) {
   for (int64_t b = 0; b < batches; ++b) {
     for (int64_t k = 0; k < mb; ++k) indices[static_cast<size_t>(k)] = data_rank() + (b * mb + k) * world;
     source.get_batch(indices.data(), mb, input, target);
-    if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), m.input.size());
+    if (config_.cast_inputs && data_.input_dtype == DS_F32) cpu::round_to(config_.precision, m.input.data(), m.input.size());
     ds_batch batch{&input, &target, steps_, 0, nullptr};
     if (config_.pipeline) pipeline_forward(batch);
     else forward(batch, false);
@@ -748,7 +749,7 @@ std::vector<float> Engine::predict(const ds_tensor& input_batch) {
     sliced_->cut_input(input_batch.data, m.input.data(), rows);
   else
     std::memcpy(m.input.data(), input_batch.data, n * sizeof(float));
-  if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), n);
+  if (config_.cast_inputs && data_.input_dtype == DS_F32) cpu::round_to(config_.precision, m.input.data(), n);
   ds_tensor input{m.input.data(), data_.input_dtype, local_input, DS_DEVICE_CPU};
   std::fill(m.target.begin(), m.target.end(), 0);  // class / token 0: a valid target, unused
   ds_tensor target{m.target.data(), data_.target_dtype, batched(rows, data_.target_shape), DS_DEVICE_CPU};
@@ -783,7 +784,7 @@ ds_batch Engine::load_micro_batch(int64_t epoch, int64_t within, int64_t micro, 
   target = ds_tensor{m.target.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
   std::vector<int64_t> indices = sampler_.indices(epoch, (within * config_.grad_accum + micro) * mb, mb);
   dataset_.get_batch(indices.data(), mb, input, target);
-  if (config_.cast_inputs && data_.input_dtype == DS_F32) amp::round_to(config_.precision, m.input.data(), m.input.size());
+  if (config_.cast_inputs && data_.input_dtype == DS_F32) cpu::round_to(config_.precision, m.input.data(), m.input.size());
   return ds_batch{&input, &target, steps_ + 1, static_cast<int32_t>(micro), nullptr};
 }
 
@@ -878,7 +879,6 @@ double Engine::gradient_norm(bool averaged) {
 
 // After the data-parallel reduction.
 double Engine::owned_sum_of_squares(const std::function<bool(const ParamSlot&)>& pick) {
-  std::vector<float> values;
   double sum = 0.0;
   for (size_t layer = 0; layer < layers_.size(); ++layer) {
     const zero::Unit& unit = layout_->unit_of_layer(layer);
@@ -888,9 +888,7 @@ double Engine::owned_sum_of_squares(const std::function<bool(const ParamSlot&)>&
       if (mine.size == 0) continue;
       const auto* grads = static_cast<const std::byte*>(grads_->owned_grads(unit)) +
                           (mine.offset - unit.part_offset) * amp::storage_bytes(config_.grad_storage);
-      values.resize(mine.size);
-      amp::to_float(config_.grad_storage, grads, values.data(), mine.size);
-      for (float g : values) sum += static_cast<double>(g) * g;
+      sum = cpu::sum_squares(config_.grad_storage, grads, mine.size, sum);
     }
   }
   return sum;
@@ -910,9 +908,8 @@ void Engine::update(double norm, double scale, double lr) {
   } else {
     for (const zero::Unit& u : layout_->units()) {
       float* g = grads32_.data() + u.part_offset;
-      amp::to_float(config_.grad_storage, grads_->owned_grads(u), g, u.chunk);
-      if (factor != 1.0)
-        for (size_t k = 0; k < u.chunk; ++k) g[k] = static_cast<float>(g[k] * factor);
+      cpu::to_float(config_.grad_storage, grads_->owned_grads(u), g, u.chunk);
+      cpu::scale(amp::Storage::F32, g, u.chunk, factor);
     }
   }
   ++updates_;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "cpu/convert.h"
 #include "engine/engine.h"
 
 namespace ds {
@@ -130,10 +131,10 @@ void Engine::read_partition(std::vector<float>& master_p, std::vector<std::vecto
   if (state) state->assign(own.size(), std::vector<float>(partition, 0.0f));
   if (!master_on_nvme_)
     for (const zero::Unit& u : layout_->units())
-      amp::to_float(master_storage(), master(u), master_p.data() + u.part_offset, u.chunk);
+      cpu::to_float(master_storage(), master(u), master_p.data() + u.part_offset, u.chunk);
   if (!swapper_) {
     if (state)
-      for (size_t k = 0; k < own.size(); ++k) amp::to_float(own[k].storage, own[k].data, (*state)[k].data(), partition);
+      for (size_t k = 0; k < own.size(); ++k) cpu::to_float(own[k].storage, own[k].data, (*state)[k].data(), partition);
     return;
   }
   if (!master_on_nvme_ && !state) return;
@@ -142,7 +143,7 @@ void Engine::read_partition(std::vector<float>& master_p, std::vector<std::vecto
     if (master_on_nvme_) std::memcpy(master_p.data() + begin, streams[0], count * sizeof(float));
     if (state)
       for (size_t k = 0; k < own.size(); ++k)
-        amp::to_float(own[k].storage, streams[first + k], (*state)[k].data() + begin, count);
+        cpu::to_float(own[k].storage, streams[first + k], (*state)[k].data() + begin, count);
   });
 }
 
@@ -150,18 +151,18 @@ void Engine::store_partition(const std::vector<float>& master_p, const std::vect
   const std::vector<StateView> own = optimizer_->state();
   for (const zero::Unit& u : layout_->units()) {
     const float* values = master_p.data() + u.part_offset;
-    if (!master_on_nvme_) amp::from_float(master_storage(), values, master(u), u.chunk);
+    if (!master_on_nvme_) cpu::from_float(master_storage(), values, master(u), u.chunk);
     if (master_on_nvme_ || !master_.empty()) put_params(u, 0, values, u.chunk);  // the parameters are a copy
   }
   if (!swapper_) {
-    for (size_t k = 0; k < own.size(); ++k) amp::from_float(own[k].storage, state[k].data(), own[k].data, own[k].size);
+    for (size_t k = 0; k < own.size(); ++k) cpu::from_float(own[k].storage, state[k].data(), own[k].data, own[k].size);
     return;
   }
   const size_t first = master_on_nvme_ ? 1 : 0;
   swapper_->pass(false, true, [&](size_t begin, size_t count, std::span<std::byte* const> streams) {
     if (master_on_nvme_) std::memcpy(streams[0], master_p.data() + begin, count * sizeof(float));
     for (size_t k = 0; k < own.size(); ++k)
-      amp::from_float(own[k].storage, state[k].data() + begin, streams[first + k], count);
+      cpu::from_float(own[k].storage, state[k].data() + begin, streams[first + k], count);
   });
 }
 

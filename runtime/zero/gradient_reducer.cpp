@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "cpu/convert.h"
 #include "zero/collective_type.h"
 
 namespace ds::zero {
@@ -57,7 +58,7 @@ void GradientReducer::unit_done(size_t unit, bool last) {
   if (!policy_.gradients) {
     if (!last || single || u.size == 0 || !reduce_) return;
     std::byte* data = at(grads_, u.begin);
-    amp::scale(storage_, data, u.padded(), pre_);
+    cpu::scale(storage_, data, u.padded(), pre_);
     in_flight_.push_back({unit, {}, !policy_.optimizer_state
                                         ? group_.allreduce_async(data, u.padded(), type_, ReduceOp::Sum)
                                         : group_.reduce_scatter_async(data, at(grads_, layout_.owned_begin(u)),
@@ -67,11 +68,11 @@ void GradientReducer::unit_done(size_t unit, bool last) {
   std::vector<std::byte> bucket = std::move(bucket_);
   bucket_unit_ = SIZE_MAX;
   if (single || u.size == 0) {  // nothing to reduce: the bucket is this rank's chunk
-    amp::add(storage_, bucket.data(), at(grads_, u.part_offset), u.chunk);
+    cpu::add(storage_, bucket.data(), at(grads_, u.part_offset), u.chunk);
     pool_.release(std::move(bucket));
     return;
   }
-  amp::scale(storage_, bucket.data(), u.padded(), pre_);
+  cpu::scale(storage_, bucket.data(), u.padded(), pre_);
   std::byte* mine = at(bucket, static_cast<size_t>(layout_.rank()) * u.chunk);
   auto work = group_.reduce_scatter_async(bucket.data(), mine, u.chunk, type_, ReduceOp::Sum);
   in_flight_.push_back({unit, std::move(bucket), std::move(work)});
@@ -84,7 +85,7 @@ void GradientReducer::complete_oldest() {
   f.work->wait();
   if (!policy_.gradients) return;
   const Unit& u = layout_.units()[f.unit];
-  amp::add(storage_, at(f.bucket, static_cast<size_t>(layout_.rank()) * u.chunk), at(grads_, u.part_offset), u.chunk);
+  cpu::add(storage_, at(f.bucket, static_cast<size_t>(layout_.rank()) * u.chunk), at(grads_, u.part_offset), u.chunk);
   pool_.release(std::move(f.bucket));
 }
 
@@ -92,9 +93,9 @@ void GradientReducer::finish() {
   while (!in_flight_.empty()) complete_oldest();
   if (post_ == 1.0 || !reduce_) return;
   if (policy_.optimizer_state && !policy_.gradients) {  // stage 1: the owned chunks of the full buffer
-    for (const Unit& u : layout_.units()) amp::scale(storage_, at(grads_, layout_.owned_begin(u)), u.chunk, post_);
+    for (const Unit& u : layout_.units()) cpu::scale(storage_, at(grads_, layout_.owned_begin(u)), u.chunk, post_);
   } else {
-    amp::scale(storage_, grads_.data(), grads_.size() / elem_, post_);
+    cpu::scale(storage_, grads_.data(), grads_.size() / elem_, post_);
   }
 }
 
@@ -105,12 +106,12 @@ void* GradientReducer::owned_grads(const Unit& unit) {
 
 double GradientReducer::owned_sum_of_squares() {
   double sum = 0.0;
-  for (const Unit& u : layout_.units()) sum = amp::sum_squares(storage_, owned_grads(u), u.chunk, sum);
+  for (const Unit& u : layout_.units()) sum = cpu::sum_squares(storage_, owned_grads(u), u.chunk, sum);
   return sum;
 }
 
 void GradientReducer::scale_owned(double factor) {
-  for (const Unit& u : layout_.units()) amp::scale(storage_, owned_grads(u), u.chunk, factor);
+  for (const Unit& u : layout_.units()) cpu::scale(storage_, owned_grads(u), u.chunk, factor);
 }
 
 size_t GradientReducer::bytes() const { return grads_.size() + pool_.bytes(); }

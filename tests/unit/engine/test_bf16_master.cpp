@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "amp/storage.h"
+#include "cpu/convert.h"
 #include "engine_test_util.h"
 
 using namespace ds;
@@ -68,7 +69,7 @@ TEST_CASE("bf16 master weights: stages 1-3 on 1-3 ranks track the fp32 run") {
       }
       CHECK(distance(run.params, fp32.params) < 0.1 * distance(fp32.params, fp32.initial));
       std::vector<float> rounded = run.params;  // the master copy is the bf16 parameters themselves
-      amp::round_to(amp::Storage::BF16, rounded.data(), rounded.size());
+      cpu::round_to(amp::Storage::BF16, rounded.data(), rounded.size());
       CHECK(rounded == run.params);
     }
   }

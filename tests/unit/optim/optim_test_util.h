@@ -7,6 +7,7 @@
 
 #include "amp/storage.h"
 #include "config/ds_config.h"
+#include "cpu/convert.h"
 #include "optim/optimizer.h"
 
 namespace ds::test {
@@ -30,7 +31,7 @@ inline OptimizerConfig optimizer_config(OptimizerType type, double lr,
 // A state buffer's elements in fp32, whatever its storage.
 inline std::vector<float> values(const StateView& v) {
   std::vector<float> out(v.size);
-  amp::to_float(v.storage, v.data, out.data(), v.size);
+  cpu::to_float(v.storage, v.data, out.data(), v.size);
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include "amp/half.h"
 #include "amp/storage.h"
+#include "cpu/convert.h"
 #include "optim/optimizer.h"
 #include "optim_test_util.h"
 
@@ -41,13 +42,13 @@ std::unique_ptr<Optimizer> make(OptimizerType type, amp::Storage state) {
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
   std::vector<uint16_t> out(x.size());
-  amp::from_float(amp::Storage::BF16, x.data(), out.data(), x.size());
+  cpu::from_float(amp::Storage::BF16, x.data(), out.data(), x.size());
   return out;
 }
 
 std::vector<float> widen(const std::vector<uint16_t>& x) {
   std::vector<float> out(x.size());
-  amp::to_float(amp::Storage::BF16, x.data(), out.data(), x.size());
+  cpu::to_float(amp::Storage::BF16, x.data(), out.data(), x.size());
   return out;
 }
 
@@ -82,7 +83,7 @@ TEST_CASE("bf16 storage: bf16 parameters and gradients with fp32 state are the f
       const Segment segment{p16.data(), g16.data(), kN, amp::Storage::BF16, amp::Storage::BF16};
       low->step(std::span(&segment, 1), kTensors, 0.01, t);
       reference->step(p32.data(), g32.data(), kN, kTensors, 0.01, t);
-      amp::round_to(amp::Storage::BF16, p32.data(), kN);
+      cpu::round_to(amp::Storage::BF16, p32.data(), kN);
       CHECK(widen(p16) == p32);
       for (size_t k = 0; k < low->state().size(); ++k) CHECK(values(low->state()[k]) == values(reference->state()[k]));
     }
@@ -109,8 +110,8 @@ TEST_CASE("bf16 storage: bf16 optimizer states are the fp32 state rounded after 
       const Segment segment{p16.data(), g.data(), kN, amp::Storage::BF16, amp::Storage::F32};  // fp32 gradients
       low->step(std::span(&segment, 1), kTensors, 0.01, t);
       reference->step(p32.data(), g.data(), kN, kTensors, 0.01, t);
-      amp::round_to(amp::Storage::BF16, p32.data(), kN);
-      for (const StateView& v : reference->state()) amp::round_to(amp::Storage::BF16, v.f32().data(), v.size);
+      cpu::round_to(amp::Storage::BF16, p32.data(), kN);
+      for (const StateView& v : reference->state()) cpu::round_to(amp::Storage::BF16, v.f32().data(), v.size);
       if (type == OptimizerType::Lamb) {
         const std::vector<float> low_p = widen(p16);
         for (size_t i = 0; i < kN; ++i)  // two bf16 ulps: 2·2^-7 of the binade's start

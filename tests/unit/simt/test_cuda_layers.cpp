@@ -17,6 +17,7 @@
 #include "amp/storage.h"
 #include "cpu/activation.h"
 #include "cpu/bias.h"
+#include "cpu/convert.h"
 #include "cpu/elementwise.h"
 #include "cpu/embedding.h"
 #include "cuda/convert.cuh"
@@ -99,7 +100,7 @@ TEST_CASE("cuda sum of squares within rounding of the CPU's double sum, both thr
     CAPTURE(n);
     auto x = random_floats(rng, static_cast<size_t>(n));
     x[0] = 1e18f;  // a large element: squares beyond fp32's range still add up in double
-    const double cpu = ds::amp::sum_squares(ds::amp::Storage::F32, x.data(), static_cast<size_t>(n), 0.5);
+    const double cpu = ds::cpu::sum_squares(ds::amp::Storage::F32, x.data(), static_cast<size_t>(n), 0.5);
     double results[2];
     for (auto order : {ds::simt::Order::forward, ds::simt::Order::reverse}) {
       ds::simt::LaunchOptions o;
@@ -165,20 +166,20 @@ TEST_CASE("cuda relu, unscale and 16-bit conversions: the CPU's bits") {
 
   cpu = x;
   gpu = x;
-  ds::amp::scale(ds::amp::Storage::F32, cpu.data(), x.size(), 1.0 / 65536.0 * 3.0);
+  ds::cpu::scale(ds::amp::Storage::F32, cpu.data(), x.size(), 1.0 / 65536.0 * 3.0);
   launch(3, 64, [&] { ds::cuda::scale_kernel(gpu.data(), n, 1.0 / 65536.0 * 3.0); });
   CHECK(std::memcmp(cpu.data(), gpu.data(), 4 * x.size()) == 0);
 
   for (auto type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
     CAPTURE(static_cast<int>(type));
     std::vector<uint16_t> cpu_h(x.size()), gpu_h(x.size());
-    ds::amp::from_float(type, x.data(), cpu_h.data(), x.size());
+    ds::cpu::from_float(type, x.data(), cpu_h.data(), x.size());
     launch(3, 64, [&] { ds::cuda::float_to_half_kernel(type, x.data(), gpu_h.data(), n); });
     CHECK(cpu_h == gpu_h);
-    ds::amp::to_float(type, cpu_h.data(), cpu.data(), x.size());
+    ds::cpu::to_float(type, cpu_h.data(), cpu.data(), x.size());
     launch(3, 64, [&] { ds::cuda::half_to_float_kernel(type, cpu_h.data(), gpu.data(), n); });
     CHECK(std::memcmp(cpu.data(), gpu.data(), 4 * x.size()) == 0);
-    ds::amp::accumulate(type, dy.data(), cpu_h.data(), x.size());
+    ds::cpu::accumulate(type, dy.data(), cpu_h.data(), x.size());
     launch(3, 64, [&] { ds::cuda::half_accumulate_kernel(type, dy.data(), gpu_h.data(), n); });
     CHECK(cpu_h == gpu_h);
   }
