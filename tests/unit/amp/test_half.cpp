@@ -9,20 +9,14 @@
 #include <random>
 
 #include "amp/half.h"
+#include "half_test_util.h"
 
 using namespace ds::amp;
+using ds::test::from_bits;
+using ds::test::is_nan16;
 
 namespace {
 
-bool is_nan16(Half t, uint16_t b) {
-  return t == Half::F16 ? (b & 0x7c00u) == 0x7c00u && (b & 0x03ffu) : (b & 0x7f80u) == 0x7f80u && (b & 0x007fu);
-}
-
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 // x → 16-bit is correct iff no other finite 16-bit value is nearer, and on a tie the result is even.
 void check_rounding(Half t, float x) {

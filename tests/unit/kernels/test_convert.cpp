@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "../amp/half_test_util.h"
 #include "amp/half.h"
 #include "amp/storage.h"
 #include "cpu/convert.h"
@@ -16,21 +17,9 @@
 #include "kernel_test_util.h"
 
 using namespace ds::amp;
+using ds::test::from_bits;
+using ds::test::is_nan16;
 using namespace ds::cpu;
-
-namespace {
-
-bool is_nan16(Half t, uint16_t b) {
-  return t == Half::F16 ? (b & 0x7c00u) == 0x7c00u && (b & 0x03ffu) : (b & 0x7f80u) == 0x7f80u && (b & 0x007fu);
-}
-
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
-}  // namespace
 
 TEST_CASE("storage: fp32 operations are the plain float loops") {
   std::vector<float> a = {1.5f, -2.0f, 0.1f}, b = {0.25f, 4.0f, 0.2f};
