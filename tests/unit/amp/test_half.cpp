@@ -17,7 +17,6 @@ using ds::test::is_nan16;
 
 namespace {
 
-
 // x → 16-bit is correct iff no other finite 16-bit value is nearer, and on a tie the result is even.
 void check_rounding(Half t, float x) {
   const uint16_t r = half_from_float(t, x);
