@@ -1,7 +1,7 @@
 // The fused Adam/AdamW kernel (cpu/adam.h): bit for bit the separate passes it replaces (16-bit
 // gradients widened and scaled, the fp32 update, the parameters rounded into their 16-bit copy), the
-// threaded loop bit for bit its scalar reference at 1-3 threads and odd sizes, and the storages it
-// refuses.
+// threaded loop (fp32 or double scaling, fp16 through blocks) bit for bit its scalar reference at 1-3
+// threads and odd sizes, and the storages it refuses.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -125,7 +125,8 @@ TEST_CASE("Adam's threaded loop gives its scalar reference's bits at any thread 
                           {Storage::BF16, Storage::BF16, Storage::F32, false, 1.0},
                           {Storage::BF16, Storage::BF16, Storage::BF16, false, 0.5},
                           {Storage::F32, Storage::BF16, Storage::F32, true, 1.0 / 3.0},
-                          {Storage::F32, Storage::F16, Storage::F32, true, 1.0 / 65536.0}};
+                          {Storage::F32, Storage::F16, Storage::F32, true, 1.0 / 65536.0},
+                          {Storage::F32, Storage::F16, Storage::BF16, true, 0.37 / 1024.0}};
   for (const Combo& c : combos)
     for (size_t n : {size_t{1}, size_t{31}, size_t{70001}})
       for (bool decoupled : {false, true}) {
