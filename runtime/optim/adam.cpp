@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "cpu/adam.h"
-#include "optim/elements.h"
+#include "optim/state_buffer.h"
 #include "optim/optimizers.h"
 
 namespace ds::optim {

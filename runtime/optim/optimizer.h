@@ -15,10 +15,9 @@
 // only and talk to the other ranks themselves: they turn the engine's gradient all-reduce off after
 // their warm-up (wants_averaged_gradients) and all-reduce 1-bit compressed momentum instead.
 //
-// Adam's element loop is a kernel (kernels/cpu/adam.h), fused with mixed precision's passes: it takes
-// segments whose gradients are 16-bit and still to be scaled, and writes the model's 16-bit parameters
-// beside the fp32 master (fuses_mixed_precision). The other loops are here: plain loops compiled with
-// -O3 -fno-math-errno so the compiler vectorizes them.
+// The element loops of Adam, SGD and LAMB are CPU kernels (kernels/cpu/adam.h, sgd_lamb.h). Adam's is
+// fused with mixed precision's passes: it takes segments whose gradients are 16-bit and still to be
+// scaled, and writes the model's 16-bit parameters beside the fp32 master (fuses_mixed_precision).
 #pragma once
 #include <cstddef>
 #include <cstdint>

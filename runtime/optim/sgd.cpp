@@ -1,12 +1,8 @@
-// SGD as torch.optim.SGD, per element in fp32:
-//   g ← g + wd·p
-//   with momentum μ ≠ 0:  buf ← g on the first step, else buf ← μ·buf + (1 − dampening)·g
-//                         g ← g + μ·buf (nesterov) or g ← buf
-//   p ← p − lr·g
-// torch creates the momentum buffer on its first step; here "first" is step == 1, which also
-// holds after a resume (the buffer then comes from the checkpoint and step > 1). Parameters,
-// gradients and the buffer may each be fp32 or bf16 (elements.h).
-#include "optim/elements.h"
+// SGD as torch.optim.SGD (the formulas and the loop: kernels/cpu/sgd_lamb.h). torch creates the momentum
+// buffer on its first step; here "first" is step == 1, which also holds after a resume (the buffer then
+// comes from the checkpoint and step > 1). Parameters, gradients and the buffer may each be fp32 or bf16.
+#include "cpu/sgd_lamb.h"
+#include "optim/state_buffer.h"
 #include "optim/optimizers.h"
 
 namespace ds::optim {
@@ -38,38 +34,15 @@ class Sgd final : public Optimizer {
   // The segments' update, with the momentum buffer in state[0] (none without momentum).
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
     const amp::Storage storage = state.empty() ? amp::Storage::F32 : state[0].storage;
+    const cpu::SgdArgs args{static_cast<float>(lr), static_cast<float>(params_.weight_decay),
+                            static_cast<float>(params_.momentum), static_cast<float>(1.0 - params_.dampening),
+                            params_.nesterov, step == 1};
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
-      with_elements(s.param_type, s.grad_type, [&]<class P, class G>(P*, G*) {
-        with_element(storage, [&]<class S>(S*) {
-          S* buf = state.empty() ? nullptr : static_cast<S*>(state[0].data) + k;
-          update(static_cast<P*>(s.params), static_cast<const G*>(s.grads), buf, s.size, lr, step);
-        });
-      });
+      check_not_fp16(s.param_type, s.grad_type);
+      std::byte* buf = state.empty() ? nullptr : static_cast<std::byte*>(state[0].data) + k * amp::storage_bytes(storage);
+      cpu::sgd_step(s.params, s.param_type, s.grads, s.grad_type, buf, storage, s.size, args);
       k += s.size;
-    }
-  }
-
-  template <class P, class G, class S>
-  void update(P* __restrict p, const G* __restrict g, S* __restrict buf, size_t n, double lr_value,
-              int64_t step) const {
-    const float lr = static_cast<float>(lr_value), wd = static_cast<float>(params_.weight_decay);
-    const float mu = static_cast<float>(params_.momentum);
-    const float keep = static_cast<float>(1.0 - params_.dampening);
-    if (mu == 0.0f) {
-      for (size_t i = 0; i < n; ++i) {
-        const float param = load(p[i]);
-        store(p[i], param - lr * (load(g[i]) + wd * param));
-      }
-      return;
-    }
-    const bool first = step == 1, nesterov = params_.nesterov;
-    for (size_t i = 0; i < n; ++i) {
-      const float param = load(p[i]);
-      const float d = load(g[i]) + wd * param;
-      const float b = first ? d : mu * load(buf[i]) + keep * d;
-      store(buf[i], b);
-      store(p[i], param - lr * (nesterov ? d + mu * b : b));
     }
   }
 

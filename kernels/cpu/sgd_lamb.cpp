@@ -1,0 +1,190 @@
+// SGD's and LAMB's loops (sgd_lamb.h): templates over the arrays' element types, compiled per x86-64
+// level, split over the threads in contiguous ranges (LAMB's sums in fixed blocks).
+#include "cpu/sgd_lamb.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/convert.h"
+#include "cpu/elements.h"
+#include "cpu/parallel.h"
+#include "cpu/simd.h"
+
+namespace ds::cpu {
+namespace {
+
+// f(P*, G*, S*) typed from the storages (each F32 or BF16).
+template <class F>
+void typed3(amp::Storage p, amp::Storage g, amp::Storage s, F&& f) {
+  with_element(p, [&]<class P>(P* tp) {
+    with_element(g, [&]<class G>(G* tg) { with_element(s, [&]<class S>(S* ts) { f(tp, tg, ts); }); });
+  });
+}
+
+template <class T>
+T* typed_at(void* base, size_t i) {
+  return static_cast<T*>(base) + i;
+}
+template <class T>
+const T* typed_at(const void* base, size_t i) {
+  return static_cast<const T*>(base) + i;
+}
+
+template <class P, class G>
+DS_KERNEL_CLONES void sgd_plain(P* __restrict p, const G* __restrict g, size_t n, float lr, float wd) {
+  for (size_t i = 0; i < n; ++i) {
+    const float param = load(p[i]);
+    store(p[i], param - lr * (load(g[i]) + wd * param));
+  }
+}
+
+template <bool kNesterov, bool kFirst, class P, class G, class S>
+DS_KERNEL_CLONES void sgd_momentum(P* __restrict p, const G* __restrict g, S* __restrict buf, size_t n,
+                                   SgdArgs a) {
+  for (size_t i = 0; i < n; ++i) {
+    const float param = load(p[i]);
+    const float d = load(g[i]) + a.weight_decay * param;
+    const float b = kFirst ? d : a.momentum * load(buf[i]) + a.keep * d;
+    store(buf[i], b);
+    store(p[i], param - a.lr * (kNesterov ? d + a.momentum * b : b));
+  }
+}
+
+template <class P, class G, class S>
+void sgd_range(P* p, const G* g, S* buf, size_t n, const SgdArgs& a) {
+  if (a.momentum == 0.0f) return sgd_plain(p, g, n, a.lr, a.weight_decay);
+  if (a.nesterov) {
+    if (a.first) sgd_momentum<true, true>(p, g, buf, n, a);
+    else sgd_momentum<true, false>(p, g, buf, n, a);
+  } else {
+    if (a.first) sgd_momentum<false, true>(p, g, buf, n, a);
+    else sgd_momentum<false, false>(p, g, buf, n, a);
+  }
+}
+
+inline float lamb_update(float p, float m, float v, const LambArgs& a) {
+  const float denom = a.eps_inside_sqrt ? std::sqrt(v + a.eps) : std::sqrt(v) + a.eps;
+  return m / denom + a.weight_decay * p;
+}
+
+// The moments' update over one range, and Σp², Σu² added in order into sums (u from the stored m and v,
+// as lamb_apply recomputes it: identical bits).
+template <class P, class G, class S>
+DS_KERNEL_CLONES void lamb_moments_range(const P* __restrict p, const G* __restrict g, S* __restrict m,
+                                         S* __restrict v, size_t n, LambArgs a, LambSums& sums) {
+  const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
+  double p_sq = sums.p_sq, u_sq = sums.u_sq;
+  for (size_t i = 0; i < n; ++i) {
+    const float grad = load(g[i]);
+    store(m[i], a.beta1 * load(m[i]) + one_minus_beta1 * grad);
+    store(v[i], a.beta2 * load(v[i]) + one_minus_beta2 * grad * grad);
+    const float param = load(p[i]);
+    const float u = lamb_update(param, load(m[i]), load(v[i]), a);
+    p_sq += static_cast<double>(param) * param;
+    u_sq += static_cast<double>(u) * u;
+  }
+  sums = {p_sq, u_sq};
+}
+
+template <class P, class S>
+DS_KERNEL_CLONES void lamb_apply_range(P* __restrict p, const S* __restrict m, const S* __restrict v, size_t n,
+                                       LambArgs a, float scale) {
+  for (size_t i = 0; i < n; ++i) {
+    const float param = load(p[i]);
+    store(p[i], param - scale * lamb_update(param, load(m[i]), load(v[i]), a));
+  }
+}
+
+}  // namespace
+
+void sgd_step(void* params, amp::Storage param_type, const void* grads, amp::Storage grad_type, void* buf,
+              amp::Storage state_type, size_t n, const SgdArgs& args) {
+  typed3(param_type, grad_type, state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+    parallel_for(static_cast<int64_t>(n), kMinElementsPerThread, [&](int64_t begin, int64_t end) {
+      const auto at = static_cast<size_t>(begin);
+      sgd_range(typed_at<P>(params, at), typed_at<G>(grads, at), buf ? typed_at<S>(buf, at) : nullptr,
+                static_cast<size_t>(end - begin), args);
+    });
+  });
+}
+
+void sgd_step_reference(void* params, amp::Storage param_type, const void* grads, amp::Storage grad_type, void* buf,
+                        amp::Storage state_type, size_t n, const SgdArgs& a) {
+  typed3(param_type, grad_type, state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+    P* p = typed_at<P>(params, 0);
+    const G* g = typed_at<G>(grads, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const float param = load(p[i]);
+      float d = load(g[i]) + a.weight_decay * param;
+      if (a.momentum != 0.0f) {
+        S& b = typed_at<S>(buf, 0)[i];
+        const float next = a.first ? d : a.momentum * load(b) + a.keep * d;
+        store(b, next);
+        d = a.nesterov ? d + a.momentum * next : next;
+      }
+      store(p[i], param - a.lr * d);
+    }
+  });
+}
+
+LambSums lamb_moments(const LambArrays& x, const LambArgs& args) {
+  LambSums total;
+  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+    const size_t blocks = (x.n + kSumBlock - 1) / kSumBlock;
+    std::vector<LambSums> partial(blocks);
+    parallel_for(static_cast<int64_t>(blocks), 1, [&](int64_t begin, int64_t end) {
+      for (auto b = static_cast<size_t>(begin); b < static_cast<size_t>(end); ++b) {
+        const size_t at = b * kSumBlock;
+        lamb_moments_range(typed_at<P>(x.params, at), typed_at<G>(x.grads, at), typed_at<S>(x.exp_avg, at),
+                           typed_at<S>(x.exp_avg_sq, at), std::min(kSumBlock, x.n - at), args, partial[b]);
+      }
+    });
+    for (const LambSums& s : partial) {
+      total.p_sq += s.p_sq;
+      total.u_sq += s.u_sq;
+    }
+  });
+  return total;
+}
+
+void lamb_apply(const LambArrays& x, const LambArgs& args, float scale) {
+  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+    parallel_for(static_cast<int64_t>(x.n), kMinElementsPerThread, [&](int64_t begin, int64_t end) {
+      const auto at = static_cast<size_t>(begin);
+      lamb_apply_range(typed_at<P>(x.params, at), typed_at<S>(x.exp_avg, at), typed_at<S>(x.exp_avg_sq, at),
+                       static_cast<size_t>(end - begin), args, scale);
+    });
+  });
+}
+
+LambSums lamb_moments_reference(const LambArrays& x, const LambArgs& a) {
+  LambSums sums;
+  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+    const P* p = typed_at<P>(x.params, 0);
+    const G* g = typed_at<G>(x.grads, 0);
+    S *m = typed_at<S>(x.exp_avg, 0), *v = typed_at<S>(x.exp_avg_sq, 0);
+    for (size_t i = 0; i < x.n; ++i) {
+      const float grad = load(g[i]);
+      store(m[i], a.beta1 * load(m[i]) + (1.0f - a.beta1) * grad);
+      store(v[i], a.beta2 * load(v[i]) + (1.0f - a.beta2) * grad * grad);
+      const float param = load(p[i]), u = lamb_update(param, load(m[i]), load(v[i]), a);
+      sums.p_sq += static_cast<double>(param) * param;
+      sums.u_sq += static_cast<double>(u) * u;
+    }
+  });
+  return sums;
+}
+
+void lamb_apply_reference(const LambArrays& x, const LambArgs& a, float scale) {
+  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+    P* p = typed_at<P>(x.params, 0);
+    const S *m = typed_at<S>(x.exp_avg, 0), *v = typed_at<S>(x.exp_avg_sq, 0);
+    for (size_t i = 0; i < x.n; ++i) {
+      const float param = load(p[i]);
+      store(p[i], param - scale * lamb_update(param, load(m[i]), load(v[i]), a));
+    }
+  });
+}
+
+}  // namespace ds::cpu
