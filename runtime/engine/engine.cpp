@@ -895,9 +895,10 @@ double Engine::owned_sum_of_squares(const std::function<bool(const ParamSlot&)>&
 }
 
 // Unscales and clips the gradients this rank updates with (one factor: clip coefficient / loss
-// scale, applied while converting 16-bit gradients to fp32), updates the fp32 parameters, rounds
-// them back into the 16-bit copy, and rebuilds the full parameters (stages 1-2) or the persistent
-// layers (stage 3).
+// scale), updates the fp32 parameters, rounds them back into the 16-bit copy, and rebuilds the full
+// parameters (stages 1-2) or the persistent layers (stage 3). A fused update (build_segments) does
+// the first three in the optimizer's one pass; otherwise the factor is applied while converting
+// 16-bit gradients to fp32 (or in place), and the master rounded after the step.
 void Engine::update(double norm, double scale, double lr) {
   const double coef = config_.gradient_clipping > 0.0 ? std::min(1.0, config_.gradient_clipping / (norm + 1e-6)) : 1.0;
   const double factor = coef / scale;
