@@ -79,17 +79,13 @@ void check(const AdamArrays& x) {
 // f(p, g, m, v, copy) with the arrays typed (copy a NoCopy* when there is none).
 template <class F>
 void typed(const AdamArrays& x, F&& f) {
-  with_element(x.param_type, [&]<class P>(P*) {
-    with_element(x.grad_type, [&]<class G>(G*) {
-      with_element(x.state_type, [&]<class S>(S*) {
-        auto run = [&]<class C>(C* copy) {
-          f(static_cast<P*>(x.params), static_cast<const G*>(x.grads), static_cast<S*>(x.exp_avg),
-            static_cast<S*>(x.exp_avg_sq), copy);
-        };
-        if (!x.param_copy) return run(static_cast<NoCopy*>(nullptr));
-        with_element(x.copy_type, [&]<class C>(C*) { run(static_cast<C*>(x.param_copy)); });
-      });
-    });
+  with_elements(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+    auto run = [&]<class C>(C* copy) {
+      f(static_cast<P*>(x.params), static_cast<const G*>(x.grads), static_cast<S*>(x.exp_avg),
+        static_cast<S*>(x.exp_avg_sq), copy);
+    };
+    if (!x.param_copy) return run(static_cast<NoCopy*>(nullptr));
+    with_element(x.copy_type, [&]<class C>(C*) { run(static_cast<C*>(x.param_copy)); });
   });
 }
 

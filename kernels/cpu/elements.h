@@ -32,4 +32,12 @@ decltype(auto) with_element(amp::Storage s, F&& f) {
   return f(static_cast<float*>(nullptr));
 }
 
+// f(P*, G*, S*) (null pointers) for the element types of a loop's parameters, gradients and state.
+template <class F>
+decltype(auto) with_elements(amp::Storage params, amp::Storage grads, amp::Storage state, F&& f) {
+  return with_element(params, [&]<class P>(P* p) {
+    return with_element(grads, [&]<class G>(G* g) { return with_element(state, [&]<class S>(S* s) { return f(p, g, s); }); });
+  });
+}
+
 }  // namespace ds::cpu

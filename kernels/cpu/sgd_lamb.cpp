@@ -14,14 +14,6 @@
 namespace ds::cpu {
 namespace {
 
-// f(P*, G*, S*) typed from the storages (each F32 or BF16).
-template <class F>
-void typed3(amp::Storage p, amp::Storage g, amp::Storage s, F&& f) {
-  with_element(p, [&]<class P>(P* tp) {
-    with_element(g, [&]<class G>(G* tg) { with_element(s, [&]<class S>(S* ts) { f(tp, tg, ts); }); });
-  });
-}
-
 template <class T>
 T* typed_at(void* base, size_t i) {
   return static_cast<T*>(base) + i;
@@ -100,7 +92,7 @@ DS_KERNEL_CLONES void lamb_apply_range(P* __restrict p, const S* __restrict m, c
 
 void sgd_step(void* params, amp::Storage param_type, const void* grads, amp::Storage grad_type, void* buf,
               amp::Storage state_type, size_t n, const SgdArgs& args) {
-  typed3(param_type, grad_type, state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+  with_elements(param_type, grad_type, state_type, [&]<class P, class G, class S>(P*, G*, S*) {
     parallel_for(static_cast<int64_t>(n), kMinElementsPerThread, [&](int64_t begin, int64_t end) {
       const auto at = static_cast<size_t>(begin);
       sgd_range(typed_at<P>(params, at), typed_at<G>(grads, at), buf ? typed_at<S>(buf, at) : nullptr,
@@ -111,7 +103,7 @@ void sgd_step(void* params, amp::Storage param_type, const void* grads, amp::Sto
 
 void sgd_step_reference(void* params, amp::Storage param_type, const void* grads, amp::Storage grad_type, void* buf,
                         amp::Storage state_type, size_t n, const SgdArgs& a) {
-  typed3(param_type, grad_type, state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+  with_elements(param_type, grad_type, state_type, [&]<class P, class G, class S>(P*, G*, S*) {
     P* p = typed_at<P>(params, 0);
     const G* g = typed_at<G>(grads, 0);
     for (size_t i = 0; i < n; ++i) {
@@ -130,7 +122,7 @@ void sgd_step_reference(void* params, amp::Storage param_type, const void* grads
 
 LambSums lamb_moments(const LambArrays& x, const LambArgs& args) {
   LambSums total;
-  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+  with_elements(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
     const size_t blocks = (x.n + kSumBlock - 1) / kSumBlock;
     std::vector<LambSums> partial(blocks);
     parallel_for(static_cast<int64_t>(blocks), 1, [&](int64_t begin, int64_t end) {
@@ -149,7 +141,7 @@ LambSums lamb_moments(const LambArrays& x, const LambArgs& args) {
 }
 
 void lamb_apply(const LambArrays& x, const LambArgs& args, float scale) {
-  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+  with_elements(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
     parallel_for(static_cast<int64_t>(x.n), kMinElementsPerThread, [&](int64_t begin, int64_t end) {
       const auto at = static_cast<size_t>(begin);
       lamb_apply_range(typed_at<P>(x.params, at), typed_at<S>(x.exp_avg, at), typed_at<S>(x.exp_avg_sq, at),
@@ -160,7 +152,7 @@ void lamb_apply(const LambArrays& x, const LambArgs& args, float scale) {
 
 LambSums lamb_moments_reference(const LambArrays& x, const LambArgs& a) {
   LambSums sums;
-  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+  with_elements(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
     const P* p = typed_at<P>(x.params, 0);
     const G* g = typed_at<G>(x.grads, 0);
     S *m = typed_at<S>(x.exp_avg, 0), *v = typed_at<S>(x.exp_avg_sq, 0);
@@ -177,7 +169,7 @@ LambSums lamb_moments_reference(const LambArrays& x, const LambArgs& a) {
 }
 
 void lamb_apply_reference(const LambArrays& x, const LambArgs& a, float scale) {
-  typed3(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
+  with_elements(x.param_type, x.grad_type, x.state_type, [&]<class P, class G, class S>(P*, G*, S*) {
     P* p = typed_at<P>(x.params, 0);
     const S *m = typed_at<S>(x.exp_avg, 0), *v = typed_at<S>(x.exp_avg_sq, 0);
     for (size_t i = 0; i < x.n; ++i) {

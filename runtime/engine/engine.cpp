@@ -439,8 +439,6 @@ std::byte* Engine::master(const zero::Unit& unit) {
   return reinterpret_cast<std::byte*>(master_.data() + unit.part_offset);
 }
 
-
-
 // Each parameter has its own random stream, seeded by (seed, parameter index): the initial weights
 // depend on the seed only, never on the world size, the stage, the precision or the order of
 // allocation. Under mixed precision the fp32 values become the master copy and are rounded into the

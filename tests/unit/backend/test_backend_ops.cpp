@@ -294,13 +294,23 @@ Row embedding_row(Rng& rng, bool large) {
   return row;
 }
 
+// A cross-entropy row's inputs: logits[rows, classes] in [-3, 3) and a label per row, and the
+// tolerances of its loss and gradient.
+Row cross_entropy_inputs(Rng& rng, const std::string& name, int64_t rows, int64_t classes) {
+  Row row;
+  row.name = name + " " + std::to_string(rows) + "x" + std::to_string(classes);
+  row.inputs = {{"logits", ds::test::random_vec(rng, rows * classes, -3.0f, 3.0f), true}};
+  for (int64_t i = 0; i < rows; ++i) row.ints.push_back(static_cast<int32_t>(rng.below(classes)));
+  row.out_tol = {1e-6, 1e-6};
+  row.grad_tol = {1e-7, 1e-5};
+  row.fd_tol = {3e-5, 1e-2};
+  return row;
+}
+
 // Mean softmax cross-entropy of logits[rows, classes]: loss[1] and stats[rows, 2].
 Row cross_entropy_row(Rng& rng, bool large) {
   const int64_t rows = large ? 40 : 4, classes = large ? 1000 : 9;
-  Row row;
-  row.name = "cross_entropy " + std::to_string(rows) + "x" + std::to_string(classes);
-  row.inputs = {{"logits", ds::test::random_vec(rng, rows * classes, -3.0f, 3.0f), true}};
-  for (int64_t i = 0; i < rows; ++i) row.ints.push_back(static_cast<int32_t>(rng.below(classes)));
+  Row row = cross_entropy_inputs(rng, "cross_entropy", rows, classes);
   row.outputs = {{"loss", 1, Role::Loss}, {"stats", static_cast<size_t>(2 * rows), Role::Compare}};
   row.forward = [=](const Ops* ops, Io& io) {
     if (ops) ops->cross_entropy_forward(io.in[0].data(), io.ints.data(), rows, classes, io.out[1].data(), io.out[0].data());
@@ -313,9 +323,6 @@ Row cross_entropy_row(Rng& rng, bool large) {
     else ds::cpu::cross_entropy_backward_reference(io.in[0].data(), io.ints.data(), io.out[1].data(), r[0][0], rows,
                                                    classes, dx[0].data());
   };
-  row.out_tol = {1e-6, 1e-6};
-  row.grad_tol = {1e-7, 1e-5};
-  row.fd_tol = {3e-5, 1e-2};
   return row;
 }
 
@@ -351,10 +358,7 @@ Row embedding_rows_row(Rng& rng, bool large) {
 // all-reduce is needed between them): the loss and gradient of cross_entropy_forward_reference.
 Row cross_entropy_shard_row(Rng& rng, bool large) {
   const int64_t n = large ? 40 : 4, classes = large ? 1000 : 9;
-  Row row;
-  row.name = "cross_entropy_shard (one shard) " + std::to_string(n) + "x" + std::to_string(classes);
-  row.inputs = {{"logits", ds::test::random_vec(rng, n * classes, -3.0f, 3.0f), true}};
-  for (int64_t i = 0; i < n; ++i) row.ints.push_back(static_cast<int32_t>(rng.below(classes)));
+  Row row = cross_entropy_inputs(rng, "cross_entropy_shard (one shard)", n, classes);
   row.outputs = {{"loss", 1, Role::Loss}, {"stats", static_cast<size_t>(3 * n), Role::Scratch}};
   row.forward = [=](const Ops* ops, Io& io) {
     const float* logits = io.in[0].data();
@@ -375,9 +379,6 @@ Row cross_entropy_shard_row(Rng& rng, bool large) {
     ds::cpu::cross_entropy_forward_reference(logits, io.ints.data(), n, classes, whole_stats.data());
     ds::cpu::cross_entropy_backward_reference(logits, io.ints.data(), whole_stats.data(), r[0][0], n, classes, dx[0].data());
   };
-  row.out_tol = {1e-6, 1e-6};
-  row.grad_tol = {1e-7, 1e-5};
-  row.fd_tol = {3e-5, 1e-2};
   return row;
 }
 
