@@ -136,9 +136,9 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
 // cuda, which needs a usable GPU (without one: an error naming CUDA's, exit 1); any other value is an
 // error naming it. With cuda, the layers run on the GPU that LOCAL_RANK names among the visible ones
 // (engine/device_layers.h: the parameters, gradients and optimizer stay on the CPU, as ZeRO-Offload
-// keeps them), when the config trains in fp32; 16-bit precision trains on the CPU, with a warning
-// saying why (the CUDA ops are fp32 so far). `note` says where the layers run, or why not on the GPU.
-std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note, bool& warn) {
+// keeps them). The CUDA ops compute in fp32, so fp16 and bf16 training run them on 16-bit-rounded
+// values, as the CPU's layers do. `note` says where the layers run.
+std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note) {
   const char* value = std::getenv("DS_ACCELERATOR");
   const std::string_view v = value ? value : "";
   if (v.empty() || v == "cpu") return nullptr;
@@ -154,18 +154,13 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
     throw std::runtime_error(fmt::format("DS_ACCELERATOR=cuda, but no GPU is visible (CUDA_VISIBLE_DEVICES={})",
                                          visible ? visible : "unset"));
   }
-  if (config.fp16.enabled || config.bf16.enabled) {
-    warn = true;
-    note = fmt::format("DS_ACCELERATOR=cuda, but {} training runs on the CPU: the CUDA backend's ops are fp32 so far "
-                       "(set fp16.enabled and bf16.enabled false to train on the GPU, or DS_ACCELERATOR=cpu to "
-                       "silence this)", config.fp16.enabled ? "fp16" : "bf16");
-    return nullptr;
-  }
   const char* local_rank = std::getenv("LOCAL_RANK");
   const int device = (local_rank ? std::atoi(local_rank) : 0) % gpus;
   auto cuda = std::make_unique<backend::Cuda>(device);
-  note = fmt::format("the layers run on cuda:{}, {}; the parameters, gradients and optimizer stay on the CPU", device,
-                     cuda->describe());
+  const char* precision = config.fp16.enabled ? "fp16" : config.bf16.enabled ? "bf16" : "";
+  note = fmt::format("the layers run on cuda:{}, {}{}; the parameters, gradients and optimizer stay on the CPU", device,
+                     cuda->describe(),
+                     *precision ? fmt::format(" (fp32 arithmetic on {}-rounded values, as on the CPU)", precision) : "");
   return cuda;
 }
 
@@ -334,15 +329,13 @@ int train(const WorkerOptions& o) {
   if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
   DsConfig config = load_worker_config(o, env.world_size, plugin);
   std::string device_note;
-  bool device_warning = false;
-  const std::unique_ptr<backend::Device> device = select_device(config, device_note, device_warning);
+  const std::unique_ptr<backend::Device> device = select_device(config, device_note);
   const bool lead = env.rank == 0;
   cpu::set_threads(kernel_threads_for());
   if (lead) {
     print_lines("warning", config.warnings);
     print_lines("note", config.notes);
-    if (!device_note.empty())
-      std::fprintf(stderr, "dsworker: %s: %s\n", device_warning ? "warning" : "device", device_note.c_str());
+    if (!device_note.empty()) std::fprintf(stderr, "dsworker: device: %s\n", device_note.c_str());
   }
 
   // On a device the model is created on its backend (a plugin loaded for the config's "auto" sizes was

@@ -307,7 +307,7 @@ size_t bits_differing(const std::vector<uint16_t>& got, const std::vector<uint16
   return d;
 }
 
-// fp32 → 16 bits, back, and accumulation into 16 bits against runtime/amp, bit for bit.
+// fp32 → 16 bits, back, accumulation into 16 bits and rounding in place against kernels/cpu, bit for bit.
 void conversions(Check& c, amp::Half type, size_t n, std::mt19937& rng) {
   const auto x = conversion_inputs(rng, n), add = random_floats(rng, n, 0.0f, 1.0f);
   std::vector<uint16_t> half(n);
@@ -323,6 +323,10 @@ void conversions(Check& c, amp::Half type, size_t n, std::mt19937& rng) {
   cpu::accumulate(type, add.data(), half.data(), n);
   cuda::half_accumulate(type, d_add.get(), d_from_cpu.get(), len, nullptr);
   c.differing += bits_differing(d_from_cpu.to_host(), half, type);
+  std::vector<float> rounded = x;
+  cpu::round_to(type == amp::Half::BF16 ? amp::Storage::BF16 : amp::Storage::F16, rounded.data(), n);
+  cuda::round_to_half(type, d_x.get(), len, nullptr);
+  c.differing += bits_differing(d_x.to_host(), rounded);
 }
 
 // ReLU forward and backward and the unscale against the CPU, bit for bit (NaN passes through ReLU).

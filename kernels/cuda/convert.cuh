@@ -57,6 +57,14 @@ DS_KERNEL void half_accumulate_kernel(amp::Half type, const float* in, uint16_t*
     out[i] = to_half_bits(type, from_half_bits(type, out[i]) + in[i]);
 }
 
+// x[i] = float(half(x[i])): values rounded to 16-bit storage and kept in fp32 (cpu::round_to's bits),
+// as the engine rounds each layer's output and input gradient in 16-bit training; any grid and block.
+DS_KERNEL void round_to_half_kernel(amp::Half type, float* x, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    x[i] = from_half_bits(type, to_half_bits(type, x[i]));
+}
+
 // x[i] = float(x[i] · factor), the product in double (amp::scale's fp32 rule); any grid and block.
 DS_KERNEL void scale_kernel(float* x, int64_t n, double factor) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

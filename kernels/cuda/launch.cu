@@ -220,6 +220,12 @@ void half_accumulate(amp::Half type, const float* in, uint16_t* out, int64_t n, 
   check(cudaGetLastError(), "half_accumulate launch");
 }
 
+void round_to_half(amp::Half type, float* x, int64_t n, void* stream) {
+  if (n <= 0) return;
+  round_to_half_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(type, x, n);
+  check(cudaGetLastError(), "round_to_half launch");
+}
+
 void scale(float* x, int64_t n, double factor, void* stream) {
   if (n <= 0) return;
   scale_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, n, factor);

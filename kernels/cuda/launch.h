@@ -100,6 +100,7 @@ void relu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
 void half_to_float(amp::Half type, const uint16_t* in, float* out, int64_t n, void* stream);
 void float_to_half(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream);
 void half_accumulate(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream);
+void round_to_half(amp::Half type, float* x, int64_t n, void* stream);
 void scale(float* x, int64_t n, double factor, void* stream);
 
 // Token + position embedding (kernels/cpu/embedding.h): out[B, T, C] from tokens[B, T], wte[vocab, C],

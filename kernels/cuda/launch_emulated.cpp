@@ -163,6 +163,11 @@ void half_accumulate(amp::Half type, const float* in, uint16_t* out, int64_t n, 
   simt::launch(element_blocks(n), kElementThreads, {}, [&] { half_accumulate_kernel(type, in, out, n); });
 }
 
+void round_to_half(amp::Half type, float* x, int64_t n, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { round_to_half_kernel(type, x, n); });
+}
+
 void scale(float* x, int64_t n, double factor, void*) {
   if (n <= 0) return;
   simt::launch(element_blocks(n), kElementThreads, {}, [&] { scale_kernel(x, n, factor); });

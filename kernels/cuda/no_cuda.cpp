@@ -106,6 +106,10 @@ void half_accumulate(amp::Half, const float*, uint16_t*, int64_t, void*) {
   throw std::runtime_error("cuda: half_accumulate: dsrun was built without CUDA");
 }
 
+void round_to_half(amp::Half, float*, int64_t, void*) {
+  throw std::runtime_error("cuda: round_to_half: dsrun was built without CUDA");
+}
+
 void scale(float*, int64_t, double, void*) { throw std::runtime_error("cuda: scale: dsrun was built without CUDA"); }
 
 void embedding_forward(const int32_t*, const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {

@@ -340,4 +340,8 @@ void Cuda::to_host(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) cuda::copy_to_host(dst, src, bytes);
 }
 
+void Cuda::round_to(amp::Half type, float* x, size_t n) {
+  cuda::round_to_half(type, x, static_cast<int64_t>(n), kStream);
+}
+
 }  // namespace ds::backend

@@ -15,9 +15,9 @@ size_t bytes_of(const ds_shape& s) { return static_cast<size_t>(shape_numel(s)) 
 
 DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers,
                            bool shared_workspace, size_t max_param_floats, const ds_dataset_info& data,
-                           int64_t micro_batch, size_t prediction_floats)
+                           int64_t micro_batch, size_t prediction_floats, std::optional<amp::Half> rounding)
     : device_(device), plugin_(plugin), layers_(layers), shared_workspace_(shared_workspace), data_(data),
-      micro_batch_(micro_batch) {
+      micro_batch_(micro_batch), rounding_(rounding) {
   if (&plugin.backend() != device.table())
     throw std::logic_error("DeviceLayers: the plugin was created on another backend");
   size_t max_act = 0, max_ws = 0;
@@ -105,7 +105,10 @@ void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>& params, const
   const ds_batch on_device = device_batch(batch);
   ds_tensor out{outputs_[i].data, DS_F32, output, dev};
   plugin_.forward(static_cast<int32_t>(i), views.data(), input_of(i, on_device), out, workspace(i), on_device);
-  if (i + 1 < layers_.size()) return;
+  if (i + 1 < layers_.size()) {  // the loss stays fp32
+    if (rounding_) device_.round_to(*rounding_, static_cast<float*>(out.data), static_cast<size_t>(shape_numel(output)));
+    return;
+  }
   device_.to_host(host_loss, outputs_[i].data, sizeof(float));
   if (batch.predictions != nullptr)
     device_.to_host(batch.predictions->data, predictions_.data, bytes_of(batch.predictions->shape));
@@ -128,6 +131,8 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>& params, cons
   ds_tensor grad_input{grad_in->data, DS_F32, layers_[i].input, dev};
   plugin_.backward(static_cast<int32_t>(i), param_views.data(), input_of(i, on_device), output, grad_output,
                    i == 0 ? nullptr : &grad_input, const_cast<ds_tensor*>(grad_views.data()), workspace(i), on_device);
+  if (i > 0 && rounding_)
+    device_.round_to(*rounding_, static_cast<float*>(grad_input.data), static_cast<size_t>(shape_numel(grad_input.shape)));
   for (size_t k = 0; k < grads.size(); ++k)
     device_.to_host(grads[k].data, grad_views[k].data, bytes_of(grads[k].shape));
   grad_next_ = grad_in;

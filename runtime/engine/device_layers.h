@@ -7,12 +7,16 @@
 //             into them there; they come back. Activation gradients stay on the device.
 // So everything the engine does between layer calls (ZeRO's gathers and reductions, clipping, the
 // optimizer, checkpoints) is unchanged. The micro-batch's input and target are copied over at layer
-// 0's forward. fp32 only (the ops are); the device's memory holds every layer's output and workspace
-// (one shared workspace with activation checkpointing), a parameter and a gradient staging buffer
-// of the largest layer's size, and the batch.
+// 0's forward. The ops compute in fp32. In 16-bit training the engine hands over the parameters
+// widened to fp32 and takes the gradients back in fp32, as for the CPU's layers; each layer's output
+// and input gradient are rounded to the 16-bit precision on the device, as the CPU path rounds them,
+// so the values crossing layers are the 16-bit ones. The device's memory holds every layer's output
+// and workspace (one shared workspace with activation checkpointing), a parameter and a gradient
+// staging buffer of the largest layer's size, and the batch.
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -27,9 +31,11 @@ class DeviceLayers {
     size_t workspace_bytes = 0;
   };
   // `plugin` was created on `device`'s table. `max_param_floats`: the most parameter elements a
-  // layer's tensors hold (tied ones included).
+  // layer's tensors hold (tied ones included). `rounding`: the 16-bit precision that layer outputs
+  // and input gradients are rounded to (none in fp32 training).
   DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers, bool shared_workspace,
-               size_t max_param_floats, const ds_dataset_info& data, int64_t micro_batch, size_t prediction_floats);
+               size_t max_param_floats, const ds_dataset_info& data, int64_t micro_batch, size_t prediction_floats,
+               std::optional<amp::Half> rounding);
   ~DeviceLayers();
   DeviceLayers(const DeviceLayers&) = delete;
   DeviceLayers& operator=(const DeviceLayers&) = delete;
@@ -63,6 +69,7 @@ class DeviceLayers {
   bool shared_workspace_;
   ds_dataset_info data_;
   int64_t micro_batch_;
+  std::optional<amp::Half> rounding_;
   std::vector<Buffer> outputs_, workspaces_;
   Buffer params_, grads_, grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
   ds_tensor input_t_{}, target_t_{}, predictions_t_{};

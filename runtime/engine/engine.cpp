@@ -168,10 +168,6 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     throw ConfigError("sequence parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.pipeline && config_.device != nullptr)
     throw ConfigError("pipeline parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
-  if (config_.device != nullptr && config_.precision != amp::Storage::F32)
-    throw ConfigError(fmt::format("{} precision on the {} backend: its ops are fp32 so far; train in fp32 there "
-                                  "(fp16.enabled and bf16.enabled false)",
-                                  storage_name(config_.precision), config_.device->table()->name));
   build_layers();
   build_partition();
   NormReducer reducer;
@@ -326,8 +322,12 @@ void Engine::build_layers() {
     max_params = std::max(max_params, floats);
   }
   const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
+  std::optional<amp::Half> rounding;
+  if (config_.precision != amp::Storage::F32)
+    rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
   device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, max_params, data_,
-                                                  config_.micro_batch, predictions.ndim ? elements(predictions) : 0);
+                                                  config_.micro_batch, predictions.ndim ? elements(predictions) : 0,
+                                                  rounding);
 }
 
 // The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as
@@ -638,7 +638,7 @@ ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
 void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
   std::vector<float>& out = current().outputs[i];
   views(params, tied_values_.data(), i, param_views_);
-  if (device_layers_) {  // fp32 only: nothing to round
+  if (device_layers_) {  // it rounds on the device
     device_layers_->forward(i, param_views_, output_shape(i), batch, out.data());
     return;
   }
@@ -684,7 +684,7 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     take_tied_grads(i, grads);
     release_params(i, true);
     store_grads(i);
-    if (input_grad) cpu::round_to(config_.precision, next->data(), elements(layer.input_shape));
+    if (input_grad && !device_layers_) cpu::round_to(config_.precision, next->data(), elements(layer.input_shape));
     if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;

@@ -151,7 +151,7 @@ std::vector<float> conversion_inputs(std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("cuda relu, unscale and 16-bit conversions: the CPU's bits") {
+TEST_CASE("cuda relu, unscale, 16-bit conversions and rounding: the CPU's bits") {
   std::mt19937 rng(8);
   const auto x = conversion_inputs(rng);
   const auto n = static_cast<int64_t>(x.size());
@@ -182,5 +182,11 @@ TEST_CASE("cuda relu, unscale and 16-bit conversions: the CPU's bits") {
     ds::cpu::accumulate(type, dy.data(), cpu_h.data(), x.size());
     launch(3, 64, [&] { ds::cuda::half_accumulate_kernel(type, dy.data(), gpu_h.data(), n); });
     CHECK(cpu_h == gpu_h);
+    cpu = x;
+    gpu = x;
+    const auto storage = type == ds::amp::Half::BF16 ? ds::amp::Storage::BF16 : ds::amp::Storage::F16;
+    ds::cpu::round_to(storage, cpu.data(), x.size());
+    launch(3, 64, [&] { ds::cuda::round_to_half_kernel(type, gpu.data(), n); });
+    CHECK(std::memcmp(cpu.data(), gpu.data(), 4 * x.size()) == 0);
   }
 }
