@@ -14,22 +14,25 @@ size_t bytes_of(const ds_shape& s) { return static_cast<size_t>(shape_numel(s)) 
 }  // namespace
 
 DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers,
-                           bool shared_workspace, size_t max_param_floats, const ds_dataset_info& data,
+                           bool shared_workspace, bool keep_params, const ds_dataset_info& data,
                            int64_t micro_batch, size_t prediction_floats, std::optional<amp::Half> rounding)
     : device_(device), plugin_(plugin), layers_(layers), shared_workspace_(shared_workspace), data_(data),
       micro_batch_(micro_batch), rounding_(rounding) {
   if (&plugin.backend() != device.table())
     throw std::logic_error("DeviceLayers: the plugin was created on another backend");
-  size_t max_act = 0, max_ws = 0;
+  size_t max_act = 0, max_ws = 0, max_params = 0;
   for (const LayerShape& l : layers_) {
     outputs_.push_back(allocate(bytes_of(l.output)));
     if (!shared_workspace_) workspaces_.push_back(allocate(l.workspace_bytes));
+    if (keep_params) params_.push_back(allocate(l.param_floats * sizeof(float)));
     max_ws = std::max(max_ws, l.workspace_bytes);
     max_act = std::max({max_act, bytes_of(l.input), bytes_of(l.output)});
+    max_params = std::max(max_params, l.param_floats);
   }
   if (shared_workspace_) workspaces_.push_back(allocate(max_ws));
-  params_ = allocate(max_param_floats * sizeof(float));
-  grads_ = allocate(max_param_floats * sizeof(float));
+  if (!keep_params) params_.push_back(allocate(max_params * sizeof(float)));
+  params_kept_.assign(keep_params ? layers_.size() : 0, false);
+  grads_ = allocate(max_params * sizeof(float));
   grad_a_ = allocate(max_act);
   grad_b_ = allocate(max_act);
   input_ = allocate(bytes_of(layers_.front().input));
@@ -72,6 +75,15 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
   return out;
 }
 
+std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds_tensor>& host) {
+  if (params_kept_.empty()) return stage(host, params_[0], true);
+  std::vector<ds_tensor> views = stage(host, params_[i], !params_kept_[i]);
+  params_kept_[i] = true;
+  return views;
+}
+
+void DeviceLayers::forget_params() { std::fill(params_kept_.begin(), params_kept_.end(), false); }
+
 ds_batch DeviceLayers::device_batch(const ds_batch& batch) {
   ds_batch out{&input_t_, &target_t_, batch.step, batch.micro_step, nullptr};
   if (batch.predictions != nullptr) out.predictions = &predictions_t_;
@@ -101,7 +113,7 @@ void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>& params, const
       predictions_t_ = ds_tensor{predictions_.data, DS_F32, batch.predictions->shape, dev};
     }
   }
-  const std::vector<ds_tensor> views = stage(params, params_, true);
+  const std::vector<ds_tensor> views = layer_params(i, params);
   const ds_batch on_device = device_batch(batch);
   ds_tensor out{outputs_[i].data, DS_F32, output, dev};
   plugin_.forward(static_cast<int32_t>(i), views.data(), input_of(i, on_device), out, workspace(i), on_device);
@@ -122,7 +134,7 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>& params, cons
     device_.to_device(loss_grad_.data, &loss_grad, sizeof loss_grad);
     grad_next_ = &loss_grad_;
   }
-  const std::vector<ds_tensor> param_views = stage(params, params_, true);
+  const std::vector<ds_tensor> param_views = layer_params(i, params);
   const std::vector<ds_tensor> grad_views = stage(grads, grads_, true);  // the plugin adds into them
   const ds_batch on_device = device_batch(batch);
   ds_tensor output{outputs_[i].data, DS_F32, layers_[i].output, dev};

@@ -1,18 +1,27 @@
 // The engine's layer calls on a device backend (a GPU), with the engine's own buffers staying in host
 // memory, as ZeRO-Offload keeps the fp32 parameters, gradients and optimizer on the CPU:
-//   forward:  the layer's parameters (and the tied values it uses) are copied to the device, the
-//             plugin runs there, its output stays on the device for the next layer; the last
-//             layer's loss (and the predictions, when asked for) come back to the host;
-//   backward: parameters again, and the layer's gradient buffers, go to the device; the plugin adds
-//             into them there; they come back. Activation gradients stay on the device.
+//   forward:  the layer's parameters (and the tied values it uses) are on the device or copied
+//             there, the plugin runs there, its output stays on the device for the next layer; the
+//             last layer's loss (and the predictions, when asked for) come back to the host;
+//   backward: the layer's gradient buffers go to the device; the plugin adds into them there; they
+//             come back. Activation gradients stay on the device.
 // So everything the engine does between layer calls (ZeRO's gathers and reductions, clipping, the
 // optimizer, checkpoints) is unchanged. The micro-batch's input and target are copied over at layer
-// 0's forward. The ops compute in fp32. In 16-bit training the engine hands over the parameters
-// widened to fp32 and takes the gradients back in fp32, as for the CPU's layers; each layer's output
-// and input gradient are rounded to the 16-bit precision on the device, as the CPU path rounds them,
-// so the values crossing layers are the 16-bit ones. The device's memory holds every layer's output
-// and workspace (one shared workspace with activation checkpointing), a parameter and a gradient
-// staging buffer of the largest layer's size, and the batch.
+// 0's forward.
+//
+// Parameters: with `keep_params` (ZeRO stages 0-2, where every rank holds the whole model) each
+// layer's stay on the device from their first upload until forget_params(), which the engine calls
+// when a pass begins (a step, an evaluation, a prediction). So they cross once per step, as
+// ZeRO-Offload copies the updated parameters to the GPU once per step, not at every forward and
+// backward of every micro-batch. Without it (stage 3, whose point is not to hold the whole model)
+// one staging buffer of the largest layer's size takes each layer's in turn.
+//
+// The ops compute in fp32. In 16-bit training the engine hands over the parameters widened to fp32
+// and takes the gradients back in fp32, as for the CPU's layers; each layer's output and input
+// gradient are rounded to the 16-bit precision on the device, as the CPU path rounds them, so the
+// values crossing layers are the 16-bit ones. The device's memory holds every layer's output and
+// workspace (one shared workspace with activation checkpointing), the parameters (every layer's,
+// or the staging buffer), a gradient staging buffer of the largest layer's size, and the batch.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -29,12 +38,12 @@ class DeviceLayers {
   struct LayerShape {
     ds_shape input, output;     // at micro_batch rows
     size_t workspace_bytes = 0;
+    size_t param_floats = 0;    // its tensors' elements (tied ones included), each rounded up to 4
   };
-  // `plugin` was created on `device`'s table. `max_param_floats`: the most parameter elements a
-  // layer's tensors hold (tied ones included). `rounding`: the 16-bit precision that layer outputs
+  // `plugin` was created on `device`'s table. `rounding`: the 16-bit precision that layer outputs
   // and input gradients are rounded to (none in fp32 training).
   DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers, bool shared_workspace,
-               size_t max_param_floats, const ds_dataset_info& data, int64_t micro_batch, size_t prediction_floats,
+               bool keep_params, const ds_dataset_info& data, int64_t micro_batch, size_t prediction_floats,
                std::optional<amp::Half> rounding);
   ~DeviceLayers();
   DeviceLayers(const DeviceLayers&) = delete;
@@ -50,6 +59,8 @@ class DeviceLayers {
   // host views the plugin's additions land in.
   void backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads, float loss_grad,
                 const ds_batch& batch);
+  // The parameters may have changed: with keep_params, each layer's next call uploads them again.
+  void forget_params();
 
  private:
   struct Buffer {
@@ -59,6 +70,7 @@ class DeviceLayers {
   Buffer allocate(size_t bytes);
   // Device views of host tensors `host`, their values copied into `staging` one after another.
   std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy);
+  std::vector<ds_tensor> layer_params(size_t i, const std::vector<ds_tensor>& host);  // uploaded unless kept
   ds_batch device_batch(const ds_batch& batch);
   ds_tensor input_of(size_t i, const ds_batch& device) const;
   void* workspace(size_t i) const;
@@ -71,7 +83,9 @@ class DeviceLayers {
   int64_t micro_batch_;
   std::optional<amp::Half> rounding_;
   std::vector<Buffer> outputs_, workspaces_;
-  Buffer params_, grads_, grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
+  std::vector<Buffer> params_;     // keep_params: one per layer; else one staging buffer
+  std::vector<bool> params_kept_;  // keep_params: layer i's parameters are on the device
+  Buffer grads_, grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
   ds_tensor input_t_{}, target_t_{}, predictions_t_{};
   Buffer* grad_next_ = nullptr;  // backward: where the next layer down reads its grad_output
   std::vector<Buffer> owned_;

@@ -313,19 +313,18 @@ void Engine::build_layers() {
   }
   if (config_.device == nullptr) return;
   std::vector<DeviceLayers::LayerShape> shapes;
-  size_t max_params = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape)});
     size_t floats = 0;
     for (size_t s = l.first_slot; s < l.first_slot + l.num_slots; ++s) floats += (slots_[s].size + 3) / 4 * 4;
-    max_params = std::max(max_params, floats);
+    shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape), floats});
   }
   const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
   std::optional<amp::Half> rounding;
   if (config_.precision != amp::Storage::F32)
     rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
-  device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, max_params, data_,
+  const bool keep_params = !policy_.parameters;  // stage 3 holds only its partition
+  device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params, data_,
                                                   config_.micro_batch, predictions.ndim ? elements(predictions) : 0,
                                                   rounding);
 }
@@ -704,6 +703,7 @@ double Engine::evaluate(Dataset& data, int64_t max_samples) {
     throw ConfigError(fmt::format("evaluation data: {} samples (at most {} used) are fewer than one micro-batch of {} "
                                   "on each of {} ranks", info.num_samples, max_samples, mb, world));
   buffer_ = 0;
+  if (device_layers_) device_layers_->forget_params();
   MicroBatch& m = current();
   ds_tensor input{m.input.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
   ds_tensor target{m.target.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
@@ -755,6 +755,7 @@ std::vector<float> Engine::predict(const ds_tensor& input_batch) {
   ds_tensor predictions{out.data(), DS_F32, shape, DS_DEVICE_CPU};
   ds_batch batch{&input, &target, steps_, 0, &predictions};
   rows_ = rows;
+  if (device_layers_) device_layers_->forget_params();
   try {
     if (config_.pipeline) pipeline_forward(batch);
     else forward(batch, false);
@@ -798,6 +799,7 @@ StepStats Engine::step() {
   if (!averaged && config_.pipeline)
     throw ConfigError("optimizer: the 1-bit optimizers' own gradient exchange does not run with pipeline parallelism");
   grads_->begin_step(averaged);
+  if (device_layers_) device_layers_->forget_params();  // updated since they were uploaded
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
   double loss_sum = 0.0, schedule_seconds = 0.0, compute_seconds = 0.0;

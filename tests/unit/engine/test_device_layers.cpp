@@ -4,6 +4,7 @@
 // and bf16; predictions.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <memory>
 
 #include "backend/backend.h"
@@ -16,6 +17,25 @@ using namespace ds::test;
 namespace {
 
 std::unique_ptr<backend::Device> emulated_cuda() { return std::make_unique<backend::Cuda>(0); }
+
+// The emulated device, counting the bytes copied to it.
+class CountingDevice : public backend::Device {
+ public:
+  const ds_backend* table() const override { return cuda_.table(); }
+  std::string describe() const override { return cuda_.describe(); }
+  void* allocate(size_t bytes) override { return cuda_.allocate(bytes); }
+  void release(void* p) override { cuda_.release(p); }
+  void to_device(void* dst, const void* src, size_t bytes) override {
+    uploaded += bytes;
+    cuda_.to_device(dst, src, bytes);
+  }
+  void to_host(void* dst, const void* src, size_t bytes) override { cuda_.to_host(dst, src, bytes); }
+  void round_to(amp::Half type, float* x, size_t n) override { cuda_.round_to(type, x, n); }
+  size_t uploaded = 0;
+
+ private:
+  backend::Cuda cuda_{0};
+};
 
 void check_same_training(RunSpec spec) {
   const Run cpu = run_training(spec);
@@ -55,7 +75,7 @@ TEST_CASE("engine on the emulated CUDA device: two ranks, stages 1-3, accumulati
   }
 }
 
-TEST_CASE("engine on the emulated CUDA device: predictions and evaluation are the CPU's") {
+TEST_CASE("engine on the emulated CUDA device: predictions and evaluation after training are the CPU's") {
   DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                 {"optimizer", nlohmann::json::parse(kSgd)}},
                                  "test", 1);
@@ -68,6 +88,10 @@ TEST_CASE("engine on the emulated CUDA device: predictions and evaluation are th
     Engine a = make_engine(e, *on_cpu, group, config);
     e.device = &cuda;
     Engine b = make_engine(e, *on_dev, group, config);
+    for (int s = 0; s < 2; ++s) {  // trained first, so a pass must not reuse the parameters a step uploaded
+      a.step();
+      b.step();
+    }
     std::vector<float> x(3 * 12);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
     const ds_tensor input{x.data(), DS_F32, {2, {3, 12}}, DS_DEVICE_CPU};
@@ -77,6 +101,40 @@ TEST_CASE("engine on the emulated CUDA device: predictions and evaluation are th
     PluginSamples samples(*on_cpu);
     CHECK(b.evaluate(samples, 64) == doctest::Approx(a.evaluate(samples, 64)).epsilon(1e-5));
   });
+}
+
+// ZeRO-Offload's traffic: at stages 0-2 the parameters go to the device once per step, whatever the
+// number of micro-batches and with activation checkpointing's second forward; the rest (gradients,
+// the batch) once per micro-batch. So a step uploads 4Ψ + g·M bytes at g micro-batches.
+TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters once per step") {
+  DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
+                                                {"optimizer", nlohmann::json::parse(kSgd)}},
+                                 "test", 1);
+  for (int stage : {0, 2}) {
+    CAPTURE(stage);
+    std::map<int64_t, size_t> per_step;  // by micro-batches
+    size_t params = 0;
+    for (int64_t gas : {1, 3}) {
+      run_ranks(1, [&](ProcessGroup& group) {
+        CountingDevice device;
+        auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+        EngineConfig e;
+        e.micro_batch = 4;
+        e.grad_accum = gas;
+        e.zero_stage = stage;
+        e.recompute = true;
+        e.device = &device;
+        Engine engine = make_engine(e, *plugin, group, config);
+        params = engine.gather_parameters().size();
+        engine.step();
+        device.uploaded = 0;
+        engine.step();
+        per_step[gas] = device.uploaded;
+      });
+    }
+    const size_t micro_batch = per_step[1] - 4 * params;
+    CHECK(per_step[3] == 4 * params + 3 * micro_batch);
+  }
 }
 
 // 16-bit training on the device: the engine widens the parameters and takes the gradients back in
