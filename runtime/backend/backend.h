@@ -15,8 +15,8 @@ namespace ds::backend {
 const ds_backend* cpu();
 
 // What the engine needs of a backend whose memory is not the host's, besides its ops: device
-// memory, copies to and from the host (which wait for the ops before them), and the rounding of
-// fp32 values to 16-bit precision in place that mixed precision applies between layers.
+// memory, copies to and from the host (which wait for the ops before them), zeroing, and the
+// rounding of fp32 values to 16-bit precision in place that mixed precision applies between layers.
 class Device {
  public:
   virtual ~Device() = default;
@@ -26,6 +26,7 @@ class Device {
   virtual void release(void* p) = 0;
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;  // device memory
   virtual void round_to(amp::Half type, float* x, size_t n) = 0;  // x[i] = float(half(x[i])), device memory
 };
 
@@ -45,6 +46,7 @@ class Cuda : public Device {
   void release(void* p) override;
   void to_device(void* dst, const void* src, size_t bytes) override;
   void to_host(void* dst, const void* src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
   void round_to(amp::Half type, float* x, size_t n) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
   void synchronize();

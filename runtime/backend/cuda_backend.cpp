@@ -340,6 +340,10 @@ void Cuda::to_host(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) cuda::copy_to_host(dst, src, bytes);
 }
 
+void Cuda::zero(void* dst, size_t bytes) {
+  if (bytes > 0) cuda::zero_on_device(dst, bytes, kStream);
+}
+
 void Cuda::round_to(amp::Half type, float* x, size_t n) {
   cuda::round_to_half(type, x, static_cast<int64_t>(n), kStream);
 }

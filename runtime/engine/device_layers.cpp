@@ -61,14 +61,16 @@ DeviceLayers::Buffer DeviceLayers::allocate(size_t bytes) {
   return b;
 }
 
-std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy) {
+std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy,
+                                           const std::vector<bool>* zeroed) {
   std::vector<ds_tensor> out;
   size_t at = 0;
   for (const ds_tensor& t : host) {
     const size_t bytes = bytes_of(t.shape);
     if (at + bytes > staging.bytes) throw std::logic_error("DeviceLayers: a layer's tensors exceed the staging buffer");
     void* dst = static_cast<char*>(staging.data) + at;
-    if (copy) device_.to_device(dst, t.data, bytes);
+    if (zeroed && (*zeroed)[out.size()]) device_.zero(dst, bytes);
+    else if (copy) device_.to_device(dst, t.data, bytes);
     out.push_back(ds_tensor{dst, t.dtype, t.shape, device_.table()->device});
     at += (bytes + 15) / 16 * 16;  // each tensor 16-byte aligned
   }
@@ -127,7 +129,7 @@ void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>& params, const
 }
 
 void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads,
-                            float loss_grad, const ds_batch& batch) {
+                            const std::vector<bool>& zeroed, float loss_grad, const ds_batch& batch) {
   const ds_device_type dev = device_.table()->device;
   const bool last = i + 1 == layers_.size();
   if (last) {
@@ -135,7 +137,7 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>& params, cons
     grad_next_ = &loss_grad_;
   }
   const std::vector<ds_tensor> param_views = layer_params(i, params);
-  const std::vector<ds_tensor> grad_views = stage(grads, grads_, true);  // the plugin adds into them
+  const std::vector<ds_tensor> grad_views = stage(grads, grads_, true, &zeroed);  // the plugin adds into them
   const ds_batch on_device = device_batch(batch);
   ds_tensor output{outputs_[i].data, DS_F32, layers_[i].output, dev};
   ds_tensor grad_output{grad_next_->data, DS_F32, layers_[i].output, dev};

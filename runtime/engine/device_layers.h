@@ -3,8 +3,9 @@
 //   forward:  the layer's parameters (and the tied values it uses) are on the device or copied
 //             there, the plugin runs there, its output stays on the device for the next layer; the
 //             last layer's loss (and the predictions, when asked for) come back to the host;
-//   backward: the layer's gradient buffers go to the device; the plugin adds into them there; they
-//             come back. Activation gradients stay on the device.
+//   backward: the layer's gradient buffers go to the device (zeroed there when they hold zeros on
+//             the host, as 16-bit training's fp32 scratch does); the plugin adds into them there;
+//             they come back. Activation gradients stay on the device.
 // So everything the engine does between layer calls (ZeRO's gathers and reductions, clipping, the
 // optimizer, checkpoints) is unchanged. The micro-batch's input and target are copied over at layer
 // 0's forward.
@@ -56,9 +57,10 @@ class DeviceLayers {
                float* host_loss);
   // Layer `i`'s backward: `loss_grad` is d(total)/d(loss) for the last layer (unused for the others,
   // whose grad_output is the activation gradient the layer after left on the device). `grads` are
-  // host views the plugin's additions land in.
-  void backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads, float loss_grad,
-                const ds_batch& batch);
+  // host views the plugin's additions land in; those that `zeroed` marks hold zeros, so they are
+  // zeroed on the device rather than copied there.
+  void backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads,
+                const std::vector<bool>& zeroed, float loss_grad, const ds_batch& batch);
   // The parameters may have changed: with keep_params, each layer's next call uploads them again.
   void forget_params();
 
@@ -68,8 +70,10 @@ class DeviceLayers {
     size_t bytes = 0;
   };
   Buffer allocate(size_t bytes);
-  // Device views of host tensors `host`, their values copied into `staging` one after another.
-  std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy);
+  // Device views of host tensors `host`, their values copied (unless `copy` is false, or zeroed
+  // marks them: then zeroed) into `staging` one after another.
+  std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy,
+                               const std::vector<bool>* zeroed = nullptr);
   std::vector<ds_tensor> layer_params(size_t i, const std::vector<ds_tensor>& host);  // uploaded unless kept
   ds_batch device_batch(const ds_batch& batch);
   ds_tensor input_of(size_t i, const ds_batch& device) const;

@@ -675,11 +675,15 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     ds_tensor output{current().outputs[i].data(), DS_F32, layer.output_shape, DS_DEVICE_CPU};
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape, DS_DEVICE_CPU};
     const bool input_grad = i > 0 || !first_stage();
-    if (device_layers_)
-      device_layers_->backward(i, param_views_, grad_views_, loss_grad, batch);
-    else
+    if (device_layers_) {
+      zeroed_grads_.clear();  // 16-bit: layer_grads gave a zeroed scratch (tied gradients may hold others' sums)
+      for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s)
+        zeroed_grads_.push_back(config_.grad_storage != amp::Storage::F32 && slots_[s].owner < 0);
+      device_layers_->backward(i, param_views_, grad_views_, zeroed_grads_, loss_grad, batch);
+    } else {
       plugin_.backward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, grad_output,
                        input_grad ? &grad_input : nullptr, grad_views_.data(), workspace(i), batch);
+    }
     take_tied_grads(i, grads);
     release_params(i, true);
     store_grads(i);

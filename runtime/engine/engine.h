@@ -423,6 +423,7 @@ class Engine {
   size_t buffer_ = 0;                              // the one the micro-batch under way uses
   int32_t first_layer_ = 0;                        // the plugin's index of layers_[0] (pipeline stages)
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
+  std::vector<bool> zeroed_grads_;                 // device layers: which of grad_views_ hold zeros
   std::vector<float> slices_;                      // pipeline x tensor parallelism: gather_slices' scratch
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
   ModelGroups model_groups_;                       // tensor and sequence parallelism: the plugin's groups
