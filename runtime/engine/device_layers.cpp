@@ -32,6 +32,7 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
   if (shared_workspace_) workspaces_.push_back(allocate(max_ws));
   if (!keep_params) params_.push_back(allocate(max_params * sizeof(float)));
   params_kept_.assign(keep_params ? layers_.size() : 0, false);
+  kept_views_.resize(params_kept_.size());
   grads_ = allocate(max_params * sizeof(float));
   grad_a_ = allocate(max_act);
   grad_b_ = allocate(max_act);
@@ -77,11 +78,13 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
   return out;
 }
 
-std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds_tensor>& host) {
-  if (params_kept_.empty()) return stage(host, params_[0], true);
-  std::vector<ds_tensor> views = stage(host, params_[i], !params_kept_[i]);
+std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds_tensor>* host) {
+  if (holds_params(i)) return kept_views_[i];
+  if (host == nullptr) throw std::logic_error("DeviceLayers: a layer's parameters are neither given nor on the device");
+  if (params_kept_.empty()) return stage(*host, params_[0], true);
+  kept_views_[i] = stage(*host, params_[i], true);
   params_kept_[i] = true;
-  return views;
+  return kept_views_[i];
 }
 
 void DeviceLayers::forget_params() { std::fill(params_kept_.begin(), params_kept_.end(), false); }
@@ -101,7 +104,7 @@ ds_tensor DeviceLayers::input_of(size_t i, const ds_batch& device) const {
 
 void* DeviceLayers::workspace(size_t i) const { return shared_workspace_ ? workspaces_[0].data : workspaces_[i].data; }
 
-void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>& params, const ds_shape& output,
+void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>* params, const ds_shape& output,
                            const ds_batch& batch, float* host_loss) {
   const ds_device_type dev = device_.table()->device;
   if (i == 0) {  // the micro-batch (and, for predictions, the rows under way) to the device
@@ -128,7 +131,7 @@ void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>& params, const
     device_.to_host(batch.predictions->data, predictions_.data, bytes_of(batch.predictions->shape));
 }
 
-void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads,
+void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, const std::vector<ds_tensor>& grads,
                             const std::vector<bool>& zeroed, float loss_grad, const ds_batch& batch) {
   const ds_device_type dev = device_.table()->device;
   const bool last = i + 1 == layers_.size();

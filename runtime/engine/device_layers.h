@@ -50,17 +50,20 @@ class DeviceLayers {
   DeviceLayers(const DeviceLayers&) = delete;
   DeviceLayers& operator=(const DeviceLayers&) = delete;
 
-  // Layer `i`'s forward with host parameter views `params`; `batch` is the host micro-batch, with
+  // Layer `i`'s forward with host parameter views `params` (nullptr when holds_params(i)); `batch` is the host micro-batch, with
   // `output` the layer's output shape at the rows under way. The last layer writes the loss into
   // host_loss[0] and the predictions into batch.predictions (host) when that is set.
-  void forward(size_t i, const std::vector<ds_tensor>& params, const ds_shape& output, const ds_batch& batch,
+  void forward(size_t i, const std::vector<ds_tensor>* params, const ds_shape& output, const ds_batch& batch,
                float* host_loss);
   // Layer `i`'s backward: `loss_grad` is d(total)/d(loss) for the last layer (unused for the others,
   // whose grad_output is the activation gradient the layer after left on the device). `grads` are
   // host views the plugin's additions land in; those that `zeroed` marks hold zeros, so they are
   // zeroed on the device rather than copied there.
-  void backward(size_t i, const std::vector<ds_tensor>& params, const std::vector<ds_tensor>& grads,
+  void backward(size_t i, const std::vector<ds_tensor>* params, const std::vector<ds_tensor>& grads,
                 const std::vector<bool>& zeroed, float loss_grad, const ds_batch& batch);
+  // Layer i's parameters are on the device (keep_params, uploaded since forget_params()): the engine
+  // need not fetch or widen them on the host.
+  bool holds_params(size_t i) const { return !params_kept_.empty() && params_kept_[i]; }
   // The parameters may have changed: with keep_params, each layer's next call uploads them again.
   void forget_params();
 
@@ -74,7 +77,8 @@ class DeviceLayers {
   // marks them: then zeroed) into `staging` one after another.
   std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy,
                                const std::vector<bool>* zeroed = nullptr);
-  std::vector<ds_tensor> layer_params(size_t i, const std::vector<ds_tensor>& host);  // uploaded unless kept
+  // Layer i's parameters on the device: the kept ones, or `host` uploaded.
+  std::vector<ds_tensor> layer_params(size_t i, const std::vector<ds_tensor>* host);
   ds_batch device_batch(const ds_batch& batch);
   ds_tensor input_of(size_t i, const ds_batch& device) const;
   void* workspace(size_t i) const;
@@ -89,6 +93,7 @@ class DeviceLayers {
   std::vector<Buffer> outputs_, workspaces_;
   std::vector<Buffer> params_;     // keep_params: one per layer; else one staging buffer
   std::vector<bool> params_kept_;  // keep_params: layer i's parameters are on the device
+  std::vector<std::vector<ds_tensor>> kept_views_;  // and their device views
   Buffer grads_, grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
   ds_tensor input_t_{}, target_t_{}, predictions_t_{};
   Buffer* grad_next_ = nullptr;  // backward: where the next layer down reads its grad_output

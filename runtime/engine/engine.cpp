@@ -636,9 +636,10 @@ ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
 
 void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
   std::vector<float>& out = current().outputs[i];
-  views(params, tied_values_.data(), i, param_views_);
+  const bool held = device_holds_params(i);  // then `params` is not needed (nullptr)
+  if (!held) views(params, tied_values_.data(), i, param_views_);
   if (device_layers_) {  // it rounds on the device
-    device_layers_->forward(i, param_views_, output_shape(i), batch, out.data());
+    device_layers_->forward(i, held ? nullptr : &param_views_, output_shape(i), batch, out.data());
     return;
   }
   ds_tensor output{out.data(), DS_F32, output_shape(i), DS_DEVICE_CPU};
@@ -648,6 +649,10 @@ void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch)
 
 void Engine::forward(const ds_batch& batch, bool training) {
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (device_holds_params(i)) {
+      forward_layer(i, nullptr, batch);
+      continue;
+    }
     const float* params = acquire_params(i, training);
     copy_tied_values(i, params);
     forward_layer(i, params, batch);
@@ -667,10 +672,11 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = layers_[i];
     const size_t unit = layout_->unit_index(i);
-    const float* params = acquire_params(i, true);
+    const bool on_device = device_holds_params(i);
+    const float* params = on_device ? nullptr : acquire_params(i, true);
     if (config_.recompute && (i + 1 < layers_.size() || !last_stage())) forward_layer(i, params, batch);
     float* grads = layer_grads(i);
-    views(params, tied_values_.data(), i, param_views_);
+    if (!on_device) views(params, tied_values_.data(), i, param_views_);
     views(grads, tied_grads_.data(), i, grad_views_);
     ds_tensor output{current().outputs[i].data(), DS_F32, layer.output_shape, DS_DEVICE_CPU};
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape, DS_DEVICE_CPU};
@@ -679,13 +685,13 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
       zeroed_grads_.clear();  // 16-bit: layer_grads gave a zeroed scratch (tied gradients may hold others' sums)
       for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s)
         zeroed_grads_.push_back(config_.grad_storage != amp::Storage::F32 && slots_[s].owner < 0);
-      device_layers_->backward(i, param_views_, grad_views_, zeroed_grads_, loss_grad, batch);
+      device_layers_->backward(i, on_device ? nullptr : &param_views_, grad_views_, zeroed_grads_, loss_grad, batch);
     } else {
       plugin_.backward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, grad_output,
                        input_grad ? &grad_input : nullptr, grad_views_.data(), workspace(i), batch);
     }
     take_tied_grads(i, grads);
-    release_params(i, true);
+    if (!on_device) release_params(i, true);
     store_grads(i);
     if (input_grad && !device_layers_) cpu::round_to(config_.precision, next->data(), elements(layer.input_shape));
     if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);

@@ -333,6 +333,8 @@ class Engine {
   // after use.
   const float* acquire_params(size_t layer, bool training);
   void release_params(size_t layer, bool training);
+  // The device layers hold the layer's parameters for this pass: no fetch or widening on the host.
+  bool device_holds_params(size_t layer) const { return device_layers_ && device_layers_->holds_params(layer); }
   // Where the plugin adds the layer's gradients (fp32, its tensors one after another); store_grads
   // then adds them into the gradient buffers when those are 16-bit.
   float* layer_grads(size_t layer);
