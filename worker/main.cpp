@@ -136,8 +136,9 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
 // cuda, which needs a usable GPU (without one: an error naming CUDA's, exit 1); any other value is an
 // error naming it. With cuda, the layers run on the GPU that LOCAL_RANK names among the visible ones
 // (engine/device_layers.h: the parameters, gradients and optimizer stay on the CPU, as ZeRO-Offload
-// keeps them). The CUDA ops compute in fp32, so fp16 and bf16 training run them on 16-bit-rounded
-// values, as the CPU's layers do. `note` says where the layers run.
+// keeps them). In bf16 the matmuls multiply in bf16 (the engine sets the backend so); the other ops,
+// and every op in fp16, compute in fp32 on 16-bit-rounded values, as the CPU's layers do. `note`
+// says where the layers run.
 std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note) {
   const char* value = std::getenv("DS_ACCELERATOR");
   const std::string_view v = value ? value : "";
@@ -157,10 +158,11 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
   const char* local_rank = std::getenv("LOCAL_RANK");
   const int device = (local_rank ? std::atoi(local_rank) : 0) % gpus;
   auto cuda = std::make_unique<backend::Cuda>(device);
-  const char* precision = config.fp16.enabled ? "fp16" : config.bf16.enabled ? "bf16" : "";
+  const char* arithmetic = config.bf16.enabled   ? " (bf16 matmuls with fp32 accumulation, the other ops in fp32)"
+                           : config.fp16.enabled ? " (fp32 arithmetic on fp16-rounded values, as on the CPU)"
+                                                 : "";
   note = fmt::format("the layers run on cuda:{}, {}{}; the parameters, gradients and optimizer stay on the CPU", device,
-                     cuda->describe(),
-                     *precision ? fmt::format(" (fp32 arithmetic on {}-rounded values, as on the CPU)", precision) : "");
+                     cuda->describe(), arithmetic);
   return cuda;
 }
 

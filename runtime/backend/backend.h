@@ -28,6 +28,9 @@ class Device {
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;  // device memory
   virtual void round_to(amp::Half type, float* x, size_t n) = 0;  // x[i] = float(half(x[i])), device memory
+  // On: the matmul op rounds its inputs to bf16 and multiplies them in bf16 (tensor cores) with fp32
+  // accumulation and output, as torch.autocast's bf16 runs a Linear. Off (the default): fp32.
+  virtual void set_bf16_matmuls(bool on) = 0;
 };
 
 // A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
@@ -48,6 +51,7 @@ class Cuda : public Device {
   void to_host(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void round_to(amp::Half type, float* x, size_t n) override;
+  void set_bf16_matmuls(bool on) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
   void synchronize();
 

@@ -31,6 +31,7 @@ struct Cuda::State {
   // op name; the table goes to stderr when the backend is destroyed.
   bool profile = false;
   std::map<std::string, std::pair<int64_t, double>> op_times;  // op → (calls, seconds)
+  bool bf16_matmuls = false;                         // set_bf16_matmuls
   float* ones = nullptr;                             // [ones_size] of 1.0f: bias_grad's GEMM operand
   int64_t ones_size = 0;
 
@@ -145,9 +146,18 @@ ds_status matmul(void* ctx, const float* a, const float* b, float* c, int64_t m,
                                              : "matmul " + std::to_string(m) + "x" + std::to_string(n) + "x" +
                                                    std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "") +
                                                    (acc ? " +=" : "");
-  return guarded(ctx, op, [&] {
-    cuda::gemm(a, b, c, m, n, k, ta != 0, tb != 0, cuda::GemmType::F32, cuda::GemmType::F32, 1.0f, acc ? 1.0f : 0.0f,
-               1, 0, 0, 0, kStream);
+  State& s = state(ctx);
+  return guarded(ctx, s.bf16_matmuls ? op + " bf16" : op, [&] {
+    if (!s.bf16_matmuls) {
+      cuda::gemm(a, b, c, m, n, k, ta != 0, tb != 0, cuda::GemmType::F32, cuda::GemmType::F32, 1.0f,
+                 acc ? 1.0f : 0.0f, 1, 0, 0, 0, kStream);
+      return;
+    }
+    const Temp<uint16_t> a16(s, m * k), b16(s, k * n);
+    cuda::float_to_half(amp::Half::BF16, a, a16.get(), m * k, kStream);
+    cuda::float_to_half(amp::Half::BF16, b, b16.get(), k * n, kStream);
+    cuda::gemm(a16.get(), b16.get(), c, m, n, k, ta != 0, tb != 0, cuda::GemmType::BF16, cuda::GemmType::F32, 1.0f,
+               acc ? 1.0f : 0.0f, 1, 0, 0, 0, kStream);
   });
 }
 ds_status bias_fill(void* ctx, float* y, const float* bias, int64_t rows, int64_t cols) {
@@ -343,6 +353,8 @@ void Cuda::to_host(void* dst, const void* src, size_t bytes) {
 void Cuda::zero(void* dst, size_t bytes) {
   if (bytes > 0) cuda::zero_on_device(dst, bytes, kStream);
 }
+
+void Cuda::set_bf16_matmuls(bool on) { state_->bf16_matmuls = on; }
 
 void Cuda::round_to(amp::Half type, float* x, size_t n) {
   cuda::round_to_half(type, x, static_cast<int64_t>(n), kStream);

@@ -320,6 +320,7 @@ void Engine::build_layers() {
     shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape), floats});
   }
   const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
+  config_.device->set_bf16_matmuls(config_.precision == amp::Storage::BF16);  // as DeepSpeed's bf16 model computes
   std::optional<amp::Half> rounding;
   if (config_.precision != amp::Storage::F32)
     rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;

@@ -21,6 +21,7 @@
 #include "cpu/activation.h"
 #include "cpu/attention.h"
 #include "cpu/bias.h"
+#include "cpu/convert.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/embedding.h"
 #include "cpu/gelu.h"
@@ -496,4 +497,43 @@ TEST_CASE("every op on the CPU backend gives the same bits at 1 and 2 threads") 
     CHECK(same_bits(one, two));
   }
   ds::cpu::set_threads(saved);
+}
+
+// bf16 training on a device (set_bf16_matmuls): the matmul op multiplies its inputs rounded to bf16,
+// with fp32 accumulation, in every transpose and with accumulation into c. The products of bf16
+// values are exact in fp32, so the result is the reference product of the rounded inputs up to the
+// order of the fp32 sums; it differs from the fp32 product by far more.
+TEST_CASE("the CUDA backend (emulated) with bf16 matmuls multiplies the bf16-rounded inputs") {
+  ds::backend::Cuda cuda(0);
+  cuda.set_bf16_matmuls(true);
+  const Ops ops(cuda.table());
+  Rng rng(31);
+  const int64_t m = 5, n = 7, k = 33;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (bool acc : {false, true}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(acc);
+        const Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n);
+        const Floats c0 = ds::test::random_vec(rng, m * n);
+        Floats a16 = a, b16 = b;
+        ds::cpu::round_to(ds::amp::Storage::BF16, a16.data(), a16.size());
+        ds::cpu::round_to(ds::amp::Storage::BF16, b16.data(), b16.size());
+        Floats want = c0, fp32 = c0, got = c0;
+        ds::cpu::matmul_reference(a16.data(), b16.data(), want.data(), m, n, k, ta, tb, acc);
+        ds::cpu::matmul_reference(a.data(), b.data(), fp32.data(), m, n, k, ta, tb, acc);
+        ops.matmul(a.data(), b.data(), got.data(), m, n, k, ta, tb, acc);
+        ds::test::check_close("bf16 matmul", got.data(), want.data(), got.size(), 1e-6, 1e-6);
+        double off = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) off = std::max(off, std::abs(double(got[i]) - fp32[i]));
+        CHECK(off > 1e-4);  // bf16's rounding (2^-9 relative) shows in sums of 33 products
+      }
+    }
+  }
+  cuda.set_bf16_matmuls(false);
+  Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n), got(m * n), want(m * n);
+  ds::cpu::matmul_reference(a.data(), b.data(), want.data(), m, n, k, false, false, false);
+  ops.matmul(a.data(), b.data(), got.data(), m, n, k, false, false, false);
+  ds::test::check_close("fp32 matmul again", got.data(), want.data(), got.size(), 1e-6, 1e-6);
 }
