@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # For a machine with an NVIDIA GPU: builds dsrun with CUDA, then runs in one go what can only run there:
 # the GPU-labelled tests (ctest -L gpu), `dsworker --selftest` on every visible GPU (kernels, GEMMs and
-# NCCL) and, where python3 has a CUDA torch, bench/gpu; and writes all of it, with the machine's
+# NCCL), dsworker's training on the GPU against the CPU (tests/integration/test_device.py with
+# DSWORKER_GPU_BIN) and, where python3 has a CUDA torch, bench/gpu; and writes all of it, with the machine's
 # description, to one file (default gpu-check-<host>-<UTC time>.txt; the
 # self-test's JSON reports beside it). Exit status: 0 when everything passed, else 1.
 #   scripts/gpu-check.sh [RESULTS_FILE]
@@ -43,6 +44,11 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 else
   log "gpu-check: bench/gpu skipped: python3 has no CUDA torch (the benchmark's peer)"
 fi
-log "gpu-check: not yet part of this check (no CUDA training backend yet): training on the GPU against the CPU"
+if python3 -c 'import pytest' 2>/dev/null; then  # dsworker's engine on the GPU against the CPU (fp32, fp16, bf16)
+  run env DSWORKER_GPU_BIN="$PWD/build/worker/dsworker" python3 -m pytest -q -p no:cacheprovider \
+    tests/integration/test_device.py
+else
+  log "gpu-check: tests/integration/test_device.py skipped: python3 has no pytest (apt-get install python3-pytest)"
+fi
 log "gpu-check: $([ $status -eq 0 ] && echo 'everything passed' || echo 'something FAILED (see above)'); results in $out"
 exit $status

@@ -1,13 +1,18 @@
 """dsworker's GPU training path without a GPU: dsworker_emu is dsworker with the CUDA backend on the
 SIMT emulator (device memory = host memory). With DS_ACCELERATOR=cuda, dsrun's two ranks run the gpt
 plugin's layers on that "device" (engine/device_layers.h) and must train as the CPU does, in fp32 and
-in fp16; in bf16 with its matmuls multiplying in bf16."""
+in fp16; in bf16 with its matmuls multiplying in bf16.
+
+On a machine with a GPU, DSWORKER_GPU_BIN=build/worker/dsworker runs the same checks on the real GPU
+(both ranks share cuda:0 when there is one GPU); scripts/gpu-check.sh does that."""
 import json, os
 
 from conftest import ROOT, run
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
-DSWORKER_EMU = os.environ.get("DSWORKER_EMU_BIN", os.path.join(ROOT, "build", "worker", "dsworker_emu"))
+EMULATED = "DSWORKER_GPU_BIN" not in os.environ
+DSWORKER_EMU = os.environ.get("DSWORKER_GPU_BIN") or os.environ.get(
+    "DSWORKER_EMU_BIN", os.path.join(ROOT, "build", "worker", "dsworker_emu"))
 
 CONFIG = {
     "train_micro_batch_size_per_gpu": 2,
@@ -37,7 +42,8 @@ def train(dsrun, env, tmp_path, name, worker, accelerator, cfg=CONFIG, steps=4):
 
 def test_two_ranks_train_gpt_on_the_emulated_cuda_device_as_on_the_cpu(dsrun, clean_env, tmp_path):
     r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda")
-    assert "dsworker: device: the layers run on cuda:0, emulated CUDA device (the CPU SIMT emulator)" in r.stderr
+    assert "dsworker: device: the layers run on cuda:0, " in r.stderr
+    assert ("emulated CUDA device (the CPU SIMT emulator)" in r.stderr) == EMULATED
     _, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu")
     assert len(on_device) == len(on_cpu) == 4
     for a, b in zip(on_device, on_cpu):
