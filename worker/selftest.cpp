@@ -154,16 +154,31 @@ void gelu(Check& c, size_t n, std::mt19937& rng) {
   compare(c, d_dx.to_host(), ref_dx, 1e-7, 1e-5);
 }
 
-void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::mt19937& rng) {
+// The largest |x| of a tensor.
+double largest(std::span<const float> x) {
+  double top = 0.0;
+  for (float v : x) top = std::max(top, std::fabs(static_cast<double>(v)));
+  return top;
+}
+
+// bf16 products: each output and gradient within 2^-6 of its tensor's largest (a few bf16 roundings,
+// 2^-9 each, of Q, K, V, dO, P and dS; the unit tests see 3.4e-3 and 1.9e-3).
+void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, bool bf16, std::mt19937& rng) {
   const auto rows = static_cast<size_t>(B * H * T), n = static_cast<size_t>(B * T * H * D);
   const auto qkv = random_floats(rng, 3 * n, 0.0f, 1.5f), dout = random_floats(rng, n, 0.0f, 1.0f);
   std::vector<float> ref_out(n), ref_stats(2 * rows), ref_dqkv(3 * n);
   cpu::attention_forward_reference(qkv.data(), ref_out.data(), ref_stats.data(), B, T, H, D);
   cpu::attention_backward_reference(qkv.data(), ref_stats.data(), dout.data(), ref_dqkv.data(), B, T, H, D);
   DeviceArray<float> d_qkv(qkv), d_out(ref_out), d_stats(ref_stats), d_dout(dout), d_dqkv(ref_dqkv),
-      d_workspace(std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D)), NAN));
-  cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr);
-  cuda::attention_backward(d_qkv.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_workspace.get(), B, T, H, D, nullptr);
+      d_workspace(std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D, bf16)), NAN));
+  cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr, bf16);
+  cuda::attention_backward(d_qkv.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_workspace.get(), B, T, H, D,
+                           nullptr, bf16);
+  if (bf16) {
+    compare(c, d_out.to_host(), ref_out, 0x1p-6 * largest(ref_out), 0.0);
+    compare(c, d_dqkv.to_host(), ref_dqkv, 0x1p-6 * largest(ref_dqkv), 0.0);
+    return;
+  }
   compare(c, d_out.to_host(), ref_out, 1e-5, 1e-5);
   compare(c, d_stats.to_host(), ref_stats, 1e-5, 1e-5);
   compare(c, d_dqkv.to_host(), ref_dqkv, 2e-5, 1e-4);
@@ -432,7 +447,11 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
   }
   for (const auto s : attention_shapes)
     add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
-        [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, rng); });
+        [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, false, rng); });
+  for (const auto s : attention_shapes)  // bf16 training's products
+    if (s.T > 1)
+      add("attention_bf16", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
+          [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, true, rng); });
   // GEMMs: every transpose at odd sizes, batches (one with a b shared by every entry, one whose odd
   // strides leave bf16 entries 2-byte aligned), k 0, and the shape of GPT-2's MLP down-projection
   // forward (tokens x hidden x 4·hidden).
@@ -576,8 +595,8 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
     report["checks"].push_back(entry);
   }
   const size_t total = report["checks"].size();
-  std::string missing = "dsworker's own training loop on the GPU (ZeRO, mixed precision: the engine has no CUDA "
-                        "path yet)";
+  std::string missing = "dsworker's engine training on the GPU (ZeRO, mixed precision: scripts/gpu-check.sh runs "
+                        "tests/integration/test_device.py for that)";
   if (nccl.ranks == 0) missing += "; NCCL (this build has no NCCL group)";
   report["passed"] = total - static_cast<size_t>(failed);
   report["failed"] = failed;

@@ -6,8 +6,11 @@
 //   backward  S = QKᵀ/√D, P from the stats, dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(P∘dP)),
 //             dQ = dS·K/√D, dK = dSᵀ·Q/√D
 // The causal mask is applied by the row kernels (P = 0 above the diagonal), so the products run over
-// whole T×T blocks: twice the flops a masked kernel needs, at cuBLAS's rate.
+// whole T×T blocks: twice the flops a masked kernel needs, at cuBLAS's rate. With bf16 products each
+// GEMM takes bf16 copies of its operands (Q, K, V and dO once, P or dS per group), made by the
+// conversion kernel, and writes fp32.
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
@@ -16,19 +19,39 @@ namespace ds::cuda {
 namespace {
 
 constexpr auto F32 = GemmType::F32;
+constexpr auto BF16 = GemmType::BF16;
 
-// The workspace's parts, in floats: seven [B, H, T, D] arrays, then two [chunk, T, T] blocks.
+// The workspace's parts, in floats: seven [B, H, T, D] arrays, then two [chunk, T, T] blocks; with
+// bf16 products then the bf16 copies: four [B, H, T, D] arrays (Q, K, V, dO) and one [chunk, T, T]
+// block (P, then dS).
 struct Workspace {
   float *q, *k, *v, *o, *dq, *dk, *dv, *s, *dp;
-  Workspace(float* w, int64_t n, int64_t block)
-      : q(w), k(q + n), v(k + n), o(v + n), dq(o + n), dk(dq + n), dv(dk + n), s(dv + n), dp(s + block) {}
+  uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr, *o16 = nullptr, *s16 = nullptr;
+  Workspace(float* w, int64_t n, int64_t block, bool bf16)
+      : q(w), k(q + n), v(k + n), o(v + n), dq(o + n), dk(dq + n), dv(dk + n), s(dv + n), dp(s + block) {
+    if (!bf16) return;
+    q16 = reinterpret_cast<uint16_t*>(dp + block);
+    k16 = q16 + n;
+    v16 = k16 + n;
+    o16 = v16 + n;
+    s16 = o16 + n;
+  }
+  bool bf16() const { return q16 != nullptr; }
 };
 
-// c[heads][m, n] = alpha · op(a) · op(b) over `heads` consecutive heads (contiguous per head).
-void per_head(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
-              float alpha, int64_t heads, void* stream) {
-  gemm(a, b, c, m, n, k, trans_a, trans_b, F32, F32, alpha, 0.0f, heads, trans_a ? k * m : m * k,
+// c[heads][m, n] = alpha · op(a) · op(b) over `heads` consecutive heads (contiguous per head), a and
+// b of `type`.
+void per_head(const void* a, const void* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+              float alpha, int64_t heads, GemmType type, void* stream) {
+  gemm(a, b, c, m, n, k, trans_a, trans_b, type, F32, alpha, 0.0f, heads, trans_a ? k * m : m * k,
        trans_b ? n * k : k * n, m * n, stream);
+}
+
+// The operand a product reads: x itself, or its bf16 copy x16 (made now when `convert`).
+const void* operand(const Workspace& w, const float* x, uint16_t* x16, int64_t n, bool convert, void* stream) {
+  if (!w.bf16()) return x;
+  if (convert) float_to_half(amp::Half::BF16, x, x16, n, stream);
+  return x16;
 }
 
 // q, k and v from qkv's interleaved rows into the workspace's [B, H, T, D] arrays.
@@ -42,38 +65,54 @@ void split_qkv(const float* qkv, const Workspace& w, int64_t B, int64_t T, int64
 }  // namespace
 
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
-                       int64_t D, void* stream) {
+                       int64_t D, void* stream, bool bf16) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
-  const Workspace w(workspace, n, chunk * T * T);
+  const Workspace w(workspace, n, chunk * T * T, bf16);
+  const GemmType type = bf16 ? BF16 : F32;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   split_qkv(qkv, w, B, T, H, D, stream);
+  const auto* q = static_cast<const char*>(operand(w, w.q, w.q16, n, true, stream));
+  const auto* k = static_cast<const char*>(operand(w, w.k, w.k16, n, true, stream));
+  const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, true, stream));
+  const size_t elem = bf16 ? 2 : 4;
   for (int64_t first = 0; first < heads; first += chunk) {
     const int64_t count = std::min(chunk, heads - first), at = first * T * D;
-    per_head(w.q + at, w.k + at, w.s, T, T, D, false, true, scale, count, stream);
+    const size_t off = static_cast<size_t>(at) * elem;
+    per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
     attention_softmax_rows(w.s, stats + 2 * first * T, count * T, T, stream);
-    per_head(w.s, w.v + at, w.o + at, T, D, T, false, false, 1.0f, count, stream);
+    const void* p = operand(w, w.s, w.s16, count * T * T, true, stream);
+    per_head(p, v + off, w.o + at, T, D, T, false, false, 1.0f, count, type, stream);
   }
   attention_heads_to_rows(w.o, out, C, B, T, H, D, stream);
 }
 
 void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
-                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream) {
+                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream, bool bf16) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
-  const Workspace w(workspace, n, chunk * T * T);
+  const Workspace w(workspace, n, chunk * T * T, bf16);
+  const GemmType type = bf16 ? BF16 : F32;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   split_qkv(qkv, w, B, T, H, D, stream);
   attention_rows_to_heads(dout, C, w.o, B, T, H, D, stream);  // dO where forward kept O
+  const auto* q = static_cast<const char*>(operand(w, w.q, w.q16, n, true, stream));
+  const auto* k = static_cast<const char*>(operand(w, w.k, w.k16, n, true, stream));
+  const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, true, stream));
+  const auto* dout_h = static_cast<const char*>(operand(w, w.o, w.o16, n, true, stream));
+  const size_t elem = bf16 ? 2 : 4;
   for (int64_t first = 0; first < heads; first += chunk) {
-    const int64_t count = std::min(chunk, heads - first), at = first * T * D;
-    per_head(w.q + at, w.k + at, w.s, T, T, D, false, true, scale, count, stream);
+    const int64_t count = std::min(chunk, heads - first), at = first * T * D, block = count * T * T;
+    const size_t off = static_cast<size_t>(at) * elem;
+    per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
     attention_probs_from_stats(w.s, stats + 2 * first * T, count * T, T, stream);
-    per_head(w.s, w.o + at, w.dv + at, T, D, T, true, false, 1.0f, count, stream);   // dV = Pᵀ·dO
-    per_head(w.o + at, w.v + at, w.dp, T, T, D, false, true, 1.0f, count, stream);   // dP = dO·Vᵀ
-    attention_softmax_backward(w.s, w.dp, count * T, T, stream);                     // dP -> dS
-    per_head(w.dp, w.k + at, w.dq + at, T, D, T, false, false, scale, count, stream);  // dQ = dS·K/√D
-    per_head(w.dp, w.q + at, w.dk + at, T, D, T, true, false, scale, count, stream);   // dK = dSᵀ·Q/√D
+    const void* p = operand(w, w.s, w.s16, block, true, stream);
+    per_head(p, dout_h + off, w.dv + at, T, D, T, true, false, 1.0f, count, type, stream);  // dV = Pᵀ·dO
+    per_head(dout_h + off, v + off, w.dp, T, T, D, false, true, 1.0f, count, type, stream);  // dP = dO·Vᵀ
+    attention_softmax_backward(w.s, w.dp, count * T, T, stream);                           // dP -> dS
+    const void* ds = operand(w, w.dp, w.s16, block, true, stream);  // P's copy is no longer read
+    per_head(ds, k + off, w.dq + at, T, D, T, false, false, scale, count, type, stream);  // dQ = dS·K/√D
+    per_head(ds, q + off, w.dk + at, T, D, T, true, false, scale, count, type, stream);   // dK = dSᵀ·Q/√D
   }
   attention_heads_to_rows(w.dq, dqkv, 3 * C, B, T, H, D, stream);
   attention_heads_to_rows(w.dk, dqkv + C, 3 * C, B, T, H, D, stream);

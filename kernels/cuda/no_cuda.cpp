@@ -61,12 +61,12 @@ void gelu_backward(const float*, const float*, float*, int64_t, void*) {
   throw std::runtime_error("cuda: gelu_backward: dsrun was built without CUDA");
 }
 
-void attention_forward(const float*, float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+void attention_forward(const float*, float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*, bool) {
   throw std::runtime_error("cuda: attention_forward: dsrun was built without CUDA");
 }
 
 void attention_backward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
-                        void*) {
+                        void*, bool) {
   throw std::runtime_error("cuda: attention_backward: dsrun was built without CUDA");
 }
 

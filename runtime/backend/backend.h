@@ -28,8 +28,9 @@ class Device {
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;  // device memory
   virtual void round_to(amp::Half type, float* x, size_t n) = 0;  // x[i] = float(half(x[i])), device memory
-  // On: the matmul op rounds its inputs to bf16 and multiplies them in bf16 (tensor cores) with fp32
-  // accumulation and output, as torch.autocast's bf16 runs a Linear. Off (the default): fp32.
+  // On: the matmul op, and attention's products, round their operands to bf16 and multiply them in
+  // bf16 (tensor cores) with fp32 accumulation and output, as torch.autocast's bf16 runs a Linear
+  // and a bf16 flash attention its products. Off (the default): fp32.
   virtual void set_bf16_matmuls(bool on) = 0;
 };
 

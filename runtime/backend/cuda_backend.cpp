@@ -31,7 +31,7 @@ struct Cuda::State {
   // op name; the table goes to stderr when the backend is destroyed.
   bool profile = false;
   std::map<std::string, std::pair<int64_t, double>> op_times;  // op → (calls, seconds)
-  bool bf16_matmuls = false;                         // set_bf16_matmuls
+  bool bf16_matmuls = false;                         // set_bf16_matmuls: matmul and attention's products
   float* ones = nullptr;                             // [ones_size] of 1.0f: bias_grad's GEMM operand
   int64_t ones_size = 0;
 
@@ -205,16 +205,18 @@ ds_status relu_backward(void* ctx, const float* x, const float* dy, float* dx, i
 }
 ds_status attention_forward(void* ctx, const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H,
                             int64_t D) {
-  return guarded(ctx, "attention_forward", [&] {
-    const Temp<float> ws(state(ctx), cuda::attention_workspace_floats(B, T, H, D));
-    cuda::attention_forward(qkv, out, stats, ws.get(), B, T, H, D, kStream);
+  State& s = state(ctx);
+  return guarded(ctx, s.bf16_matmuls ? "attention_forward bf16" : "attention_forward", [&] {
+    const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.bf16_matmuls));
+    cuda::attention_forward(qkv, out, stats, ws.get(), B, T, H, D, kStream, s.bf16_matmuls);
   });
 }
 ds_status attention_backward(void* ctx, const float* qkv, const float* stats, const float* dout, float* dqkv,
                              int64_t B, int64_t T, int64_t H, int64_t D) {
-  return guarded(ctx, "attention_backward", [&] {
-    const Temp<float> ws(state(ctx), cuda::attention_workspace_floats(B, T, H, D));
-    cuda::attention_backward(qkv, stats, dout, dqkv, ws.get(), B, T, H, D, kStream);
+  State& s = state(ctx);
+  return guarded(ctx, s.bf16_matmuls ? "attention_backward bf16" : "attention_backward", [&] {
+    const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.bf16_matmuls));
+    cuda::attention_backward(qkv, stats, dout, dqkv, ws.get(), B, T, H, D, kStream, s.bf16_matmuls);
   });
 }
 ds_status embedding_forward(void* ctx, const int32_t* tokens, const float* wte, const float* wpe, float* out,

@@ -537,3 +537,41 @@ TEST_CASE("the CUDA backend (emulated) with bf16 matmuls multiplies the bf16-rou
   ops.matmul(a.data(), b.data(), got.data(), m, n, k, false, false, false);
   ds::test::check_close("fp32 matmul again", got.data(), want.data(), got.size(), 1e-6, 1e-6);
 }
+
+// bf16 attention's products (set_bf16_matmuls): Q, K, V, dO, P and dS are rounded to bf16 (relative
+// error 2^-9 each) before their GEMMs, so the output and the gradients keep to a few bf16 roundings
+// of the fp32 reference; an error of layout or index would be of the order of the values themselves.
+TEST_CASE("the CUDA backend (emulated) with bf16 matmuls: attention within bf16's rounding of the reference") {
+  const int64_t B = 2, T = 37, H = 3, D = 16, n = B * T * H * D;
+  Rng rng(47);
+  const Floats qkv = ds::test::random_vec(rng, 3 * n), dout = ds::test::random_vec(rng, n);
+  Floats ref_out(n), ref_ws(ds::cpu::attention_workspace_floats(B, T, H, D)), ref_dqkv(3 * n);
+  ds::cpu::attention_forward_reference(qkv.data(), ref_out.data(), ref_ws.data(), B, T, H, D);
+  ds::cpu::attention_backward_reference(qkv.data(), ref_ws.data(), dout.data(), ref_dqkv.data(), B, T, H, D);
+  const auto worst = [](const Floats& got, const Floats& want) {
+    double d = 0.0, top = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      d = std::max(d, std::abs(double(got[i]) - want[i]));
+      top = std::max(top, std::abs(double(want[i])));
+    }
+    return d / top;  // relative to the tensor's largest
+  };
+  for (bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    ds::backend::Cuda cuda(0);
+    cuda.set_bf16_matmuls(bf16);
+    const Ops ops(cuda.table());
+    Floats out(n), stats(ref_ws.size()), dqkv(3 * n);
+    ops.attention_forward(qkv.data(), out.data(), stats.data(), B, T, H, D);
+    ops.attention_backward(qkv.data(), stats.data(), dout.data(), dqkv.data(), B, T, H, D);
+    const double out_error = worst(out, ref_out), grad_error = worst(dqkv, ref_dqkv);
+    if (bf16) {
+      CHECK(out_error < 0x1p-6);
+      CHECK(grad_error < 0x1p-6);
+      CHECK(out_error > 1e-5);  // the products did round to bf16
+    } else {
+      CHECK(out_error < 1e-5);
+      CHECK(grad_error < 1e-5);
+    }
+  }
+}
