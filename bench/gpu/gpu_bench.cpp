@@ -3,14 +3,16 @@
 //   gpu_bench adam --params N --steps S
 //   gpu_bench gemm --size N --steps S
 //   gpu_bench attention --batch B --seq T --heads H --head_dim D --steps S
-//   gpu_bench gpt --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
+//   gpu_bench gpt|gpt_bf16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
 // parameter), against a device-to-device copy of 14·N bytes (the same 28·N bytes moved).
 // gemm: an N x N x N bf16 product (fp32 accumulation, bf16 out) through kernels/cuda/gemm.h: TFLOP/s.
-// attention: kernels/cuda's causal attention (attention.cpp) forward, and forward + backward, on qkv[B, T, 3, H, D].
+// attention: kernels/cuda's causal attention (attention.cpp) forward, and forward + backward, on qkv[B, T, 3, H, D],
+// with fp32 products and with bf16 ones.
 // gpt: training steps of the gpt plugin on the CUDA backend (worker/device_model.h: the plugin's layers
 // through the backend's ops, then AdamW), fp32: tokens/s and the model's TFLOP/s (nanoGPT's count,
-// 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product).
+// 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product). gpt_bf16: the same with
+// the backend's bf16 products (set_bf16_matmuls: matmuls and attention), as torch.autocast's bf16.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -108,27 +110,35 @@ int attention(long long B, long long T, long long H, long long D, int steps) {
   check(cudaMalloc(&out, n * 4), "cudaMalloc");
   check(cudaMalloc(&dout, n * 4), "cudaMalloc");
   check(cudaMalloc(&stats, 2 * rows * 4), "cudaMalloc");
-  check(cudaMalloc(&workspace, static_cast<size_t>(ds::cuda::attention_workspace_floats(B, T, H, D)) * 4), "cudaMalloc");
+  check(cudaMalloc(&workspace, static_cast<size_t>(ds::cuda::attention_workspace_floats(B, T, H, D, true)) * 4),
+        "cudaMalloc");
   check(cudaMemset(qkv, 0x3c, 3 * n * 4), "cudaMemset");
   check(cudaMemset(dout, 0x3b, n * 4), "cudaMemset");
-  const double forward_ms =
-      mean_ms(steps, [&] { ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr); });
-  const double both_ms = mean_ms(steps, [&] {
-    ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr);
-    ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr);
-  });
+  double forward_ms[2], both_ms[2];  // fp32 products, bf16 products
+  for (bool bf16 : {false, true}) {
+    forward_ms[bf16] = mean_ms(steps, [&] {
+      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, bf16);
+    });
+    both_ms[bf16] = mean_ms(steps, [&] {
+      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, bf16);
+      ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr, bf16);
+    });
+  }
   check(cudaDeviceSynchronize(), "the attention passes");
   std::printf("{\"side\": \"ours\", \"bench\": \"attention\", \"shape\": [%lld, %lld, %lld, %lld], \"forward_ms\": %.4f, "
-              "\"forward_backward_ms\": %.4f}\n", B, T, H, D, forward_ms, both_ms);
+              "\"forward_backward_ms\": %.4f, \"bf16_forward_ms\": %.4f, \"bf16_forward_backward_ms\": %.4f}\n",
+              B, T, H, D, forward_ms[0], both_ms[0], forward_ms[1], both_ms[1]);
   for (float* p : {qkv, out, stats, dout, dqkv, workspace}) cudaFree(p);
   return 0;
 }
 
-int gpt(long long B, long long T, long long layers, long long heads, long long embd, long long vocab, int steps) {
+int gpt(long long B, long long T, long long layers, long long heads, long long embd, long long vocab, int steps,
+        bool bf16) {
   const std::string config = "{\"n_layer\": " + std::to_string(layers) + ", \"n_head\": " + std::to_string(heads) +
                              ", \"n_embd\": " + std::to_string(embd) + ", \"seq_len\": " + std::to_string(T) +
                              ", \"vocab_size\": " + std::to_string(vocab) + "}";
   ds::backend::Cuda cuda(0);
+  cuda.set_bf16_matmuls(bf16);
   const auto plugin = ds::Plugin::load("gpt", config, cuda.table());
   const long long n = ds::DeviceModel::count_parameters(*plugin);
   std::mt19937 rng(1);
@@ -157,10 +167,11 @@ int gpt(long long B, long long T, long long layers, long long heads, long long e
   const double flops = 6.0 * static_cast<double>(n) + 12.0 * static_cast<double>(layers * T * embd);
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("{\"side\": \"ours\", \"bench\": \"gpt\", \"device\": \"%s\", \"params\": %lld, \"batch\": %lld, "
+  std::printf("{\"side\": \"ours\", \"bench\": \"%s\", \"device\": \"%s\", \"params\": %lld, \"batch\": %lld, "
               "\"seq\": %lld, \"step_ms\": %.2f, \"adam_ms\": %.2f, \"tokens_per_s\": %.0f, \"model_tflops\": %.2f, "
               "\"loss\": %.4f}\n",
-              prop.name, n, B, T, ms, adam_ms, tokens / ms * 1e3, flops * tokens / ms / 1e9, loss);
+              bf16 ? "gpt_bf16" : "gpt", prop.name, n, B, T, ms, adam_ms, tokens / ms * 1e3, flops * tokens / ms / 1e9,
+              loss);
   return 0;
 }
 
@@ -192,7 +203,7 @@ int main(int argc, char** argv) {
       if (bench == "adam") return adam(params, steps);
       if (bench == "gemm") return gemm(size, steps);
       if (bench == "attention") return attention(batch, seq, heads, head_dim, steps);
-      if (bench == "gpt") return gpt(batch, seq, layers, heads, embd, vocab, steps);
+      if (bench == "gpt" || bench == "gpt_bf16") return gpt(batch, seq, layers, heads, embd, vocab, steps, bench != "gpt");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpu_bench: %s\n", e.what());
       return 1;
@@ -200,7 +211,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "usage: gpu_bench adam [--params N] [--steps S]\n"
                        "       gpu_bench gemm [--size N] [--steps S]\n"
                        "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n"
-                       "       gpu_bench gpt [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] [--vocab V] "
-                       "[--steps S]\n");
+                       "       gpu_bench gpt|gpt_bf16 [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] "
+                       "[--vocab V] [--steps S]\n");
   return 2;
 }

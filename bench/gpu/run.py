@@ -2,7 +2,7 @@
 """GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--benches adam,gemm,attention] [--reps 3] [--steps 20] [--json PATH]
+    python3 bench/gpu/run.py [--benches adam,gemm,attention,gpt,gpt_bf16] [--reps 3] [--steps 20] [--json PATH]
 
 adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
            (bit-identical to the CPU optimizer), the peer torch.optim.AdamW(fused=True). An fp32 AdamW step reads
@@ -10,11 +10,13 @@ adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's cou
            bound is a device-to-device copy of the same bytes, measured by each side (cudaMemcpyAsync; torch's copy_).
 gemm       an --size³ bf16 product, fp32 accumulation: ours kernels/cuda/gemm.h (cuBLASLt), the peer torch.matmul.
 attention  causal self-attention at GPT-2's shape (batch 8, context 1024, 12 heads of 64), forward and
-           forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention
-           (its bf16 flash-attention time is printed for reference).
+           forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention;
+           also both with bf16 products (ours: bf16 GEMMs between fp32 softmax rows; torch: flash attention).
 gpt        GPT-2 124M (12 layers x 768, context 1024, vocabulary 50257, batch --gpt_batch) training steps in fp32:
            ours the gpt plugin on the CUDA backend with AdamW (worker/device_model.h), the peer the same model in
            torch (TF32 off, fused AdamW): tokens/s and the model's TFLOP/s (6·Ψ + 12·L·T·C per token).
+gpt_bf16   the same with bf16 products: ours the backend's bf16 matmuls and attention products (fp32 parameters),
+           the peer under torch.autocast(bfloat16).
 Each side a fresh process per repetition, interleaved; reported: the median over repetitions and ours / torch.
 """
 import argparse, json, os, statistics, subprocess, sys
@@ -28,7 +30,7 @@ def options(a, bench):
         return ["--params", str(a.params), "--steps", str(a.steps)]
     if bench == "gemm":
         return ["--size", str(a.size), "--steps", str(a.steps)]
-    if bench == "gpt":
+    if bench in ("gpt", "gpt_bf16"):
         return ["--batch", str(a.gpt_batch), "--seq", "1024", "--layers", "12", "--heads", "12", "--embd", "768",
                 "--vocab", "50257", "--steps", str(min(a.steps, 10))]
     return ["--batch", "8", "--seq", "1024", "--heads", "12", "--head_dim", "64", "--steps", str(a.steps)]
@@ -71,8 +73,9 @@ def report(a, bench, samples):
         ours, torch = median(samples, "ours", "tflops"), median(samples, "torch", "tflops")
         if ours and torch:
             print(f"  ours / torch: {ours / torch:.2f}x")
-    elif bench == "gpt":
-        print(f"GPT-2 124M training steps, fp32, batch {a.gpt_batch} x 1024 tokens, median of {a.reps} runs")
+    elif bench in ("gpt", "gpt_bf16"):
+        kind = "fp32" if bench == "gpt" else "bf16 products (torch: autocast)"
+        print(f"GPT-2 124M training steps, {kind}, batch {a.gpt_batch} x 1024 tokens, median of {a.reps} runs")
         for side in ("ours", "torch"):
             ms, tps, tf = (median(samples, side, k) for k in ("step_ms", "tokens_per_s", "model_tflops"))
             if ms:
@@ -86,17 +89,21 @@ def report(a, bench, samples):
             f, fb = median(samples, side, "forward_ms"), median(samples, side, "forward_backward_ms")
             if f:
                 print(f"  {side:5} forward {f:8.3f} ms   forward + backward {fb:8.3f} ms")
-        f, fb = median(samples, "torch", "bf16_forward_ms"), median(samples, "torch", "bf16_forward_backward_ms")
-        if f:
-            print(f"  torch bf16 (flash): forward {f:.3f} ms, forward + backward {fb:.3f} ms")
         ours, torch = median(samples, "ours", "forward_backward_ms"), median(samples, "torch", "forward_backward_ms")
         if ours and torch:
             print(f"  ours / torch (fp32 forward + backward rate): {torch / ours:.2f}x")
+        for side, what in (("ours", "bf16 products"), ("torch", "bf16 (flash)")):
+            f, fb = median(samples, side, "bf16_forward_ms"), median(samples, side, "bf16_forward_backward_ms")
+            if f:
+                print(f"  {side:5} {what}: forward {f:8.3f} ms   forward + backward {fb:8.3f} ms")
+        ours, torch = (median(samples, side, "bf16_forward_backward_ms") for side in ("ours", "torch"))
+        if ours and torch:
+            print(f"  ours / torch (bf16 forward + backward rate): {torch / ours:.2f}x")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,attention,gpt")
+    p.add_argument("--benches", default="adam,gemm,attention,gpt,gpt_bf16")
     p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
