@@ -62,7 +62,7 @@ DeviceLayers::Buffer DeviceLayers::allocate(size_t bytes) {
   return b;
 }
 
-std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy,
+std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging,
                                            const std::vector<bool>* zeroed) {
   std::vector<ds_tensor> out;
   size_t at = 0;
@@ -71,7 +71,7 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
     if (at + bytes > staging.bytes) throw std::logic_error("DeviceLayers: a layer's tensors exceed the staging buffer");
     void* dst = static_cast<char*>(staging.data) + at;
     if (zeroed && (*zeroed)[out.size()]) device_.zero(dst, bytes);
-    else if (copy) device_.to_device(dst, t.data, bytes);
+    else device_.to_device(dst, t.data, bytes);
     out.push_back(ds_tensor{dst, t.dtype, t.shape, device_.table()->device});
     at += (bytes + 15) / 16 * 16;  // each tensor 16-byte aligned
   }
@@ -81,8 +81,8 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
 std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds_tensor>* host) {
   if (holds_params(i)) return kept_views_[i];
   if (host == nullptr) throw std::logic_error("DeviceLayers: a layer's parameters are neither given nor on the device");
-  if (params_kept_.empty()) return stage(*host, params_[0], true);
-  kept_views_[i] = stage(*host, params_[i], true);
+  if (params_kept_.empty()) return stage(*host, params_[0]);
+  kept_views_[i] = stage(*host, params_[i]);
   params_kept_[i] = true;
   return kept_views_[i];
 }
@@ -140,7 +140,7 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
     grad_next_ = &loss_grad_;
   }
   const std::vector<ds_tensor> param_views = layer_params(i, params);
-  const std::vector<ds_tensor> grad_views = stage(grads, grads_, true, &zeroed);  // the plugin adds into them
+  const std::vector<ds_tensor> grad_views = stage(grads, grads_, &zeroed);  // the plugin adds into them
   const ds_batch on_device = device_batch(batch);
   ds_tensor output{outputs_[i].data, DS_F32, layers_[i].output, dev};
   ds_tensor grad_output{grad_next_->data, DS_F32, layers_[i].output, dev};

@@ -73,9 +73,9 @@ class DeviceLayers {
     size_t bytes = 0;
   };
   Buffer allocate(size_t bytes);
-  // Device views of host tensors `host`, their values copied (unless `copy` is false, or zeroed
-  // marks them: then zeroed) into `staging` one after another.
-  std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging, bool copy,
+  // Device views of host tensors `host`, their values copied into `staging` one after another
+  // (those that `zeroed` marks are zeroed there instead).
+  std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging,
                                const std::vector<bool>* zeroed = nullptr);
   // Layer i's parameters on the device: the kept ones, or `host` uploaded.
   std::vector<ds_tensor> layer_params(size_t i, const std::vector<ds_tensor>* host);
