@@ -51,21 +51,29 @@ def test_two_ranks_train_gpt_on_the_emulated_cuda_device_as_on_the_cpu(dsrun, cl
     assert on_device[-1] < on_device[0]
 
 
+def three_runs(dsrun, env, tmp_path, precision, arithmetic):
+    """3 steps in `precision` on the device (its startup line naming `arithmetic`) and on the CPU, and in
+    fp32 on the CPU: the three loss lists, and the largest distances device-CPU and CPU-fp32."""
+    cfg = dict(CONFIG, **{precision: {"enabled": True}})
+    r, on_device = train(dsrun, env, tmp_path, f"{precision}-device", DSWORKER_EMU, "cuda", cfg, steps=3)
+    assert arithmetic in r.stderr
+    _, on_cpu = train(dsrun, env, tmp_path, f"{precision}-cpu", DSWORKER, "cpu", cfg, steps=3)
+    _, fp32 = train(dsrun, env, tmp_path, "fp32", DSWORKER, "cpu", steps=3)
+    assert len(on_device) == len(on_cpu) == len(fp32) == 3
+    to_cpu = max(abs(a - b) for a, b in zip(on_device, on_cpu))
+    to_fp32 = max(abs(a - b) for a, b in zip(on_cpu, fp32))
+    return on_device, on_cpu, fp32, to_cpu, to_fp32
+
+
 def test_fp16_training_on_the_emulated_cuda_device_gives_the_cpu_losses(dsrun, clean_env, tmp_path):
     # The device's fp32 arithmetic differs from the CPU's in the last bits (another GEMM), which can
     # move a value across a 16-bit rounding boundary. Bounds: each loss within 1e-5 relative of the
     # CPU's fp16 run, and the device at least ten times closer to that run than the run is to fp32
     # (measured: 7.2e-7 against 2.8e-5).
-    cfg = dict(CONFIG, fp16={"enabled": True})
-    r, on_device = train(dsrun, clean_env, tmp_path, "fp16-device", DSWORKER_EMU, "cuda", cfg, steps=3)
-    assert "(fp32 arithmetic on fp16-rounded values, as on the CPU)" in r.stderr
-    _, on_cpu = train(dsrun, clean_env, tmp_path, "fp16-cpu", DSWORKER, "cpu", cfg, steps=3)
-    _, fp32 = train(dsrun, clean_env, tmp_path, "fp32", DSWORKER, "cpu", steps=3)
-    assert len(on_device) == len(on_cpu) == 3
+    on_device, on_cpu, fp32, to_cpu, to_fp32 = three_runs(
+        dsrun, clean_env, tmp_path, "fp16", "(fp32 arithmetic on fp16-rounded values, as on the CPU)")
     for a, b in zip(on_device, on_cpu):
         assert abs(a - b) <= 1e-5 * abs(b), (on_device, on_cpu)
-    to_cpu = max(abs(a - b) for a, b in zip(on_device, on_cpu))
-    to_fp32 = max(abs(a - b) for a, b in zip(on_cpu, fp32))
     assert to_cpu <= 0.1 * to_fp32, (on_device, on_cpu, fp32)
 
 
@@ -74,15 +82,10 @@ def test_bf16_training_on_the_emulated_cuda_device_multiplies_in_bf16(dsrun, cle
     # multiply in fp32: each loss within bf16's unit roundoff (2^-8 relative) of the CPU's bf16 run
     # and of the fp32 run, not equal to the CPU's bf16 run, and no more than twice as far from it as
     # that run is from fp32 (measured over 3 steps: 8.6e-5 against 9.1e-5).
-    cfg = dict(CONFIG, bf16={"enabled": True})
-    r, on_device = train(dsrun, clean_env, tmp_path, "bf16-device", DSWORKER_EMU, "cuda", cfg, steps=3)
-    assert "(bf16 matmuls with fp32 accumulation, the other ops in fp32)" in r.stderr
-    _, on_cpu = train(dsrun, clean_env, tmp_path, "bf16-cpu", DSWORKER, "cpu", cfg, steps=3)
-    _, fp32 = train(dsrun, clean_env, tmp_path, "fp32", DSWORKER, "cpu", steps=3)
-    assert len(on_device) == len(on_cpu) == len(fp32) == 3
+    on_device, on_cpu, fp32, to_cpu, to_fp32 = three_runs(
+        dsrun, clean_env, tmp_path, "bf16", "(bf16 matmuls with fp32 accumulation, the other ops in fp32)")
     for a, b, c in zip(on_device, on_cpu, fp32):
         assert abs(a - b) <= 2.0 ** -8 * abs(b), (on_device, on_cpu)
         assert abs(a - c) <= 2.0 ** -8 * abs(c), (on_device, fp32)
     assert on_device != on_cpu
-    to_cpu = max(abs(a - b) for a, b in zip(on_device, on_cpu))
-    assert to_cpu <= 2 * max(abs(a - b) for a, b in zip(on_cpu, fp32)), (on_device, on_cpu, fp32)
+    assert to_cpu <= 2 * to_fp32, (on_device, on_cpu, fp32)
