@@ -159,7 +159,7 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
   const int device = (local_rank ? std::atoi(local_rank) : 0) % gpus;
   auto cuda = std::make_unique<backend::Cuda>(device);
   const char* arithmetic = config.bf16.enabled   ? " (bf16 matmuls with fp32 accumulation, the other ops in fp32)"
-                           : config.fp16.enabled ? " (fp32 arithmetic on fp16-rounded values, as on the CPU)"
+                           : config.fp16.enabled ? " (fp16 matmuls with fp32 accumulation, the other ops in fp32)"
                                                  : "";
   note = fmt::format("the layers run on cuda:{}, {}{}; the parameters, gradients and optimizer stay on the CPU", device,
                      cuda->describe(), arithmetic);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -161,22 +162,25 @@ double largest(std::span<const float> x) {
   return top;
 }
 
-// bf16 products: each output and gradient within 2^-6 of its tensor's largest (a few bf16 roundings,
-// 2^-9 each, of Q, K, V, dO, P and dS; the unit tests see 3.4e-3 and 1.9e-3).
-void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, bool bf16, std::mt19937& rng) {
+// 16-bit products: each output and gradient within 8 roundings of its tensor's largest (a few roundings
+// of Q, K, V, dO, P and dS, each 2^-9 relative in bf16 and 2^-12 in fp16: bounds 2^-6 and 2^-9; the
+// unit tests see 3.4e-3 and 1.9e-3 in bf16).
+void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::optional<amp::Half> products,
+               std::mt19937& rng) {
   const auto rows = static_cast<size_t>(B * H * T), n = static_cast<size_t>(B * T * H * D);
   const auto qkv = random_floats(rng, 3 * n, 0.0f, 1.5f), dout = random_floats(rng, n, 0.0f, 1.0f);
   std::vector<float> ref_out(n), ref_stats(2 * rows), ref_dqkv(3 * n);
   cpu::attention_forward_reference(qkv.data(), ref_out.data(), ref_stats.data(), B, T, H, D);
   cpu::attention_backward_reference(qkv.data(), ref_stats.data(), dout.data(), ref_dqkv.data(), B, T, H, D);
   DeviceArray<float> d_qkv(qkv), d_out(ref_out), d_stats(ref_stats), d_dout(dout), d_dqkv(ref_dqkv),
-      d_workspace(std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D, bf16)), NAN));
-  cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr, bf16);
+      d_workspace(std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D, products)), NAN));
+  cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr, products);
   cuda::attention_backward(d_qkv.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_workspace.get(), B, T, H, D,
-                           nullptr, bf16);
-  if (bf16) {
-    compare(c, d_out.to_host(), ref_out, 0x1p-6 * largest(ref_out), 0.0);
-    compare(c, d_dqkv.to_host(), ref_dqkv, 0x1p-6 * largest(ref_dqkv), 0.0);
+                           nullptr, products);
+  if (products) {
+    const double bound = *products == amp::Half::BF16 ? 0x1p-6 : 0x1p-9;
+    compare(c, d_out.to_host(), ref_out, bound * largest(ref_out), 0.0);
+    compare(c, d_dqkv.to_host(), ref_dqkv, bound * largest(ref_dqkv), 0.0);
     return;
   }
   compare(c, d_out.to_host(), ref_out, 1e-5, 1e-5);
@@ -184,16 +188,18 @@ void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, bool bf16, 
   compare(c, d_dqkv.to_host(), ref_dqkv, 2e-5, 1e-4);
 }
 
-// A GEMM operand's bytes as the device holds them: fp32, or bf16 bit patterns (`values` rounded to
-// bf16 in place first, so that the reference multiplies what the device does).
+// A GEMM operand's bytes as the device holds them: fp32, or 16-bit patterns (`values` rounded to 16
+// bits in place first, so that the reference multiplies what the device does).
+amp::Half half_of(cuda::GemmType type) { return type == cuda::GemmType::BF16 ? amp::Half::BF16 : amp::Half::F16; }
+
 std::vector<unsigned char> gemm_bytes(cuda::GemmType type, std::vector<float>& values) {
   std::vector<unsigned char> bytes(values.size() * (type == cuda::GemmType::F32 ? 4 : 2));
   for (size_t i = 0; i < values.size(); ++i) {
     if (type == cuda::GemmType::F32) {
       std::memcpy(&bytes[4 * i], &values[i], 4);
     } else {
-      const uint16_t bits = amp::bf16_from_float(values[i]);
-      values[i] = amp::bf16_to_float(bits);
+      const uint16_t bits = amp::half_from_float(half_of(type), values[i]);
+      values[i] = amp::half_to_float(half_of(type), bits);
       std::memcpy(&bytes[2 * i], &bits, 2);
     }
   }
@@ -208,7 +214,7 @@ std::vector<float> gemm_values(cuda::GemmType type, const std::vector<unsigned c
     } else {
       uint16_t bits;
       std::memcpy(&bits, &bytes[2 * i], 2);
-      values[i] = amp::bf16_to_float(bits);
+      values[i] = amp::half_to_float(half_of(type), bits);
     }
   }
   return values;
@@ -224,7 +230,8 @@ struct GemmCase {
 
 // c = alpha·op(a)·op(b) + beta·c against matmul_reference per batch entry. Each element's bound:
 // (k + 4)·2^-24 of |alpha|·Σ|a||b| + |beta·c| (fp32 accumulation in any order, k roundings, and those
-// of alpha, beta and the output; TF32 would be ~2^-11), plus one bf16 ulp, 2^-7·|ref|, for a bf16 c.
+// of alpha, beta and the output; TF32 would be ~2^-11), plus one 16-bit ulp, 2^-7·|ref| in bf16 and
+// 2^-10·|ref| in fp16, for a 16-bit c.
 // With beta 0, c starts as NaN, which the GEMM must not read.
 void gemm(Check& check, const GemmCase& g, std::mt19937& rng) {
   const int64_t a_size = g.m * g.k, b_size = g.k * g.n, c_size = g.m * g.n;
@@ -241,7 +248,9 @@ void gemm(Check& check, const GemmCase& g, std::mt19937& rng) {
   std::vector<double> bound(got.size());
   for (float& x : abs_a) x = std::fabs(x);
   for (float& x : abs_b) x = std::fabs(x);
-  const double rounding = static_cast<double>(g.k + 4) * 0x1p-24, out_rtol = g.c == cuda::GemmType::BF16 ? 0x1p-7 : 0.0;
+  const double rounding = static_cast<double>(g.k + 4) * 0x1p-24, out_rtol = g.c == cuda::GemmType::BF16  ? 0x1p-7
+                                                                                        : g.c == cuda::GemmType::F16 ? 0x1p-10
+                                                                                                                    : 0.0;
   for (int64_t entry = 0; entry < g.batch; ++entry) {
     const int64_t a_at = entry * a_size, b_at = g.shared_b ? 0 : entry * b_size;
     cpu::matmul_reference(a.data() + a_at, b.data() + b_at, product.data(), g.m, g.n, g.k, g.trans_a, g.trans_b, false);
@@ -447,28 +456,31 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
   }
   for (const auto s : attention_shapes)
     add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
-        [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, false, rng); });
-  for (const auto s : attention_shapes)  // bf16 training's products
-    if (s.T > 1)
-      add("attention_bf16", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
-          [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, true, rng); });
+        [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, std::nullopt, rng); });
+  for (const auto type : {amp::Half::BF16, amp::Half::F16})  // 16-bit training's products
+    for (const auto s : attention_shapes)
+      if (s.T > 1)
+        add(type == amp::Half::BF16 ? "attention_bf16" : "attention_fp16", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
+            [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, type, rng); });
   // GEMMs: every transpose at odd sizes, batches (one with a b shared by every entry, one whose odd
   // strides leave bf16 entries 2-byte aligned), k 0, and the shape of GPT-2's MLP down-projection
   // forward (tokens x hidden x 4·hidden).
-  const auto F32 = cuda::GemmType::F32, BF16 = cuda::GemmType::BF16;
+  const auto F32 = cuda::GemmType::F32, BF16 = cuda::GemmType::BF16, F16 = cuda::GemmType::F16;
   std::vector<std::pair<std::string, GemmCase>> gemms;
-  for (auto [kernel, type] : {std::pair{"gemm", F32}, {"gemm_bf16", BF16}}) {
+  for (auto [kernel, type] : {std::pair{"gemm", F32}, {"gemm_bf16", BF16}, {"gemm_fp16", F16}}) {
     gemms.push_back({kernel, {1, 1, 1, 1, false, false, type, type, 1.0f, 0.0f, false}});
     for (bool trans_a : {false, true})
       for (bool trans_b : {false, true})
         gemms.push_back({kernel, {1, 17, 33, 65, trans_a, trans_b, type, type, 1.25f, -0.5f, false}});
-    gemms.push_back({kernel, {3, 64, 48, 80, false, type == BF16, type, type, 0.5f, 2.0f, type == F32}});
+    gemms.push_back({kernel, {3, 64, 48, 80, false, type != F32, type, type, 0.5f, 2.0f, type == F32}});
   }
   gemms.push_back({"gemm", {3, 17, 33, 0, false, false, F32, F32, 1.0f, -0.5f, false}});  // k 0: beta·c
   if (!cuda::emulated())  // seconds of scalar loops on the emulator
     gemms.push_back({"gemm_bf16", {1, 1024, 768, 3072, false, true, BF16, BF16, 1.0f, 0.0f, false}});
   gemms.push_back({"gemm_bf16_f32", {3, 17, 33, 65, true, false, BF16, F32, 1.0f, 0.5f, false}});  // 2-byte aligned
   gemms.push_back({"gemm_bf16_f32", {3, 64, 48, 80, true, false, BF16, F32, 1.0f, 0.0f, true}});
+  gemms.push_back({"gemm_fp16_f32", {3, 17, 33, 65, true, false, F16, F32, 1.0f, 0.5f, false}});  // fp16 training's products
+  gemms.push_back({"gemm_fp16_f32", {3, 64, 48, 80, false, true, F16, F32, 1.0f, 0.0f, true}});
   for (const auto& [kernel, g] : gemms)
     add(kernel, fmt::format("{}{}x{}x{} {}{}{}", g.batch > 1 ? fmt::format("{} x ", g.batch) : "", g.m, g.n, g.k,
                             g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.shared_b ? ", b shared" : ""),

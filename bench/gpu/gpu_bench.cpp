@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -110,18 +111,19 @@ int attention(long long B, long long T, long long H, long long D, int steps) {
   check(cudaMalloc(&out, n * 4), "cudaMalloc");
   check(cudaMalloc(&dout, n * 4), "cudaMalloc");
   check(cudaMalloc(&stats, 2 * rows * 4), "cudaMalloc");
-  check(cudaMalloc(&workspace, static_cast<size_t>(ds::cuda::attention_workspace_floats(B, T, H, D, true)) * 4),
+  check(cudaMalloc(&workspace, static_cast<size_t>(ds::cuda::attention_workspace_floats(B, T, H, D, ds::amp::Half::BF16)) * 4),
         "cudaMalloc");
   check(cudaMemset(qkv, 0x3c, 3 * n * 4), "cudaMemset");
   check(cudaMemset(dout, 0x3b, n * 4), "cudaMemset");
   double forward_ms[2], both_ms[2];  // fp32 products, bf16 products
   for (bool bf16 : {false, true}) {
+    const std::optional<ds::amp::Half> products = bf16 ? std::optional(ds::amp::Half::BF16) : std::nullopt;
     forward_ms[bf16] = mean_ms(steps, [&] {
-      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, bf16);
+      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, products);
     });
     both_ms[bf16] = mean_ms(steps, [&] {
-      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, bf16);
-      ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr, bf16);
+      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, products);
+      ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr, products);
     });
   }
   check(cudaDeviceSynchronize(), "the attention passes");
@@ -138,7 +140,7 @@ int gpt(long long B, long long T, long long layers, long long heads, long long e
                              ", \"n_embd\": " + std::to_string(embd) + ", \"seq_len\": " + std::to_string(T) +
                              ", \"vocab_size\": " + std::to_string(vocab) + "}";
   ds::backend::Cuda cuda(0);
-  cuda.set_bf16_matmuls(bf16);
+  cuda.set_half_matmuls(bf16 ? std::optional(ds::amp::Half::BF16) : std::nullopt);
   const auto plugin = ds::Plugin::load("gpt", config, cuda.table());
   const long long n = ds::DeviceModel::count_parameters(*plugin);
   std::mt19937 rng(1);

@@ -6,9 +6,9 @@
 //   backward  S = QKᵀ/√D, P from the stats, dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(P∘dP)),
 //             dQ = dS·K/√D, dK = dSᵀ·Q/√D
 // The causal mask is applied by the row kernels (P = 0 above the diagonal), so the products run over
-// whole T×T blocks: twice the flops a masked kernel needs, at cuBLAS's rate. With bf16 products each
-// GEMM takes bf16 copies of its operands (Q, K, V and dO once, P or dS per group), made by the
-// conversion kernel, and writes fp32.
+// whole T×T blocks: twice the flops a masked kernel needs, at cuBLAS's rate. With 16-bit products
+// (bf16 or fp16) each GEMM takes 16-bit copies of its operands (Q, K, V and dO once, P or dS per
+// group), made by the conversion kernel, and writes fp32.
 #include <cmath>
 #include <cstdint>
 
@@ -19,24 +19,26 @@ namespace ds::cuda {
 namespace {
 
 constexpr auto F32 = GemmType::F32;
-constexpr auto BF16 = GemmType::BF16;
 
 // The workspace's parts, in floats: seven [B, H, T, D] arrays, then two [chunk, T, T] blocks; with
-// bf16 products then the bf16 copies: four [B, H, T, D] arrays (Q, K, V, dO) and one [chunk, T, T]
-// block (P, then dS).
+// 16-bit products then the 16-bit copies: four [B, H, T, D] arrays (Q, K, V, dO) and one
+// [chunk, T, T] block (P, then dS).
 struct Workspace {
   float *q, *k, *v, *o, *dq, *dk, *dv, *s, *dp;
+  std::optional<amp::Half> products;
   uint16_t *q16 = nullptr, *k16 = nullptr, *v16 = nullptr, *o16 = nullptr, *s16 = nullptr;
-  Workspace(float* w, int64_t n, int64_t block, bool bf16)
-      : q(w), k(q + n), v(k + n), o(v + n), dq(o + n), dk(dq + n), dv(dk + n), s(dv + n), dp(s + block) {
-    if (!bf16) return;
+  Workspace(float* w, int64_t n, int64_t block, std::optional<amp::Half> products)
+      : q(w), k(q + n), v(k + n), o(v + n), dq(o + n), dk(dq + n), dv(dk + n), s(dv + n), dp(s + block),
+        products(products) {
+    if (!products) return;
     q16 = reinterpret_cast<uint16_t*>(dp + block);
     k16 = q16 + n;
     v16 = k16 + n;
     o16 = v16 + n;
     s16 = o16 + n;
   }
-  bool bf16() const { return q16 != nullptr; }
+  GemmType type() const { return products ? gemm_type(*products) : F32; }
+  size_t element_bytes() const { return products ? 2 : 4; }
 };
 
 // c[heads][m, n] = alpha · op(a) · op(b) over `heads` consecutive heads (contiguous per head), a and
@@ -47,10 +49,10 @@ void per_head(const void* a, const void* b, float* c, int64_t m, int64_t n, int6
        trans_b ? n * k : k * n, m * n, stream);
 }
 
-// The operand a product reads: x itself, or its bf16 copy x16 (made now when `convert`).
-const void* operand(const Workspace& w, const float* x, uint16_t* x16, int64_t n, bool convert, void* stream) {
-  if (!w.bf16()) return x;
-  if (convert) float_to_half(amp::Half::BF16, x, x16, n, stream);
+// The operand a product reads: x itself, or its 16-bit copy x16 (made now).
+const void* operand(const Workspace& w, const float* x, uint16_t* x16, int64_t n, void* stream) {
+  if (!w.products) return x;
+  float_to_half(*w.products, x, x16, n, stream);
   return x16;
 }
 
@@ -65,52 +67,52 @@ void split_qkv(const float* qkv, const Workspace& w, int64_t B, int64_t T, int64
 }  // namespace
 
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
-                       int64_t D, void* stream, bool bf16) {
+                       int64_t D, void* stream, std::optional<amp::Half> products) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
-  const Workspace w(workspace, n, chunk * T * T, bf16);
-  const GemmType type = bf16 ? BF16 : F32;
+  const Workspace w(workspace, n, chunk * T * T, products);
+  const GemmType type = w.type();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   split_qkv(qkv, w, B, T, H, D, stream);
-  const auto* q = static_cast<const char*>(operand(w, w.q, w.q16, n, true, stream));
-  const auto* k = static_cast<const char*>(operand(w, w.k, w.k16, n, true, stream));
-  const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, true, stream));
-  const size_t elem = bf16 ? 2 : 4;
+  const auto* q = static_cast<const char*>(operand(w, w.q, w.q16, n, stream));
+  const auto* k = static_cast<const char*>(operand(w, w.k, w.k16, n, stream));
+  const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, stream));
+  const size_t elem = w.element_bytes();
   for (int64_t first = 0; first < heads; first += chunk) {
     const int64_t count = std::min(chunk, heads - first), at = first * T * D;
     const size_t off = static_cast<size_t>(at) * elem;
     per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
     attention_softmax_rows(w.s, stats + 2 * first * T, count * T, T, stream);
-    const void* p = operand(w, w.s, w.s16, count * T * T, true, stream);
+    const void* p = operand(w, w.s, w.s16, count * T * T, stream);
     per_head(p, v + off, w.o + at, T, D, T, false, false, 1.0f, count, type, stream);
   }
   attention_heads_to_rows(w.o, out, C, B, T, H, D, stream);
 }
 
 void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
-                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream, bool bf16) {
+                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream, std::optional<amp::Half> products) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
-  const Workspace w(workspace, n, chunk * T * T, bf16);
-  const GemmType type = bf16 ? BF16 : F32;
+  const Workspace w(workspace, n, chunk * T * T, products);
+  const GemmType type = w.type();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   split_qkv(qkv, w, B, T, H, D, stream);
   attention_rows_to_heads(dout, C, w.o, B, T, H, D, stream);  // dO where forward kept O
-  const auto* q = static_cast<const char*>(operand(w, w.q, w.q16, n, true, stream));
-  const auto* k = static_cast<const char*>(operand(w, w.k, w.k16, n, true, stream));
-  const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, true, stream));
-  const auto* dout_h = static_cast<const char*>(operand(w, w.o, w.o16, n, true, stream));
-  const size_t elem = bf16 ? 2 : 4;
+  const auto* q = static_cast<const char*>(operand(w, w.q, w.q16, n, stream));
+  const auto* k = static_cast<const char*>(operand(w, w.k, w.k16, n, stream));
+  const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, stream));
+  const auto* dout_h = static_cast<const char*>(operand(w, w.o, w.o16, n, stream));
+  const size_t elem = w.element_bytes();
   for (int64_t first = 0; first < heads; first += chunk) {
     const int64_t count = std::min(chunk, heads - first), at = first * T * D, block = count * T * T;
     const size_t off = static_cast<size_t>(at) * elem;
     per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
     attention_probs_from_stats(w.s, stats + 2 * first * T, count * T, T, stream);
-    const void* p = operand(w, w.s, w.s16, block, true, stream);
+    const void* p = operand(w, w.s, w.s16, block, stream);
     per_head(p, dout_h + off, w.dv + at, T, D, T, true, false, 1.0f, count, type, stream);  // dV = Pᵀ·dO
     per_head(dout_h + off, v + off, w.dp, T, T, D, false, true, 1.0f, count, type, stream);  // dP = dO·Vᵀ
     attention_softmax_backward(w.s, w.dp, count * T, T, stream);                           // dP -> dS
-    const void* ds = operand(w, w.dp, w.s16, block, true, stream);  // P's copy is no longer read
+    const void* ds = operand(w, w.dp, w.s16, block, stream);  // P's copy is no longer read
     per_head(ds, k + off, w.dq + at, T, D, T, false, false, scale, count, type, stream);  // dQ = dS·K/√D
     per_head(ds, q + off, w.dk + at, T, D, T, true, false, scale, count, type, stream);   // dK = dSᵀ·Q/√D
   }

@@ -8,18 +8,21 @@
 #pragma once
 #include <cstdint>
 
+#include "amp/half.h"
+
 namespace ds::cuda {
 
-enum class GemmType { F32, BF16 };  // BF16: raw uint16_t bit patterns (amp/half.h)
+enum class GemmType { F32, BF16, F16 };  // BF16, F16: raw uint16_t bit patterns (amp/half.h)
+inline GemmType gemm_type(amp::Half type) { return type == amp::Half::BF16 ? GemmType::BF16 : GemmType::F16; }
 
 // c[batch][m, n] = alpha · op(a)[m, k] · op(b)[k, n] + beta · c, for each batch entry i:
 //   a + i·stride_a: [m, k], or stored [k, m] when trans_a   (ab_type)
 //   b + i·stride_b: [k, n], or stored [n, k] when trans_b   (ab_type)
-//   c + i·stride_c: [m, n]                                  (c_type: F32, or BF16 with BF16 inputs)
+//   c + i·stride_c: [m, n]                                  (c_type: F32, or ab_type when 16-bit)
 // Strides are in elements; 0 broadcasts a or b to every entry. beta = 0 never reads c (NaN there is
 // overwritten). k = 0 gives c = beta · c; m, n or batch = 0 does nothing.
-// Throws std::invalid_argument for sizes or batch outside [0, 2^31), negative strides, BF16 c with F32
-// inputs, or batch entries of c that overlap (batch > 1 and stride_c < m·n); std::runtime_error naming
+// Throws std::invalid_argument for sizes or batch outside [0, 2^31), negative strides, a 16-bit c of
+// another type than the inputs, or batch entries of c that overlap (batch > 1 and stride_c < m·n); std::runtime_error naming
 // cuBLASLt's or CUDA's status and the shape when the GPU library fails (or cannot be loaded).
 void gemm(const void* a, const void* b, void* c, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
           GemmType ab_type, GemmType c_type, float alpha, float beta, int64_t batch, int64_t stride_a,

@@ -10,7 +10,9 @@
 namespace ds::cuda {
 namespace {
 
-cudaDataType_t data_type(GemmType type) { return type == GemmType::F32 ? CUDA_R_32F : CUDA_R_16BF; }
+cudaDataType_t data_type(GemmType type) {
+  return type == GemmType::F32 ? CUDA_R_32F : type == GemmType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
 
 // The alignment in bytes that every batch entry of an operand at p has: a power of two, at most 256
 // (cuBLASLt's default assumption, which heuristics would otherwise make for pointers they never see).

@@ -1,6 +1,6 @@
 // gemm (gemm.h) on emulated devices: device memory is host memory, each batch entry the CPU reference
-// (cpu/matmul.h matmul_reference: a sum in double, rounded once), bf16 inputs widened to fp32 and a
-// bf16 c rounded to nearest even (amp/half.h); synchronous, the stream ignored.
+// (cpu/matmul.h matmul_reference: a sum in double, rounded once), 16-bit inputs widened to fp32 and a
+// 16-bit c rounded to nearest even (amp/half.h); synchronous, the stream ignored.
 #include <vector>
 
 #include "amp/half.h"
@@ -13,12 +13,13 @@ namespace {
 
 float load(const void* p, GemmType type, int64_t i) {
   if (type == GemmType::F32) return static_cast<const float*>(p)[i];
-  return amp::bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+  const uint16_t bits = static_cast<const uint16_t*>(p)[i];
+  return type == GemmType::BF16 ? amp::bf16_to_float(bits) : amp::fp16_to_float(bits);
 }
 
 void store(void* p, GemmType type, int64_t i, float x) {
   if (type == GemmType::F32) static_cast<float*>(p)[i] = x;
-  else static_cast<uint16_t*>(p)[i] = amp::bf16_from_float(x);
+  else static_cast<uint16_t*>(p)[i] = type == GemmType::BF16 ? amp::bf16_from_float(x) : amp::fp16_from_float(x);
 }
 
 void widen(const void* p, GemmType type, int64_t offset, std::vector<float>& out) {

@@ -9,7 +9,7 @@
 namespace ds::cuda {
 namespace {
 
-const char* type_name(GemmType type) { return type == GemmType::F32 ? "f32" : "bf16"; }
+const char* type_name(GemmType type) { return type == GemmType::F32 ? "f32" : type == GemmType::BF16 ? "bf16" : "f16"; }
 
 }  // namespace
 
@@ -24,7 +24,8 @@ void GemmShape::check() const {
     if (size < 0 || size > INT_MAX) fail(fmt::format("size {} is outside [0, 2^31)", size));
   for (int64_t stride : {stride_a, stride_b, stride_c})
     if (stride < 0) fail(fmt::format("stride {} is negative", stride));
-  if (ab_type == GemmType::F32 && c_type == GemmType::BF16) fail("a bf16 c needs bf16 inputs");
+  if (c_type != GemmType::F32 && c_type != ab_type)
+    fail(fmt::format("a {} c needs {} inputs", type_name(c_type), type_name(c_type)));
   if (batch > 1 && stride_c < m * n)
     fail(fmt::format("batch entries of c overlap (stride_c {} < m*n {})", stride_c, m * n));
 }

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "amp/half.h"
@@ -62,22 +63,24 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
 // over the heads in groups of attention_chunk_heads, with the softmax rows between them.
 //   forward:  out[B, T, H, D] and stats[B, H, T, 2] from qkv[B, T, 3, H, D]
 //   backward: dqkv[B, T, 3, H, D] (overwritten) from qkv, the forward's stats and dout[B, T, H, D]
-// Both need `workspace`: attention_workspace_floats(B, T, H, D, bf16) floats of device memory.
-// bf16: every product's operands (Q, K, V, dO, P and dS) are rounded to bf16 and multiplied on the
-// tensor cores with fp32 accumulation, as a bf16 flash attention does; the softmax and its backward
-// stay fp32.
+// Both need `workspace`: attention_workspace_floats(B, T, H, D, products) floats of device memory.
+// `products` bf16 or fp16: every product's operands (Q, K, V, dO, P and dS) are rounded to that type
+// and multiplied on the tensor cores with fp32 accumulation, as a 16-bit flash attention does; the
+// softmax and its backward stay fp32. None: fp32 products.
 inline int64_t attention_chunk_heads(int64_t B, int64_t T, int64_t H) {  // T×T scores of at most 256 MiB
   const int64_t heads = B * H, fit = (int64_t{1} << 26) / (T > 0 ? T * T : 1);
   return fit < 1 ? 1 : fit > heads ? heads : fit;
 }
-inline int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t D, bool bf16 = false) {
+inline int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t D,
+                                          std::optional<amp::Half> products = std::nullopt) {
   const int64_t n = B * T * H * D, block = attention_chunk_heads(B, T, H) * T * T;
-  return 7 * n + 2 * block + (bf16 ? 2 * n + (block + 1) / 2 : 0);  // bf16: Q, K, V, dO and one block of 16 bits
+  return 7 * n + 2 * block + (products ? 2 * n + (block + 1) / 2 : 0);  // 16-bit Q, K, V, dO and one block
 }
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
-                       int64_t D, void* stream, bool bf16 = false);
+                       int64_t D, void* stream, std::optional<amp::Half> products = std::nullopt);
 void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
-                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream, bool bf16 = false);
+                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream,
+                        std::optional<amp::Half> products = std::nullopt);
 // Its parts (attention.cuh), for attention.cpp: `rows` holds one matrix per head [heads·T, T].
 void attention_rows_to_heads(const float* rows, int64_t row_stride, float* heads, int64_t B, int64_t T, int64_t H,
                              int64_t D, void* stream);

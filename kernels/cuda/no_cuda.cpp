@@ -61,12 +61,13 @@ void gelu_backward(const float*, const float*, float*, int64_t, void*) {
   throw std::runtime_error("cuda: gelu_backward: dsrun was built without CUDA");
 }
 
-void attention_forward(const float*, float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*, bool) {
+void attention_forward(const float*, float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*,
+                       std::optional<amp::Half>) {
   throw std::runtime_error("cuda: attention_forward: dsrun was built without CUDA");
 }
 
 void attention_backward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
-                        void*, bool) {
+                        void*, std::optional<amp::Half>) {
   throw std::runtime_error("cuda: attention_backward: dsrun was built without CUDA");
 }
 

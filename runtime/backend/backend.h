@@ -3,6 +3,7 @@
 // emulator and the CPU GEMM in tests, where it links ds_kernels_cuda_emulated).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "amp/half.h"
@@ -28,10 +29,11 @@ class Device {
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;  // device memory
   virtual void round_to(amp::Half type, float* x, size_t n) = 0;  // x[i] = float(half(x[i])), device memory
-  // On: the matmul op, and attention's products, round their operands to bf16 and multiply them in
-  // bf16 (tensor cores) with fp32 accumulation and output, as torch.autocast's bf16 runs a Linear
-  // and a bf16 flash attention its products. Off (the default): fp32.
-  virtual void set_bf16_matmuls(bool on) = 0;
+  // bf16 or fp16: the matmul op, and attention's products, round their operands to that type and
+  // multiply them on the tensor cores with fp32 accumulation and output, as torch.autocast runs a
+  // Linear and a 16-bit flash attention its products, and as DeepSpeed's fp16 and bf16 models
+  // multiply. None (the default): fp32.
+  virtual void set_half_matmuls(std::optional<amp::Half> type) = 0;
 };
 
 // A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
@@ -52,7 +54,7 @@ class Cuda : public Device {
   void to_host(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void round_to(amp::Half type, float* x, size_t n) override;
-  void set_bf16_matmuls(bool on) override;
+  void set_half_matmuls(std::optional<amp::Half> type) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
   void synchronize();
 

@@ -31,7 +31,11 @@ struct Cuda::State {
   // op name; the table goes to stderr when the backend is destroyed.
   bool profile = false;
   std::map<std::string, std::pair<int64_t, double>> op_times;  // op → (calls, seconds)
-  bool bf16_matmuls = false;                         // set_bf16_matmuls: matmul and attention's products
+  std::optional<amp::Half> half_matmuls;             // set_half_matmuls: matmul and attention's products
+  // " bf16" or " fp16" after a profiled op's name when its products are 16-bit.
+  std::string products_suffix() const {
+    return !half_matmuls ? "" : *half_matmuls == amp::Half::BF16 ? " bf16" : " fp16";
+  }
   float* ones = nullptr;                             // [ones_size] of 1.0f: bias_grad's GEMM operand
   int64_t ones_size = 0;
 
@@ -147,16 +151,16 @@ ds_status matmul(void* ctx, const float* a, const float* b, float* c, int64_t m,
                                                    std::to_string(k) + (ta ? " A^T" : "") + (tb ? " B^T" : "") +
                                                    (acc ? " +=" : "");
   State& s = state(ctx);
-  return guarded(ctx, s.bf16_matmuls ? op + " bf16" : op, [&] {
-    if (!s.bf16_matmuls) {
+  return guarded(ctx, op + s.products_suffix(), [&] {
+    if (!s.half_matmuls) {
       cuda::gemm(a, b, c, m, n, k, ta != 0, tb != 0, cuda::GemmType::F32, cuda::GemmType::F32, 1.0f,
                  acc ? 1.0f : 0.0f, 1, 0, 0, 0, kStream);
       return;
     }
     const Temp<uint16_t> a16(s, m * k), b16(s, k * n);
-    cuda::float_to_half(amp::Half::BF16, a, a16.get(), m * k, kStream);
-    cuda::float_to_half(amp::Half::BF16, b, b16.get(), k * n, kStream);
-    cuda::gemm(a16.get(), b16.get(), c, m, n, k, ta != 0, tb != 0, cuda::GemmType::BF16, cuda::GemmType::F32, 1.0f,
+    cuda::float_to_half(*s.half_matmuls, a, a16.get(), m * k, kStream);
+    cuda::float_to_half(*s.half_matmuls, b, b16.get(), k * n, kStream);
+    cuda::gemm(a16.get(), b16.get(), c, m, n, k, ta != 0, tb != 0, cuda::gemm_type(*s.half_matmuls), cuda::GemmType::F32, 1.0f,
                acc ? 1.0f : 0.0f, 1, 0, 0, 0, kStream);
   });
 }
@@ -206,17 +210,17 @@ ds_status relu_backward(void* ctx, const float* x, const float* dy, float* dx, i
 ds_status attention_forward(void* ctx, const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H,
                             int64_t D) {
   State& s = state(ctx);
-  return guarded(ctx, s.bf16_matmuls ? "attention_forward bf16" : "attention_forward", [&] {
-    const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.bf16_matmuls));
-    cuda::attention_forward(qkv, out, stats, ws.get(), B, T, H, D, kStream, s.bf16_matmuls);
+  return guarded(ctx, "attention_forward" + s.products_suffix(), [&] {
+    const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.half_matmuls));
+    cuda::attention_forward(qkv, out, stats, ws.get(), B, T, H, D, kStream, s.half_matmuls);
   });
 }
 ds_status attention_backward(void* ctx, const float* qkv, const float* stats, const float* dout, float* dqkv,
                              int64_t B, int64_t T, int64_t H, int64_t D) {
   State& s = state(ctx);
-  return guarded(ctx, s.bf16_matmuls ? "attention_backward bf16" : "attention_backward", [&] {
-    const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.bf16_matmuls));
-    cuda::attention_backward(qkv, stats, dout, dqkv, ws.get(), B, T, H, D, kStream, s.bf16_matmuls);
+  return guarded(ctx, "attention_backward" + s.products_suffix(), [&] {
+    const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.half_matmuls));
+    cuda::attention_backward(qkv, stats, dout, dqkv, ws.get(), B, T, H, D, kStream, s.half_matmuls);
   });
 }
 ds_status embedding_forward(void* ctx, const int32_t* tokens, const float* wte, const float* wpe, float* out,
@@ -356,7 +360,7 @@ void Cuda::zero(void* dst, size_t bytes) {
   if (bytes > 0) cuda::zero_on_device(dst, bytes, kStream);
 }
 
-void Cuda::set_bf16_matmuls(bool on) { state_->bf16_matmuls = on; }
+void Cuda::set_half_matmuls(std::optional<amp::Half> type) { state_->half_matmuls = type; }
 
 void Cuda::round_to(amp::Half type, float* x, size_t n) {
   cuda::round_to_half(type, x, static_cast<int64_t>(n), kStream);

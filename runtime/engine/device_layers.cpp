@@ -14,10 +14,10 @@ size_t bytes_of(const ds_shape& s) { return static_cast<size_t>(shape_numel(s)) 
 }  // namespace
 
 DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers,
-                           bool shared_workspace, bool keep_params, const ds_dataset_info& data,
+                           bool shared_workspace, bool keep_params, bool keep_grads, const ds_dataset_info& data,
                            int64_t micro_batch, size_t prediction_floats, std::optional<amp::Half> rounding)
-    : device_(device), plugin_(plugin), layers_(layers), shared_workspace_(shared_workspace), data_(data),
-      micro_batch_(micro_batch), rounding_(rounding) {
+    : device_(device), plugin_(plugin), layers_(layers), shared_workspace_(shared_workspace), keep_grads_(keep_grads),
+      data_(data), micro_batch_(micro_batch), rounding_(rounding) {
   if (&plugin.backend() != device.table())
     throw std::logic_error("DeviceLayers: the plugin was created on another backend");
   size_t max_act = 0, max_ws = 0, max_params = 0;
@@ -25,6 +25,7 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
     outputs_.push_back(allocate(bytes_of(l.output)));
     if (!shared_workspace_) workspaces_.push_back(allocate(l.workspace_bytes));
     if (keep_params) params_.push_back(allocate(l.param_floats * sizeof(float)));
+    if (keep_grads) grads_.push_back(allocate(l.param_floats * sizeof(float)));
     max_ws = std::max(max_ws, l.workspace_bytes);
     max_act = std::max({max_act, bytes_of(l.input), bytes_of(l.output)});
     max_params = std::max(max_params, l.param_floats);
@@ -33,7 +34,7 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
   if (!keep_params) params_.push_back(allocate(max_params * sizeof(float)));
   params_kept_.assign(keep_params ? layers_.size() : 0, false);
   kept_views_.resize(params_kept_.size());
-  grads_ = allocate(max_params * sizeof(float));
+  if (!keep_grads) grads_.push_back(allocate(max_params * sizeof(float)));
   grad_a_ = allocate(max_act);
   grad_b_ = allocate(max_act);
   input_ = allocate(bytes_of(layers_.front().input));
@@ -62,18 +63,24 @@ DeviceLayers::Buffer DeviceLayers::allocate(size_t bytes) {
   return b;
 }
 
-std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging,
-                                           const std::vector<bool>* zeroed) {
+std::vector<ds_tensor> DeviceLayers::views_in(const std::vector<ds_tensor>& host, const Buffer& buffer) const {
   std::vector<ds_tensor> out;
   size_t at = 0;
   for (const ds_tensor& t : host) {
     const size_t bytes = bytes_of(t.shape);
-    if (at + bytes > staging.bytes) throw std::logic_error("DeviceLayers: a layer's tensors exceed the staging buffer");
-    void* dst = static_cast<char*>(staging.data) + at;
-    if (zeroed && (*zeroed)[out.size()]) device_.zero(dst, bytes);
-    else device_.to_device(dst, t.data, bytes);
-    out.push_back(ds_tensor{dst, t.dtype, t.shape, device_.table()->device});
-    at += (bytes + 15) / 16 * 16;  // each tensor 16-byte aligned
+    if (at + bytes > buffer.bytes) throw std::logic_error("DeviceLayers: a layer's tensors exceed their device buffer");
+    out.push_back(ds_tensor{static_cast<char*>(buffer.data) + at, t.dtype, t.shape, device_.table()->device});
+    at += (bytes + 15) / 16 * 16;
+  }
+  return out;
+}
+
+std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging,
+                                           const std::vector<bool>* zeroed) {
+  std::vector<ds_tensor> out = views_in(host, staging);
+  for (size_t k = 0; k < host.size(); ++k) {
+    if (zeroed && (*zeroed)[k]) device_.zero(out[k].data, bytes_of(host[k].shape));
+    else device_.to_device(out[k].data, host[k].data, bytes_of(host[k].shape));
   }
   return out;
 }
@@ -105,9 +112,9 @@ ds_tensor DeviceLayers::input_of(size_t i, const ds_batch& device) const {
 void* DeviceLayers::workspace(size_t i) const { return shared_workspace_ ? workspaces_[0].data : workspaces_[i].data; }
 
 void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>* params, const ds_shape& output,
-                           const ds_batch& batch, float* host_loss) {
+                           const ds_batch& batch, float* host_loss, bool recompute) {
   const ds_device_type dev = device_.table()->device;
-  if (i == 0) {  // the micro-batch (and, for predictions, the rows under way) to the device
+  if (i == 0 && !recompute) {  // the micro-batch (and, for predictions, the rows under way) to the device
     device_.to_device(input_.data, batch.input->data, bytes_of(batch.input->shape));
     device_.to_device(target_.data, batch.target->data, bytes_of(batch.target->shape));
     input_t_ = ds_tensor{input_.data, batch.input->dtype, batch.input->shape, dev};
@@ -132,7 +139,7 @@ void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>* params, const
 }
 
 void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, const std::vector<ds_tensor>& grads,
-                            const std::vector<bool>& zeroed, float loss_grad, const ds_batch& batch) {
+                            const GradSync& sync, float loss_grad, const ds_batch& batch) {
   const ds_device_type dev = device_.table()->device;
   const bool last = i + 1 == layers_.size();
   if (last) {
@@ -140,7 +147,13 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
     grad_next_ = &loss_grad_;
   }
   const std::vector<ds_tensor> param_views = layer_params(i, params);
-  const std::vector<ds_tensor> grad_views = stage(grads, grads_, &zeroed);  // the plugin adds into them
+  std::vector<ds_tensor> grad_views;  // the plugin adds into them
+  if (!keep_grads_) {
+    grad_views = stage(grads, grads_[0], &sync.zeroed);
+  } else {
+    grad_views = views_in(grads, grads_[i]);
+    if (sync.first) device_.zero(grads_[i].data, grads_[i].bytes);
+  }
   const ds_batch on_device = device_batch(batch);
   ds_tensor output{outputs_[i].data, DS_F32, layers_[i].output, dev};
   ds_tensor grad_output{grad_next_->data, DS_F32, layers_[i].output, dev};
@@ -150,8 +163,9 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
                    i == 0 ? nullptr : &grad_input, const_cast<ds_tensor*>(grad_views.data()), workspace(i), on_device);
   if (i > 0 && rounding_)
     device_.round_to(*rounding_, static_cast<float*>(grad_input.data), static_cast<size_t>(shape_numel(grad_input.shape)));
-  for (size_t k = 0; k < grads.size(); ++k)
-    device_.to_host(grads[k].data, grad_views[k].data, bytes_of(grads[k].shape));
+  if (!keep_grads_ || sync.last)
+    for (size_t k = 0; k < grads.size(); ++k)
+      device_.to_host(grads[k].data, grad_views[k].data, bytes_of(grads[k].shape));
   grad_next_ = grad_in;
 }
 

@@ -3,9 +3,14 @@
 //   forward:  the layer's parameters (and the tied values it uses) are on the device or copied
 //             there, the plugin runs there, its output stays on the device for the next layer; the
 //             last layer's loss (and the predictions, when asked for) come back to the host;
-//   backward: the layer's gradient buffers go to the device (zeroed there when they hold zeros on
-//             the host, as 16-bit training's fp32 scratch does); the plugin adds into them there;
-//             they come back. Activation gradients stay on the device.
+//   backward: the layer's gradient buffers go to the device, or are zeroed there when they hold
+//             zeros on the host (16-bit training's fp32 scratch; fp32 gradients before the step's
+//             first additions at stages 0-1, every micro-batch's bucket at stages 2-3); the plugin
+//             adds into them there; they come back. Activation gradients stay on the device.
+//             With `keep_grads` (stages 0-1 with fp32 gradients, whose host buffer sums the whole
+//             step's micro-batches) each layer's gradients instead stay on the device for the whole
+//             step: zeroed there at the step's first micro-batch, summed there, and copied back once,
+//             at its last micro-batch, over the host buffers (which hold zeros until then).
 // So everything the engine does between layer calls (ZeRO's gathers and reductions, clipping, the
 // optimizer, checkpoints) is unchanged. The micro-batch's input and target are copied over at layer
 // 0's forward.
@@ -17,12 +22,14 @@
 // backward of every micro-batch. Without it (stage 3, whose point is not to hold the whole model)
 // one staging buffer of the largest layer's size takes each layer's in turn.
 //
-// The ops compute in fp32. In 16-bit training the engine hands over the parameters widened to fp32
-// and takes the gradients back in fp32, as for the CPU's layers; each layer's output and input
-// gradient are rounded to the 16-bit precision on the device, as the CPU path rounds them, so the
-// values crossing layers are the 16-bit ones. The device's memory holds every layer's output and
+// The buffers are fp32. In 16-bit training the engine hands over the parameters widened to fp32 and
+// takes the gradients back in fp32, as for the CPU's layers; each layer's output and input gradient
+// are rounded to the 16-bit precision on the device, as the CPU path rounds them, so the values
+// crossing layers are the 16-bit ones (the engine also sets the device's 16-bit products,
+// Device::set_half_matmuls). The device's memory holds every layer's output and
 // workspace (one shared workspace with activation checkpointing), the parameters (every layer's,
-// or the staging buffer), a gradient staging buffer of the largest layer's size, and the batch.
+// or the staging buffer), the gradients (every layer's, or a staging buffer of the largest layer's
+// size), and the batch.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -44,23 +51,29 @@ class DeviceLayers {
   // `plugin` was created on `device`'s table. `rounding`: the 16-bit precision that layer outputs
   // and input gradients are rounded to (none in fp32 training).
   DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers, bool shared_workspace,
-               bool keep_params, const ds_dataset_info& data, int64_t micro_batch, size_t prediction_floats,
-               std::optional<amp::Half> rounding);
+               bool keep_params, bool keep_grads, const ds_dataset_info& data, int64_t micro_batch,
+               size_t prediction_floats, std::optional<amp::Half> rounding);
   ~DeviceLayers();
   DeviceLayers(const DeviceLayers&) = delete;
   DeviceLayers& operator=(const DeviceLayers&) = delete;
 
   // Layer `i`'s forward with host parameter views `params` (nullptr when holds_params(i)); `batch` is the host micro-batch, with
   // `output` the layer's output shape at the rows under way. The last layer writes the loss into
-  // host_loss[0] and the predictions into batch.predictions (host) when that is set.
+  // host_loss[0] and the predictions into batch.predictions (host) when that is set. `recompute`:
+  // activation checkpointing's second forward during backward (layer 0's batch is already there).
   void forward(size_t i, const std::vector<ds_tensor>* params, const ds_shape& output, const ds_batch& batch,
-               float* host_loss);
+               float* host_loss, bool recompute = false);
+  // What backward does with a layer's host gradient buffers.
+  struct GradSync {
+    std::vector<bool> zeroed;  // which hold zeros: zeroed on the device rather than copied there
+    bool first = true;         // keep_grads: the step's first micro-batch (the sums start at zero)
+    bool last = true;          // keep_grads: its last (the sums come back)
+  };
   // Layer `i`'s backward: `loss_grad` is d(total)/d(loss) for the last layer (unused for the others,
   // whose grad_output is the activation gradient the layer after left on the device). `grads` are
-  // host views the plugin's additions land in; those that `zeroed` marks hold zeros, so they are
-  // zeroed on the device rather than copied there.
+  // host views the plugin's additions land in (see GradSync).
   void backward(size_t i, const std::vector<ds_tensor>* params, const std::vector<ds_tensor>& grads,
-                const std::vector<bool>& zeroed, float loss_grad, const ds_batch& batch);
+                const GradSync& sync, float loss_grad, const ds_batch& batch);
   // Layer i's parameters are on the device (keep_params, uploaded since forget_params()): the engine
   // need not fetch or widen them on the host.
   bool holds_params(size_t i) const { return !params_kept_.empty() && params_kept_[i]; }
@@ -73,8 +86,9 @@ class DeviceLayers {
     size_t bytes = 0;
   };
   Buffer allocate(size_t bytes);
-  // Device views of host tensors `host`, their values copied into `staging` one after another
-  // (those that `zeroed` marks are zeroed there instead).
+  // Device views of host tensors `host` laid out one after another in `buffer`, each 16-byte aligned.
+  std::vector<ds_tensor> views_in(const std::vector<ds_tensor>& host, const Buffer& buffer) const;
+  // The same views, with the host values copied there (those that `zeroed` marks are zeroed instead).
   std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging,
                                const std::vector<bool>* zeroed = nullptr);
   // Layer i's parameters on the device: the kept ones, or `host` uploaded.
@@ -87,6 +101,7 @@ class DeviceLayers {
   const Plugin& plugin_;
   std::vector<LayerShape> layers_;
   bool shared_workspace_;
+  bool keep_grads_;
   ds_dataset_info data_;
   int64_t micro_batch_;
   std::optional<amp::Half> rounding_;
@@ -94,7 +109,8 @@ class DeviceLayers {
   std::vector<Buffer> params_;     // keep_params: one per layer; else one staging buffer
   std::vector<bool> params_kept_;  // keep_params: layer i's parameters are on the device
   std::vector<std::vector<ds_tensor>> kept_views_;  // and their device views
-  Buffer grads_, grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
+  std::vector<Buffer> grads_;      // keep_grads: one per layer; else one staging buffer
+  Buffer grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
   ds_tensor input_t_{}, target_t_{}, predictions_t_{};
   Buffer* grad_next_ = nullptr;  // backward: where the next layer down reads its grad_output
   std::vector<Buffer> owned_;

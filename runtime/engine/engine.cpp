@@ -320,14 +320,16 @@ void Engine::build_layers() {
     shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape), floats});
   }
   const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
-  config_.device->set_bf16_matmuls(config_.precision == amp::Storage::BF16);  // as DeepSpeed's bf16 model computes
   std::optional<amp::Half> rounding;
   if (config_.precision != amp::Storage::F32)
     rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
+  config_.device->set_half_matmuls(rounding);  // as DeepSpeed's 16-bit models multiply
   const bool keep_params = !policy_.parameters;  // stage 3 holds only its partition
-  device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params, data_,
-                                                  config_.micro_batch, predictions.ndim ? elements(predictions) : 0,
-                                                  rounding);
+  // Stages 0-1 sum the step's micro-batches in one fp32 host buffer: the device can sum them instead.
+  const bool keep_grads = !policy_.gradients && config_.grad_storage == amp::Storage::F32;
+  device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params,
+                                                  keep_grads, data_, config_.micro_batch,
+                                                  predictions.ndim ? elements(predictions) : 0, rounding);
 }
 
 // The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as
@@ -635,12 +637,12 @@ ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
   return ds_tensor{const_cast<float*>(current().outputs[layer - 1].data()), DS_F32, output_shape(layer - 1), DS_DEVICE_CPU};
 }
 
-void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch) {
+void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch, bool recompute) {
   std::vector<float>& out = current().outputs[i];
   const bool held = device_holds_params(i);  // then `params` is not needed (nullptr)
   if (!held) views(params, tied_values_.data(), i, param_views_);
   if (device_layers_) {  // it rounds on the device
-    device_layers_->forward(i, held ? nullptr : &param_views_, output_shape(i), batch, out.data());
+    device_layers_->forward(i, held ? nullptr : &param_views_, output_shape(i), batch, out.data(), recompute);
     return;
   }
   ds_tensor output{out.data(), DS_F32, output_shape(i), DS_DEVICE_CPU};
@@ -675,7 +677,7 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     const size_t unit = layout_->unit_index(i);
     const bool on_device = device_holds_params(i);
     const float* params = on_device ? nullptr : acquire_params(i, true);
-    if (config_.recompute && (i + 1 < layers_.size() || !last_stage())) forward_layer(i, params, batch);
+    if (config_.recompute && (i + 1 < layers_.size() || !last_stage())) forward_layer(i, params, batch, true);
     float* grads = layer_grads(i);
     if (!on_device) views(params, tied_values_.data(), i, param_views_);
     views(grads, tied_grads_.data(), i, grad_views_);
@@ -683,10 +685,17 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape, DS_DEVICE_CPU};
     const bool input_grad = i > 0 || !first_stage();
     if (device_layers_) {
-      zeroed_grads_.clear();  // 16-bit: layer_grads gave a zeroed scratch (tied gradients may hold others' sums)
+      // Gradients that hold zeros are zeroed on the device rather than uploaded: 16-bit training's fp32
+      // scratch (layer_grads), and fp32 gradients the step (stages 0-1) or micro-batch (2-3) has not yet
+      // added into. Tied ones may hold other layers' sums.
+      // With the device's own sums (stages 0-1 in fp32), fresh gradients start them.
+      const bool fresh = config_.grad_storage != amp::Storage::F32 || grads_->fresh(unit);
+      grad_sync_.zeroed.clear();
       for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s)
-        zeroed_grads_.push_back(config_.grad_storage != amp::Storage::F32 && slots_[s].owner < 0);
-      device_layers_->backward(i, on_device ? nullptr : &param_views_, grad_views_, zeroed_grads_, loss_grad, batch);
+        grad_sync_.zeroed.push_back(fresh && slots_[s].owner < 0);
+      grad_sync_.first = grads_->fresh(unit);
+      grad_sync_.last = last_micro_batch;
+      device_layers_->backward(i, on_device ? nullptr : &param_views_, grad_views_, grad_sync_, loss_grad, batch);
     } else {
       plugin_.backward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, grad_output,
                        input_grad ? &grad_input : nullptr, grad_views_.data(), workspace(i), batch);

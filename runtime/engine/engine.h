@@ -294,7 +294,7 @@ class Engine {
   void init_swapped(const std::function<const float*(const zero::Unit&)>& chunk_of);
   // training: through the stage 3 fetcher, and with backward to follow (else forward only).
   void forward(const ds_batch& batch, bool training);
-  void forward_layer(size_t layer, const float* params, const ds_batch& batch);
+  void forward_layer(size_t layer, const float* params, const ds_batch& batch, bool recompute = false);
   float* workspace(size_t layer);
   ds_tensor layer_input(size_t layer, const ds_batch& batch) const;
   ds_shape output_shape(size_t layer) const;
@@ -425,7 +425,7 @@ class Engine {
   size_t buffer_ = 0;                              // the one the micro-batch under way uses
   int32_t first_layer_ = 0;                        // the plugin's index of layers_[0] (pipeline stages)
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
-  std::vector<bool> zeroed_grads_;                 // device layers: which of grad_views_ hold zeros
+  DeviceLayers::GradSync grad_sync_;               // device layers: what backward does with grad_views_
   std::vector<float> slices_;                      // pipeline x tensor parallelism: gather_slices' scratch
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
   ModelGroups model_groups_;                       // tensor and sequence parallelism: the plugin's groups

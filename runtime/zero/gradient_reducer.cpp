@@ -24,6 +24,7 @@ GradientReducer::GradientReducer(const PartitionLayout& layout, ProcessGroup& gr
     post_ = averaging.prescale ? 1.0 : averaging.predivide_factor / world;
   }
   grads_.assign((policy.gradients ? layout.partition_size() : layout.full_size()) * elem_, std::byte{0});
+  accumulated_.assign(layout.units().size(), false);
 }
 
 GradientReducer::~GradientReducer() {
@@ -39,6 +40,7 @@ void GradientReducer::begin_step(bool reduce) {
   if (!reduce && policy_.optimizer_state) throw std::logic_error("GradientReducer: only stage 0 can leave gradients unreduced");
   reduce_ = reduce;
   std::fill(grads_.begin(), grads_.end(), std::byte{0});
+  std::fill(accumulated_.begin(), accumulated_.end(), false);
 }
 
 void* GradientReducer::unit_grads(size_t unit) {
@@ -56,6 +58,7 @@ void GradientReducer::unit_done(size_t unit, bool last) {
   const Unit& u = layout_.units()[unit];
   const bool single = group_.size() == 1;
   if (!policy_.gradients) {
+    accumulated_[unit] = true;
     if (!last || single || u.size == 0 || !reduce_) return;
     std::byte* data = at(grads_, u.begin);
     cpu::scale(storage_, data, u.padded(), pre_);

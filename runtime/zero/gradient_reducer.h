@@ -47,6 +47,11 @@ class GradientReducer {
   // Where the unit's gradients accumulate during this micro-batch ([unit padded], the layer's
   // tensors at their offsets from the unit's start); the plugin adds into it.
   void* unit_grads(size_t unit);
+  // unit_grads(unit) held zeros when this micro-batch's backward began: nothing has been added into it
+  // since begin_step (stages 0-1: no unit_done of this unit yet) or since it was handed out (stages
+  // 2-3: a bucket is zeroed for each micro-batch). Only the layers whose backward has run since have
+  // added to it.
+  bool fresh(size_t unit) const { return policy_.gradients || !accumulated_[unit]; }
   // Backward is done with the unit for this micro-batch; `last` = the step's last micro-batch.
   void unit_done(size_t unit, bool last);
   // Waits for every reduction and finishes the averaging. Afterwards owned_grads(u) holds this
@@ -71,6 +76,7 @@ class GradientReducer {
   ProcessGroup& group_;
   Policy policy_;
   bool reduce_ = true;  // this step's gradients are reduced across the ranks
+  std::vector<bool> accumulated_;  // stages 0-1, per unit: unit_done since begin_step
   amp::Storage storage_;
   DataType type_;  // of the collectives
   size_t elem_;    // bytes per element

@@ -499,49 +499,55 @@ TEST_CASE("every op on the CPU backend gives the same bits at 1 and 2 threads") 
   ds::cpu::set_threads(saved);
 }
 
-// bf16 training on a device (set_bf16_matmuls): the matmul op multiplies its inputs rounded to bf16,
-// with fp32 accumulation, in every transpose and with accumulation into c. The products of bf16
-// values are exact in fp32, so the result is the reference product of the rounded inputs up to the
-// order of the fp32 sums; it differs from the fp32 product by far more.
-TEST_CASE("the CUDA backend (emulated) with bf16 matmuls multiplies the bf16-rounded inputs") {
-  ds::backend::Cuda cuda(0);
-  cuda.set_bf16_matmuls(true);
-  const Ops ops(cuda.table());
-  Rng rng(31);
-  const int64_t m = 5, n = 7, k = 33;
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      for (bool acc : {false, true}) {
-        CAPTURE(ta);
-        CAPTURE(tb);
-        CAPTURE(acc);
-        const Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n);
-        const Floats c0 = ds::test::random_vec(rng, m * n);
-        Floats a16 = a, b16 = b;
-        ds::cpu::round_to(ds::amp::Storage::BF16, a16.data(), a16.size());
-        ds::cpu::round_to(ds::amp::Storage::BF16, b16.data(), b16.size());
-        Floats want = c0, fp32 = c0, got = c0;
-        ds::cpu::matmul_reference(a16.data(), b16.data(), want.data(), m, n, k, ta, tb, acc);
-        ds::cpu::matmul_reference(a.data(), b.data(), fp32.data(), m, n, k, ta, tb, acc);
-        ops.matmul(a.data(), b.data(), got.data(), m, n, k, ta, tb, acc);
-        ds::test::check_close("bf16 matmul", got.data(), want.data(), got.size(), 1e-6, 1e-6);
-        double off = 0.0;
-        for (size_t i = 0; i < got.size(); ++i) off = std::max(off, std::abs(double(got[i]) - fp32[i]));
-        CHECK(off > 1e-4);  // bf16's rounding (2^-9 relative) shows in sums of 33 products
+// 16-bit training on a device (set_half_matmuls): the matmul op multiplies its inputs rounded to bf16
+// or fp16, with fp32 accumulation, in every transpose and with accumulation into c. The products of
+// 16-bit values are exact in fp32, so the result is the reference product of the rounded inputs up to
+// the order of the fp32 sums; it differs from the fp32 product by far more.
+TEST_CASE("the CUDA backend (emulated) with 16-bit matmuls multiplies the rounded inputs") {
+  for (const auto type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
+    const bool bf16 = type == ds::amp::Half::BF16;
+    CAPTURE(bf16);
+    ds::backend::Cuda cuda(0);
+    cuda.set_half_matmuls(type);
+    const Ops ops(cuda.table());
+    Rng rng(31);
+    const int64_t m = 5, n = 7, k = 33;
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (bool acc : {false, true}) {
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(acc);
+          const Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n);
+          const Floats c0 = ds::test::random_vec(rng, m * n);
+          Floats a16 = a, b16 = b;
+          const auto storage = bf16 ? ds::amp::Storage::BF16 : ds::amp::Storage::F16;
+          ds::cpu::round_to(storage, a16.data(), a16.size());
+          ds::cpu::round_to(storage, b16.data(), b16.size());
+          Floats want = c0, fp32 = c0, got = c0;
+          ds::cpu::matmul_reference(a16.data(), b16.data(), want.data(), m, n, k, ta, tb, acc);
+          ds::cpu::matmul_reference(a.data(), b.data(), fp32.data(), m, n, k, ta, tb, acc);
+          ops.matmul(a.data(), b.data(), got.data(), m, n, k, ta, tb, acc);
+          ds::test::check_close("16-bit matmul", got.data(), want.data(), got.size(), 1e-6, 1e-6);
+          double off = 0.0;
+          for (size_t i = 0; i < got.size(); ++i) off = std::max(off, std::abs(double(got[i]) - fp32[i]));
+          CHECK(off > (bf16 ? 1e-4 : 1e-5));  // the rounding (2^-9 relative in bf16, 2^-12 in fp16) shows in sums of 33 products
+        }
       }
     }
+    cuda.set_half_matmuls(std::nullopt);
+    Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n), got(m * n), want(m * n);
+    ds::cpu::matmul_reference(a.data(), b.data(), want.data(), m, n, k, false, false, false);
+    ops.matmul(a.data(), b.data(), got.data(), m, n, k, false, false, false);
+    ds::test::check_close("fp32 matmul again", got.data(), want.data(), got.size(), 1e-6, 1e-6);
   }
-  cuda.set_bf16_matmuls(false);
-  Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n), got(m * n), want(m * n);
-  ds::cpu::matmul_reference(a.data(), b.data(), want.data(), m, n, k, false, false, false);
-  ops.matmul(a.data(), b.data(), got.data(), m, n, k, false, false, false);
-  ds::test::check_close("fp32 matmul again", got.data(), want.data(), got.size(), 1e-6, 1e-6);
 }
 
-// bf16 attention's products (set_bf16_matmuls): Q, K, V, dO, P and dS are rounded to bf16 (relative
-// error 2^-9 each) before their GEMMs, so the output and the gradients keep to a few bf16 roundings
-// of the fp32 reference; an error of layout or index would be of the order of the values themselves.
-TEST_CASE("the CUDA backend (emulated) with bf16 matmuls: attention within bf16's rounding of the reference") {
+// 16-bit attention products (set_half_matmuls): Q, K, V, dO, P and dS are rounded to bf16 or fp16
+// (relative error 2^-9 or 2^-12 each) before their GEMMs, so the output and the gradients keep to a
+// few roundings of the fp32 reference (bounds: 8 roundings); an error of layout or index would be of
+// the order of the values themselves.
+TEST_CASE("the CUDA backend (emulated) with 16-bit matmuls: attention within their rounding of the reference") {
   const int64_t B = 2, T = 37, H = 3, D = 16, n = B * T * H * D;
   Rng rng(47);
   const Floats qkv = ds::test::random_vec(rng, 3 * n), dout = ds::test::random_vec(rng, n);
@@ -556,19 +562,23 @@ TEST_CASE("the CUDA backend (emulated) with bf16 matmuls: attention within bf16'
     }
     return d / top;  // relative to the tensor's largest
   };
-  for (bool bf16 : {false, true}) {
-    CAPTURE(bf16);
+  for (const std::optional<ds::amp::Half> products : {std::optional<ds::amp::Half>(), std::optional(ds::amp::Half::BF16),
+                                                      std::optional(ds::amp::Half::F16)}) {
+    CAPTURE(products.has_value());
+    CAPTURE((products == ds::amp::Half::BF16));
     ds::backend::Cuda cuda(0);
-    cuda.set_bf16_matmuls(bf16);
+    cuda.set_half_matmuls(products);
     const Ops ops(cuda.table());
     Floats out(n), stats(ref_ws.size()), dqkv(3 * n);
     ops.attention_forward(qkv.data(), out.data(), stats.data(), B, T, H, D);
     ops.attention_backward(qkv.data(), stats.data(), dout.data(), dqkv.data(), B, T, H, D);
     const double out_error = worst(out, ref_out), grad_error = worst(dqkv, ref_dqkv);
-    if (bf16) {
-      CHECK(out_error < 0x1p-6);
-      CHECK(grad_error < 0x1p-6);
-      CHECK(out_error > 1e-5);  // the products did round to bf16
+    if (products) {
+      const double rounding = *products == ds::amp::Half::BF16 ? 0x1p-9 : 0x1p-12;
+      CHECK(out_error < 8 * rounding);
+      CHECK(grad_error < 8 * rounding);
+      CHECK(out_error > rounding / 64);  // the products did round to 16 bits
+      MESSAGE("attention with 16-bit products: output ", out_error, ", gradients ", grad_error, " (relative to the largest)");
     } else {
       CHECK(out_error < 1e-5);
       CHECK(grad_error < 1e-5);

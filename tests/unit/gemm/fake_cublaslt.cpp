@@ -290,9 +290,10 @@ bool resolve(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrix
     return reject(fmt::format("shapes do not fit: op(A) {}x{}, op(B) {}x{}, C {}x{}, D {}x{}", out.m, out.k, kb, out.n,
                               lc.rows, lc.cols, ld.rows, ld.cols));
   const bool f32 = la.type == CUDA_R_32F && lb.type == CUDA_R_32F && lc.type == CUDA_R_32F;
-  const bool bf16 =
-      la.type == CUDA_R_16BF && lb.type == CUDA_R_16BF && (lc.type == CUDA_R_32F || lc.type == CUDA_R_16BF);
-  if (!f32 && !bf16)
+  bool half = false;  // bf16 or fp16 inputs, with an fp32 c or one of theirs
+  for (uint32_t type : {CUDA_R_16BF, CUDA_R_16F})
+    half = half || (la.type == type && lb.type == type && (lc.type == CUDA_R_32F || lc.type == type));
+  if (!f32 && !half)
     return reject(fmt::format("types A {} B {} C {}: not a combination cuBLASLt has with CUBLAS_COMPUTE_32F", la.type,
                               lb.type, lc.type));
   return true;
@@ -308,12 +309,14 @@ int64_t offset(const Layout& l, int64_t entry, uint64_t row, uint64_t col) {
 
 double load(const void* base, const Layout& l, int64_t at) {
   if (l.type == CUDA_R_32F) return static_cast<const float*>(base)[at];
-  return amp::bf16_to_float(static_cast<const uint16_t*>(base)[at]);
+  const uint16_t bits = static_cast<const uint16_t*>(base)[at];
+  return l.type == CUDA_R_16BF ? amp::bf16_to_float(bits) : amp::fp16_to_float(bits);
 }
 
 void store(void* base, const Layout& l, int64_t at, double x) {
   if (l.type == CUDA_R_32F) static_cast<float*>(base)[at] = static_cast<float>(x);
-  else static_cast<uint16_t*>(base)[at] = amp::bf16_from_float(static_cast<float>(x));
+  else if (l.type == CUDA_R_16BF) static_cast<uint16_t*>(base)[at] = amp::bf16_from_float(static_cast<float>(x));
+  else static_cast<uint16_t*>(base)[at] = amp::fp16_from_float(static_cast<float>(x));
 }
 
 cublasStatus_t heuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,

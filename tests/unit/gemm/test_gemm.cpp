@@ -1,5 +1,5 @@
 // gemm's cuBLASLt path (cublaslt_gemm.h) on the fake cuBLASLt (fake_cublaslt.h) against the CPU
-// reference (cpu/matmul.h matmul_reference): odd shapes, every transpose, f32 and bf16, batches with
+// reference (cpu/matmul.h matmul_reference): odd shapes, every transpose, f32, bf16 and f16, batches with
 // broadcast operands, alpha and beta; beta 0 and k 0; the plan cache; per-device handles; errors naming
 // cuBLASLt's status and the shape; the loader of libcublasLt.so.13.
 #include <doctest/doctest.h>
@@ -36,7 +36,8 @@ struct Buffer {
     for (size_t i = 0; i < values.size(); ++i) {
       if (type == GemmType::F32) std::memcpy(&bytes[4 * i], &values[i], 4);
       else {
-        const uint16_t bits = ds::amp::bf16_from_float(values[i]);
+        const uint16_t bits = type == GemmType::BF16 ? ds::amp::bf16_from_float(values[i])
+                                                     : ds::amp::fp16_from_float(values[i]);
         std::memcpy(&bytes[2 * i], &bits, 2);
       }
     }
@@ -49,7 +50,7 @@ struct Buffer {
       else {
         uint16_t bits;
         std::memcpy(&bits, &bytes[2 * i], 2);
-        out[i] = ds::amp::bf16_to_float(bits);
+        out[i] = type == GemmType::BF16 ? ds::amp::bf16_to_float(bits) : ds::amp::fp16_to_float(bits);
       }
     }
     return out;
@@ -68,14 +69,14 @@ int64_t extent(int64_t batch, int64_t stride, int64_t rows_cols) { return (batch
 
 // c (after gemm) against alpha·matmul_reference(a, b) + beta·c0 for every batch entry. Bound: 4·2^-24
 // of |alpha|·Σ|a||b| + |beta·c0| (the fake sums in double and rounds once, the reference rounds its sum
-// to fp32 first), plus one bf16 ulp, 2^-7·|expected|, for a bf16 c (both round nearly the same value to
-// bf16). Elements of c between batch entries are untouched. Returns the worst share of the bound.
+// to fp32 first), plus one 16-bit ulp, 2^-7·|expected| in bf16 and 2^-10·|expected| in fp16, for a
+// 16-bit c (both round nearly the same value to 16 bits). Elements of c between batch entries are untouched. Returns the worst share of the bound.
 double check_against_reference(const GemmShape& s, const Buffer& a, const Buffer& b, const Buffer& c0, const Buffer& c,
                                float alpha, float beta) {
   const std::vector<float> av = a.values(), bv = b.values(), before = c0.values(), after = c.values();
   const int64_t mn = s.m * s.n;
   std::vector<float> product(static_cast<size_t>(mn)), scale(static_cast<size_t>(mn)), abs_a, abs_b;
-  const double out_rtol = s.c_type == GemmType::BF16 ? 0x1p-7 : 0.0;
+  const double out_rtol = s.c_type == GemmType::BF16 ? 0x1p-7 : s.c_type == GemmType::F16 ? 0x1p-10 : 0.0;
   const double scaled = s.k == 0 ? 0.0 : alpha;  // k = 0: beta·c, whatever alpha
   double worst = 0;
   for (int64_t entry = 0; entry < s.batch; ++entry) {
@@ -136,11 +137,12 @@ struct Types {
 };
 constexpr Types kTypes[] = {
     {GemmType::F32, GemmType::F32, "f32"}, {GemmType::BF16, GemmType::F32, "bf16->f32"},
-    {GemmType::BF16, GemmType::BF16, "bf16"}};
+    {GemmType::BF16, GemmType::BF16, "bf16"}, {GemmType::F16, GemmType::F32, "f16->f32"},
+    {GemmType::F16, GemmType::F16, "f16"}};
 
 }  // namespace
 
-TEST_CASE("gemm (fake cuBLASLt): odd shapes x every transpose x f32/bf16 x batches and broadcasts match the CPU") {
+TEST_CASE("gemm (fake cuBLASLt): odd shapes x every transpose x f32/bf16/f16 x batches and broadcasts match the CPU") {
   ds::test::fake_cublaslt_reset();
   std::mt19937 rng(7);
   {
@@ -158,7 +160,7 @@ TEST_CASE("gemm (fake cuBLASLt): odd shapes x every transpose x f32/bf16 x batch
               CAPTURE(s.describe());
               CHECK(run_case(gemm, s, 1.5f, -0.75f, rng) <= 1.0);
             }
-    CHECK(fake_cublaslt().matmuls == 3 * 5 * 4 * 4);
+    CHECK(fake_cublaslt().matmuls == std::size(kTypes) * 5 * 4 * 4);
   }
   check_no_violations();
   check_all_released();
@@ -336,6 +338,8 @@ TEST_CASE("gemm: invalid arguments are std::invalid_argument naming the value an
        "cuda: gemm: stride -3 is negative (m=1 n=2 k=3 trans_a=0 trans_b=1 bf16->f32 batch=2 strides=3,-3,2)"},
       {{1, 2, 3, false, false, GemmType::F32, GemmType::BF16, 1, 0, 0, 0},
        "cuda: gemm: a bf16 c needs bf16 inputs (m=1 n=2 k=3 trans_a=0 trans_b=0 f32->bf16 batch=1 strides=0,0,0)"},
+      {{1, 2, 3, false, false, GemmType::BF16, GemmType::F16, 1, 0, 0, 0},
+       "cuda: gemm: a f16 c needs f16 inputs (m=1 n=2 k=3 trans_a=0 trans_b=0 bf16->f16 batch=1 strides=0,0,0)"},
       {{4, 2, 3, false, false, GemmType::F32, GemmType::F32, 2, 12, 6, 7},
        "cuda: gemm: batch entries of c overlap (stride_c 7 < m*n 8) (m=4 n=2 k=3 trans_a=0 trans_b=0 f32->f32 "
        "batch=2 strides=12,6,7)"},

@@ -43,7 +43,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   CHECK(report["device_name"] == "emulated CUDA device (the CPU SIMT emulator)");
   CHECK(report["failed"] == 0);
   CHECK(report["passed"] == report["checks"].size());
-  size_t bitwise = 0, attention = 0, gemm = 0, nccl_rows = 0, training = 0;
+  size_t bitwise = 0, attention = 0, half_attention = 0, gemm = 0, nccl_rows = 0, training = 0;
   for (const auto& c : report["checks"]) {
     INFO(c.dump());
     CHECK(c["passed"] == true);
@@ -54,6 +54,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
       CHECK(c["share_of_bound"].get<double>() <= 1.0);
     }
     attention += c["kernel"] == "attention";
+    half_attention += c["kernel"] == "attention_bf16" || c["kernel"] == "attention_fp16";
     gemm += std::string(c["kernel"]).starts_with("gemm");
     nccl_rows += std::string(c["kernel"]).starts_with("nccl ");
     if (c["kernel"] == "train gpt") {
@@ -62,8 +63,10 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
     }
   }
   CHECK(training == 1);
-  CHECK(attention == 2);  // 1x1x1x1 and 2x37x3x16; GPT-2's 1024 only on a GPU
-  CHECK(gemm == 15);  // f32, bf16: 1x1x1, 17x33x65 x 4 transposes, a batch; f32: k 0; bf16->f32: 2; the big: GPU
+  CHECK(attention == 2);       // 1x1x1x1 and 2x37x3x16; GPT-2's 1024 only on a GPU
+  CHECK(half_attention == 2);  // 16-bit products, bf16 and fp16: 2x37x3x16
+  CHECK(gemm == 23);  // f32, bf16, fp16: 1x1x1, 17x33x65 x 4 transposes, a batch; f32: k 0; bf16->f32 and
+                      // fp16->f32: 2 each; the big: GPU
   CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
   CHECK(bitwise == 4 + 3 + 1 + 1 + 3 + nccl_rows);  // Adam x 4, bias+residual x 3, embedding, nonfinite, relu+scale, 2 conversions
   CHECK((std::string(report["not_checked"]).find("NCCL") == std::string::npos) == (nccl.ranks > 0));
