@@ -3,7 +3,7 @@
 //   gpu_bench adam --params N --steps S
 //   gpu_bench gemm --size N --steps S
 //   gpu_bench attention --batch B --seq T --heads H --head_dim D --steps S
-//   gpu_bench gpt|gpt_bf16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
+//   gpu_bench gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
 // parameter), against a device-to-device copy of 14·N bytes (the same 28·N bytes moved).
 // gemm: an N x N x N bf16 product (fp32 accumulation, bf16 out) through kernels/cuda/gemm.h: TFLOP/s.
@@ -11,8 +11,8 @@
 // with fp32 products and with bf16 ones.
 // gpt: training steps of the gpt plugin on the CUDA backend (worker/device_model.h: the plugin's layers
 // through the backend's ops, then AdamW), fp32: tokens/s and the model's TFLOP/s (nanoGPT's count,
-// 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product). gpt_bf16: the same with
-// the backend's bf16 products (set_bf16_matmuls: matmuls and attention), as torch.autocast's bf16.
+// 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product). gpt_bf16, gpt_fp16: the
+// same with the backend's 16-bit products (set_half_matmuls: matmuls and attention), as torch.autocast's.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -134,13 +134,15 @@ int attention(long long B, long long T, long long H, long long D, int steps) {
   return 0;
 }
 
-int gpt(long long B, long long T, long long layers, long long heads, long long embd, long long vocab, int steps,
-        bool bf16) {
+int gpt(const std::string& bench, long long B, long long T, long long layers, long long heads, long long embd,
+        long long vocab, int steps) {
   const std::string config = "{\"n_layer\": " + std::to_string(layers) + ", \"n_head\": " + std::to_string(heads) +
                              ", \"n_embd\": " + std::to_string(embd) + ", \"seq_len\": " + std::to_string(T) +
                              ", \"vocab_size\": " + std::to_string(vocab) + "}";
   ds::backend::Cuda cuda(0);
-  cuda.set_half_matmuls(bf16 ? std::optional(ds::amp::Half::BF16) : std::nullopt);
+  cuda.set_half_matmuls(bench == "gpt_bf16"   ? std::optional(ds::amp::Half::BF16)
+                        : bench == "gpt_fp16" ? std::optional(ds::amp::Half::F16)
+                                              : std::nullopt);
   const auto plugin = ds::Plugin::load("gpt", config, cuda.table());
   const long long n = ds::DeviceModel::count_parameters(*plugin);
   std::mt19937 rng(1);
@@ -172,7 +174,7 @@ int gpt(long long B, long long T, long long layers, long long heads, long long e
   std::printf("{\"side\": \"ours\", \"bench\": \"%s\", \"device\": \"%s\", \"params\": %lld, \"batch\": %lld, "
               "\"seq\": %lld, \"step_ms\": %.2f, \"adam_ms\": %.2f, \"tokens_per_s\": %.0f, \"model_tflops\": %.2f, "
               "\"loss\": %.4f}\n",
-              bf16 ? "gpt_bf16" : "gpt", prop.name, n, B, T, ms, adam_ms, tokens / ms * 1e3, flops * tokens / ms / 1e9,
+              bench.c_str(), prop.name, n, B, T, ms, adam_ms, tokens / ms * 1e3, flops * tokens / ms / 1e9,
               loss);
   return 0;
 }
@@ -205,7 +207,8 @@ int main(int argc, char** argv) {
       if (bench == "adam") return adam(params, steps);
       if (bench == "gemm") return gemm(size, steps);
       if (bench == "attention") return attention(batch, seq, heads, head_dim, steps);
-      if (bench == "gpt" || bench == "gpt_bf16") return gpt(batch, seq, layers, heads, embd, vocab, steps, bench != "gpt");
+      if (bench == "gpt" || bench == "gpt_bf16" || bench == "gpt_fp16")
+        return gpt(bench, batch, seq, layers, heads, embd, vocab, steps);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpu_bench: %s\n", e.what());
       return 1;
@@ -213,7 +216,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "usage: gpu_bench adam [--params N] [--steps S]\n"
                        "       gpu_bench gemm [--size N] [--steps S]\n"
                        "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n"
-                       "       gpu_bench gpt|gpt_bf16 [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] "
+                       "       gpu_bench gpt|gpt_bf16|gpt_fp16 [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] "
                        "[--vocab V] [--steps S]\n");
   return 2;
 }

@@ -3,7 +3,7 @@
     peer_torch.py adam --params N --steps S
     peer_torch.py gemm --size N --steps S
     peer_torch.py attention --batch B --seq T --heads H --head_dim D --steps S
-    peer_torch.py gpt|gpt_bf16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
+    peer_torch.py gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 adam: torch.optim.AdamW(fused=True) stepping N fp32 parameters, and torch's device-to-device copy of 14·N bytes
 (the 28·N bytes an fp32 AdamW step moves). gemm: torch.matmul of two N x N bf16 matrices. attention:
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) on fp32 q, k, v [B, H, T, D] (what ours computes),
@@ -11,7 +11,8 @@ forward and forward + backward; also in bf16 (flash attention), for reference. E
 untimed ones, by CUDA events. gpt: training steps of a GPT-2 written as the gpt plugin is (nanoGPT's model: tied LM
 head, tanh GELU, causal SDPA), fp32 with TF32 off (ours never uses TF32), AdamW(fused=True), the loss read back each
 step as ours does: tokens/s. gpt_bf16: the same under torch.autocast("cuda", torch.bfloat16) (fp32 parameters,
-bf16 matmuls and flash attention), as ours multiplies with bf16 products.
+bf16 matmuls and flash attention), as ours multiplies with bf16 products; gpt_fp16 likewise with torch.float16
+(no GradScaler: a timing, and ours' bench has no loss scaling either).
 """
 import argparse, json
 
@@ -114,7 +115,8 @@ def gpt(a):
 
     def step():
         opt.zero_grad(set_to_none=False)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.bench == "gpt_bf16"):
+        half = {"gpt_bf16": torch.bfloat16, "gpt_fp16": torch.float16}.get(a.bench)
+        with torch.autocast("cuda", dtype=half or torch.bfloat16, enabled=half is not None):
             loss = model(tokens, targets)
         loss.backward()
         opt.step()
@@ -129,7 +131,7 @@ def gpt(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("bench", choices=("adam", "gemm", "attention", "gpt", "gpt_bf16"))
+    p.add_argument("bench", choices=("adam", "gemm", "attention", "gpt", "gpt_bf16", "gpt_fp16"))
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--batch", type=int, default=8)
@@ -141,7 +143,7 @@ def main():
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--steps", type=int, default=20)
     a = p.parse_args()
-    print(json.dumps({"adam": adam, "gemm": gemm, "attention": attention, "gpt": gpt, "gpt_bf16": gpt}[a.bench](a)))
+    print(json.dumps({"adam": adam, "gemm": gemm, "attention": attention, "gpt": gpt, "gpt_bf16": gpt, "gpt_fp16": gpt}[a.bench](a)))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 """GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--benches adam,gemm,attention,gpt,gpt_bf16] [--reps 3] [--steps 20] [--json PATH]
+    python3 bench/gpu/run.py [--benches adam,gemm,attention,gpt,gpt_bf16,gpt_fp16] [--reps 3] [--steps 20] [--json PATH]
 
 adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
            (bit-identical to the CPU optimizer), the peer torch.optim.AdamW(fused=True). An fp32 AdamW step reads
@@ -17,6 +17,7 @@ gpt        GPT-2 124M (12 layers x 768, context 1024, vocabulary 50257, batch --
            torch (TF32 off, fused AdamW): tokens/s and the model's TFLOP/s (6·Ψ + 12·L·T·C per token).
 gpt_bf16   the same with bf16 products: ours the backend's bf16 matmuls and attention products (fp32 parameters),
            the peer under torch.autocast(bfloat16).
+gpt_fp16   the same with fp16 products (the peer: torch.autocast(float16)).
 Each side a fresh process per repetition, interleaved; reported: the median over repetitions and ours / torch.
 """
 import argparse, json, os, statistics, subprocess, sys
@@ -30,7 +31,7 @@ def options(a, bench):
         return ["--params", str(a.params), "--steps", str(a.steps)]
     if bench == "gemm":
         return ["--size", str(a.size), "--steps", str(a.steps)]
-    if bench in ("gpt", "gpt_bf16"):
+    if bench in ("gpt", "gpt_bf16", "gpt_fp16"):
         return ["--batch", str(a.gpt_batch), "--seq", "1024", "--layers", "12", "--heads", "12", "--embd", "768",
                 "--vocab", "50257", "--steps", str(min(a.steps, 10))]
     return ["--batch", "8", "--seq", "1024", "--heads", "12", "--head_dim", "64", "--steps", str(a.steps)]
@@ -73,8 +74,8 @@ def report(a, bench, samples):
         ours, torch = median(samples, "ours", "tflops"), median(samples, "torch", "tflops")
         if ours and torch:
             print(f"  ours / torch: {ours / torch:.2f}x")
-    elif bench in ("gpt", "gpt_bf16"):
-        kind = "fp32" if bench == "gpt" else "bf16 products (torch: autocast)"
+    elif bench in ("gpt", "gpt_bf16", "gpt_fp16"):
+        kind = "fp32" if bench == "gpt" else f"{bench[4:]} products (torch: autocast)"
         print(f"GPT-2 124M training steps, {kind}, batch {a.gpt_batch} x 1024 tokens, median of {a.reps} runs")
         for side in ("ours", "torch"):
             ms, tps, tf = (median(samples, side, k) for k in ("step_ms", "tokens_per_s", "model_tflops"))
@@ -103,7 +104,7 @@ def report(a, bench, samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,attention,gpt,gpt_bf16")
+    p.add_argument("--benches", default="adam,gemm,attention,gpt,gpt_bf16,gpt_fp16")
     p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)

@@ -168,7 +168,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     throw ConfigError("sequence parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.pipeline && config_.device != nullptr)
     throw ConfigError("pipeline parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
-  build_layers();
+  build_layers();  // and build_device_layers()
   build_partition();
   NormReducer reducer;
   if (policy_.optimizer_state && group_.size() > 1)
@@ -311,7 +311,11 @@ void Engine::build_layers() {
     }
     if (!last_stage()) m.grad_output.resize(elements(layers_.back().output_shape));
   }
-  if (config_.device == nullptr) return;
+  if (config_.device != nullptr) build_device_layers();
+}
+
+// The layers' calls on config_.device: what the device holds, and the arithmetic it uses.
+void Engine::build_device_layers() {
   std::vector<DeviceLayers::LayerShape> shapes;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];

@@ -287,6 +287,7 @@ class Engine {
     std::unique_ptr<Work> activation_sent, gradient_sent;  // pipeline: transfers from the buffers above
   };
   void build_layers();
+  void build_device_layers();
   void build_partition();
   void init_parameters();
   void initial_values(size_t slot, std::vector<float>& values) const;  // [slot size]
