@@ -125,6 +125,9 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     swap.allow_buffered = buffered_io_allowed();
     e.param_offload = swap;
   }
+  // On a GPU the engine's buffers stay on the host as ZeRO-Offload's do; offload's pin_memory (either
+  // block) says whether the ones the copies use are page-locked.
+  e.pin_memory = (!offload || offload->pin_memory) && (!params || params->pin_memory);
   e.recompute = c.activation_checkpointing.present || c.pipeline.activation_checkpoint_interval > 0;
   e.pipe_partitioned = c.pipeline.pipe_partitioned;
   e.grad_partitioned = c.pipeline.grad_partitioned;
@@ -399,6 +402,8 @@ int train(const WorkerOptions& o) {
                                         config.bf16.optimizer_states ? amp::Storage::BF16 : amp::Storage::F32);
                 },
                 make_lr_schedule(config.scheduler, config.optimizer.lr), data.train.get());
+  if (!engine.device_note().empty())
+    std::fprintf(stderr, "dsworker: warning: rank %d: device: %s\n", env.rank, engine.device_note().c_str());
   std::optional<SampleConfig> sample;
   if (!config.sample.empty()) {
     sample = parse_sample_config(config.sample);

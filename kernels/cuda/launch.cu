@@ -34,6 +34,16 @@ bool built_with_cuda() { return true; }
 
 bool emulated() { return false; }
 
+bool host_pin(void* p, size_t bytes, std::string& why) {
+  const cudaError_t status = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  if (status == cudaSuccess) return true;
+  cudaGetLastError();  // not sticky: the context stays usable
+  why = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+  return false;
+}
+
+void host_unpin(void* p) { check(cudaHostUnregister(p), "cudaHostUnregister"); }
+
 int device_count() {
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");

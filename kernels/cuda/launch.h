@@ -35,6 +35,12 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes, void* stream);  // asynchronous on `stream`
 void zero_on_device(void* dst, size_t bytes, void* stream);                    // dst[bytes] = 0, asynchronous
 void synchronize();
+// Page-locks host memory [p, p + bytes) (cudaHostRegister), so copies to and from it run at the bus's
+// speed; host_unpin(p) before it is freed. False, with CUDA's error in `why`, when the system refuses
+// (too much memory locked, a range that overlaps one pinned already): the memory stays usable, its
+// copies slower. Emulated: the ranges are recorded and checked as CUDA checks them.
+bool host_pin(void* p, size_t bytes, std::string& why);
+void host_unpin(void* p);  // throws for a pointer host_pin did not pin
 
 // LayerNorm forward (kernels/cpu/layernorm.h): y[rows, dim], stats[rows, 2] from x[rows, dim],
 // gamma[dim], beta[dim]; one block per row.

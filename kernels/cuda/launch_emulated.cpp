@@ -2,9 +2,14 @@
 // launch.cu, run synchronously (the stream is ignored), device memory being host memory. One
 // "device", the CPU. For tests of code above the launchers (dsworker --selftest) on machines
 // without a GPU.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <new>
+#include <stdexcept>
 
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
@@ -26,6 +31,45 @@ bool emulated() { return true; }
 int device_count() { return 1; }
 void set_device(int) {}
 std::string device_name(int) { return "emulated CUDA device (the CPU SIMT emulator)"; }
+
+namespace {
+std::mutex pinned_mutex;
+std::map<uintptr_t, size_t> pinned;    // first page → bytes: the pages host_pin locked
+std::map<uintptr_t, uintptr_t> starts;  // the pointer host_pin was given → its first page
+}  // namespace
+
+// CUDA locks whole pages: the range is widened to the 4 KiB pages it touches, and one that shares a page
+// with a range pinned already is refused.
+bool host_pin(void* p, size_t bytes, std::string& why) {
+  if (p == nullptr || bytes == 0) {
+    why = "cudaErrorInvalidValue: invalid argument";
+    return false;
+  }
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p) / kPage * kPage;
+  bytes = (reinterpret_cast<uintptr_t>(p) + bytes + kPage - 1) / kPage * kPage - start;
+  std::lock_guard lock(pinned_mutex);
+  const auto next = pinned.upper_bound(start);
+  const bool overlaps_next = next != pinned.end() && next->first < start + bytes;
+  const bool overlaps_previous = next != pinned.begin() && std::prev(next)->first + std::prev(next)->second > start;
+  if (overlaps_next || overlaps_previous) {
+    why = "cudaErrorHostMemoryAlreadyRegistered: part or all of the requested memory range is already mapped";
+    return false;
+  }
+  pinned.emplace(start, bytes);
+  starts.emplace(reinterpret_cast<uintptr_t>(p), start);
+  return true;
+}
+
+void host_unpin(void* p) {
+  std::lock_guard lock(pinned_mutex);
+  const auto at = starts.find(reinterpret_cast<uintptr_t>(p));
+  if (at == starts.end())
+    throw std::runtime_error("cuda: cudaHostUnregister: cudaErrorHostMemoryNotRegistered: pointer does not "
+                             "correspond to a registered memory region");
+  pinned.erase(at->second);
+  starts.erase(at);
+}
 
 void* device_alloc(size_t bytes) {
   void* p = std::malloc(bytes ? bytes : 1);

@@ -26,6 +26,10 @@ void copy_to_device(void*, const void*, size_t) {
 
 void copy_to_host(void*, const void*, size_t) { throw std::runtime_error("cuda: copy_to_host: dsrun was built without CUDA"); }
 
+bool host_pin(void*, size_t, std::string&) { throw std::runtime_error("cuda: host_pin: dsrun was built without CUDA"); }
+
+void host_unpin(void*) { throw std::runtime_error("cuda: host_unpin: dsrun was built without CUDA"); }
+
 void copy_on_device(void*, const void*, size_t, void*) {
   throw std::runtime_error("cuda: copy_on_device: dsrun was built without CUDA");
 }

@@ -28,6 +28,11 @@ class Device {
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;  // device memory
+  // Page-locks host memory [p, p + bytes) so the copies to and from it run at the bus's speed
+  // (ZeRO-Offload's pin_memory); unpin_host(p) before it is freed. False, with the reason in `why`,
+  // when the system refuses: the copies still work, at pageable memory's speed.
+  virtual bool pin_host(void* p, size_t bytes, std::string& why) = 0;
+  virtual void unpin_host(void* p) = 0;
   virtual void round_to(amp::Half type, float* x, size_t n) = 0;  // x[i] = float(half(x[i])), device memory
   // bf16 or fp16: the matmul op, and attention's products, round their operands to that type and
   // multiply them on the tensor cores with fp32 accumulation and output, as torch.autocast runs a
@@ -53,6 +58,8 @@ class Cuda : public Device {
   void to_device(void* dst, const void* src, size_t bytes) override;
   void to_host(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
+  bool pin_host(void* p, size_t bytes, std::string& why) override;
+  void unpin_host(void* p) override;
   void round_to(amp::Half type, float* x, size_t n) override;
   void set_half_matmuls(std::optional<amp::Half> type) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.

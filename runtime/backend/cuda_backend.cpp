@@ -360,6 +360,10 @@ void Cuda::zero(void* dst, size_t bytes) {
   if (bytes > 0) cuda::zero_on_device(dst, bytes, kStream);
 }
 
+bool Cuda::pin_host(void* p, size_t bytes, std::string& why) { return cuda::host_pin(p, bytes, why); }
+
+void Cuda::unpin_host(void* p) { cuda::host_unpin(p); }
+
 void Cuda::set_half_matmuls(std::optional<amp::Half> type) { state_->half_matmuls = type; }
 
 void Cuda::round_to(amp::Half type, float* x, size_t n) {

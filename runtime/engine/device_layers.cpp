@@ -48,6 +48,12 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
 }
 
 DeviceLayers::~DeviceLayers() {
+  for (void* p : pinned_) {
+    try {
+      device_.unpin_host(p);
+    } catch (...) {  // as below
+    }
+  }
   for (const Buffer& b : owned_) {
     try {
       device_.release(b.data);
@@ -95,6 +101,14 @@ std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds
 }
 
 void DeviceLayers::forget_params() { std::fill(params_kept_.begin(), params_kept_.end(), false); }
+
+bool DeviceLayers::pin(void* p, size_t bytes, std::string& why) {
+  if (p == nullptr || bytes == 0) return true;  // nothing to pin
+  pinned_.reserve(pinned_.size() + 1);
+  if (!device_.pin_host(p, bytes, why)) return false;
+  pinned_.push_back(p);
+  return true;
+}
 
 ds_batch DeviceLayers::device_batch(const ds_batch& batch) {
   ds_batch out{&input_t_, &target_t_, batch.step, batch.micro_step, nullptr};

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -79,6 +80,9 @@ class DeviceLayers {
   bool holds_params(size_t i) const { return !params_kept_.empty() && params_kept_[i]; }
   // The parameters may have changed: with keep_params, each layer's next call uploads them again.
   void forget_params();
+  // Page-locks host memory [p, p + bytes) that the copies use, until this object goes (which must be
+  // before that memory is freed). False, with the reason in `why`, when the device's system refuses.
+  bool pin(void* p, size_t bytes, std::string& why);
 
  private:
   struct Buffer {
@@ -114,6 +118,7 @@ class DeviceLayers {
   ds_tensor input_t_{}, target_t_{}, predictions_t_{};
   Buffer* grad_next_ = nullptr;  // backward: where the next layer down reads its grad_output
   std::vector<Buffer> owned_;
+  std::vector<void*> pinned_;  // host memory pin() page-locked
 };
 
 }  // namespace ds

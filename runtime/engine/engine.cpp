@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -179,6 +180,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
   build_segments();
   init_parameters();
+  pin_device_copies();
   if (policy_.parameters)
     fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, *chunks_, config_.precision, config_.stage3,
                                                     config_.grad_accum);
@@ -334,6 +336,28 @@ void Engine::build_device_layers() {
   device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params,
                                                   keep_grads, data_, config_.micro_batch,
                                                   predictions.ndim ? elements(predictions) : 0, rounding);
+}
+
+// The host buffers the device's copies read and write, page-locked (ZeRO-Offload's pin_memory; they
+// are PageVectors, so that no two share a page, which would refuse the second pin): the
+// fp32 parameters at stages 0-2 or 16-bit training's fp32 layer scratch, the fp32 gradients at stages
+// 0-1 or the 16-bit scratch, and the tied parameters' copies. Stages 2-3's gradient buckets and stage
+// 3's gathered units come from pools and stay pageable.
+void Engine::pin_device_copies() {
+  if (!device_layers_ || !config_.pin_memory) return;
+  std::vector<std::span<std::byte>> ranges;
+  for (PageVector<float>* v : {&param_scratch_, &grad_scratch_, &tied_values_, &tied_grads_})
+    ranges.push_back(std::as_writable_bytes(std::span(*v)));
+  if (config_.precision == amp::Storage::F32 && !policy_.parameters) ranges.push_back(std::span(params_));
+  if (config_.grad_storage == amp::Storage::F32) ranges.push_back(grads_->full_buffer());
+  size_t refused = 0;
+  std::string why;
+  for (std::span<std::byte> r : ranges)
+    if (!device_layers_->pin(r.data(), r.size(), why)) refused += r.size();
+  if (refused > 0)
+    device_note_ = fmt::format("{:.1f} MiB of the host buffers that the device's copies use could not be pinned "
+                               "({}); those copies run at pageable memory's speed",
+                               static_cast<double>(refused) / (1 << 20), why);
 }
 
 // The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as

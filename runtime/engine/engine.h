@@ -41,6 +41,7 @@
 #include "amp/loss_scaler.h"
 #include "amp/storage.h"
 #include "comm/process_group.h"
+#include "core/page_vector.h"
 #include "data/dataset.h"
 #include "backend/backend.h"
 #include "engine/device_layers.h"
@@ -87,6 +88,8 @@ struct EngineConfig {
                                             // fp32 master copy is then kept apart (with the optimizer state)
   bool recompute = false;                   // activation checkpointing: one workspace shared by all
                                             // layers, each layer's forward re-run just before its backward
+  bool pin_memory = true;                   // with a device: page-lock the host buffers its copies use
+                                            // (zero_optimization.offload_*.pin_memory)
   backend::Device* device = nullptr;        // the layers run on this device (the plugin was created on its
                                             // backend); the engine's buffers stay on the host (device_layers.h).
                                             // nullptr: the CPU
@@ -257,6 +260,9 @@ class Engine {
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const zero::PartitionLayout& layout() const { return *layout_; }
   MemoryReport memory() const;
+  // With a device: what the user should know of the set-up, e.g. host memory that could not be pinned;
+  // empty when nothing.
+  const std::string& device_note() const { return device_note_; }
   // Bytes and seconds of the NVMe swap file's I/O so far; none without NVMe offload.
   std::optional<offload::SwapStats> swap_stats() const {
     return swapper_ ? std::optional(swapper_->stats()) : std::nullopt;
@@ -288,6 +294,7 @@ class Engine {
   };
   void build_layers();
   void build_device_layers();
+  void pin_device_copies();  // once the buffers exist
   void build_partition();
   void init_parameters();
   void initial_values(size_t slot, std::vector<float>& values) const;  // [slot size]
@@ -397,7 +404,7 @@ class Engine {
   size_t model_params_ = 0;                        // the whole model's Ψ
   std::unique_ptr<zero::PartitionLayout> layout_;  // stage 0: one rank's view, nothing padded
   size_t elem_ = 4;                                // bytes per parameter element (of `precision`)
-  std::vector<std::byte> params_;                  // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]
+  PageVector<std::byte> params_;                   // in `precision`; stages 0-2: [full size]; stage 3: the partition [P]
                                                    // (empty with parameter offload: param_swapper_ holds it)
   std::vector<float> master_;                      // 16-bit precision or parameter offload: the fp32 master
                                                    // partition [P] (empty with low_precision_master)
@@ -407,7 +414,7 @@ class Engine {
   // The optimizer reads the 16-bit gradients scaled and writes the 16-bit parameters (build_segments).
   bool fused_update_ = false;
                                                    // (empty with low_precision_master)
-  std::vector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]
+  PageVector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]
   std::optional<amp::LossScaler> scaler_;
   std::unique_ptr<zero::GradientReducer> grads_;
   std::unique_ptr<zero::ChunkSource> chunks_;      // stage 3: where the gathers take the partition from
@@ -420,7 +427,7 @@ class Engine {
   std::vector<TensorRange> tensor_ranges_;         // the tensors inside those P elements
   std::vector<float> grad_a_, grad_b_;             // activation gradients, ping-pong, [max activation]
   std::vector<float> shared_workspace_;            // recompute: [max layer workspace]
-  std::vector<float> tied_values_, tied_grads_;    // tied parameters' fp32 values and gradients [Σ tied sizes]
+  PageVector<float> tied_values_, tied_grads_;     // tied parameters' fp32 values and gradients [Σ tied sizes]
   std::vector<std::byte> inference_unit_;          // stage 3 forward-only passes: one gathered unit
   std::vector<MicroBatch> in_flight_;              // one, or with a pipeline one per micro-batch in flight
   size_t buffer_ = 0;                              // the one the micro-batch under way uses
@@ -428,7 +435,9 @@ class Engine {
   std::vector<ds_tensor> param_views_, grad_views_;  // scratch for one layer's tensor views
   DeviceLayers::GradSync grad_sync_;               // device layers: what backward does with grad_views_
   std::vector<float> slices_;                      // pipeline x tensor parallelism: gather_slices' scratch
-  std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it
+  std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it (declared after
+                                                   // the host buffers it pins: it unpins them first)
+  std::string device_note_;                        // device_note()
   ModelGroups model_groups_;                       // tensor and sequence parallelism: the plugin's groups
   ds_collectives collectives_{};                   // and their collectives (over model_groups_)
   int64_t steps_ = 0;    // optimizer steps taken, skipped ones included

@@ -19,10 +19,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "amp/storage.h"
 #include "comm/process_group.h"
+#include "core/page_vector.h"
 #include "zero/buffer_pool.h"
 #include "zero/layout.h"
 #include "zero/policy.h"
@@ -62,6 +64,8 @@ class GradientReducer {
   void scale_owned(double factor);  // clipping
 
   size_t bytes() const;  // gradient memory held: full buffer or partition, plus the pooled buckets
+  // Stages 0-1: the full gradient buffer that unit_grads points into; stages 2-3: empty.
+  std::span<std::byte> full_buffer() { return policy_.gradients ? std::span<std::byte>() : std::span<std::byte>(grads_); }
 
  private:
   struct InFlight {
@@ -69,7 +73,8 @@ class GradientReducer {
     std::vector<std::byte> bucket;  // stages 2-3
     std::unique_ptr<Work> work;
   };
-  std::byte* at(std::vector<std::byte>& buffer, size_t element) const { return buffer.data() + element * elem_; }
+  template <class Buffer>
+  std::byte* at(Buffer& buffer, size_t element) const { return buffer.data() + element * elem_; }
   void complete_oldest();
 
   const PartitionLayout& layout_;
@@ -82,7 +87,8 @@ class GradientReducer {
   size_t elem_;    // bytes per element
   double pre_ = 1.0, post_ = 1.0;  // factors before and after the sum
   size_t max_in_flight_;           // stages 2-3: pooled buckets being reduced at once
-  std::vector<std::byte> grads_;   // stages 0-1: [full size]; stages 2-3: the partition [P]
+  PageVector<std::byte> grads_;    // stages 0-1: [full size]; stages 2-3: the partition [P] (whole
+                                   // pages: a device may pin it, engine/device_layers.h)
   std::vector<std::byte> bucket_;  // stages 2-3: the unit backward is filling, [unit padded]
   size_t bucket_unit_ = SIZE_MAX;
   std::deque<InFlight> in_flight_;

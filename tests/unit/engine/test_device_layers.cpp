@@ -18,7 +18,8 @@ namespace {
 
 std::unique_ptr<backend::Device> emulated_cuda() { return std::make_unique<backend::Cuda>(0); }
 
-// The emulated device, counting the bytes copied to it and back.
+// The emulated device, counting the bytes copied to it and back, and those of them from and to pinned
+// host memory.
 class CountingDevice : public backend::Device {
  public:
   const ds_backend* table() const override { return cuda_.table(); }
@@ -27,18 +28,37 @@ class CountingDevice : public backend::Device {
   void release(void* p) override { cuda_.release(p); }
   void to_device(void* dst, const void* src, size_t bytes) override {
     uploaded += bytes;
+    if (is_pinned(src, bytes)) uploaded_pinned += bytes;
     cuda_.to_device(dst, src, bytes);
   }
   void to_host(void* dst, const void* src, size_t bytes) override {
     downloaded += bytes;
+    if (is_pinned(dst, bytes)) downloaded_pinned += bytes;
     cuda_.to_host(dst, src, bytes);
+  }
+  bool pin_host(void* p, size_t bytes, std::string& why) override {
+    if (!cuda_.pin_host(p, bytes, why)) return false;
+    pinned[p] = bytes;
+    return true;
+  }
+  void unpin_host(void* p) override {
+    cuda_.unpin_host(p);
+    pinned.erase(p);
   }
   void zero(void* dst, size_t bytes) override { cuda_.zero(dst, bytes); }
   void round_to(amp::Half type, float* x, size_t n) override { cuda_.round_to(type, x, n); }
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
-  size_t uploaded = 0, downloaded = 0;
+  size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
+  std::map<const void*, size_t> pinned;  // start → bytes
 
  private:
+  bool is_pinned(const void* p, size_t bytes) const {
+    const auto* start = static_cast<const std::byte*>(p);
+    for (const auto& [q, n] : pinned)
+      if (start >= static_cast<const std::byte*>(q) && start + bytes <= static_cast<const std::byte*>(q) + n) return true;
+    return false;
+  }
+
   backend::Cuda cuda_{0};
 };
 
@@ -114,6 +134,9 @@ TEST_CASE("engine on the emulated CUDA device: predictions and evaluation after 
 //         2's bucket per micro-batch, stages 0-1's sums at the step's first micro-batch); g·B;
 //   down: the gradients once per micro-batch, except at stages 0-1 in fp32, where the device sums the
 //         step's micro-batches and they come back once; the loss once per micro-batch.
+// The parameters and gradients cross from and to pinned host memory (offload's pin_memory, on by
+// default), except stage 2's fp32 gradients, which land in a pooled bucket; the engine unpins what it
+// pinned when it goes. With pin_memory off nothing is pinned.
 TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters once per step") {
   DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                 {"optimizer", nlohmann::json::parse(kSgd)}},
@@ -122,7 +145,7 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
     for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16}) {
       CAPTURE(stage);
       CAPTURE(precision == amp::Storage::F32 ? "fp32" : "bf16");
-      std::map<int64_t, size_t> per_step, back_per_step;  // by micro-batches
+      std::map<int64_t, size_t> per_step, back_per_step, pinned_up, pinned_down;  // by micro-batches
       size_t params = 0;
       for (int64_t gas : {1, 3}) {
         run_ranks(1, [&](ProcessGroup& group) {
@@ -135,13 +158,23 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
           e.recompute = true;
           e.precision = e.grad_storage = precision;
           e.device = &device;
-          Engine engine = make_engine(e, *plugin, group, config);
-          params = engine.gather_parameters().size();
-          engine.step();
-          device.uploaded = device.downloaded = 0;
-          engine.step();
-          per_step[gas] = device.uploaded;
-          back_per_step[gas] = device.downloaded;
+          {
+            Engine engine = make_engine(e, *plugin, group, config);
+            params = engine.gather_parameters().size();
+            CHECK(engine.device_note().empty());  // everything pinned
+            engine.step();
+            device.uploaded = device.downloaded = device.uploaded_pinned = device.downloaded_pinned = 0;
+            engine.step();
+            per_step[gas] = device.uploaded;
+            back_per_step[gas] = device.downloaded;
+            pinned_up[gas] = device.uploaded_pinned;
+            pinned_down[gas] = device.downloaded_pinned;
+          }
+          CHECK(device.pinned.empty());
+          e.pin_memory = false;
+          Engine unpinned = make_engine(e, *plugin, group, config);
+          unpinned.step();
+          CHECK(device.pinned.empty());
         });
       }
       // B: 4 samples of 12 inputs, their 4 targets and d(total)/d(loss)
@@ -150,8 +183,11 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
       for (int64_t g : {1, 3}) {
         CAPTURE(g);
         const auto n = static_cast<size_t>(g);
+        const size_t grads = (summed_on_device ? 1 : n) * 4 * params;
         CHECK(per_step[g] == 4 * params + n * batch);
-        CHECK(back_per_step[g] == (summed_on_device ? 1 : n) * 4 * params + n * sizeof(float));
+        CHECK(back_per_step[g] == grads + n * sizeof(float));
+        CHECK(pinned_up[g] == 4 * params);
+        CHECK(pinned_down[g] == (stage == 2 && precision == amp::Storage::F32 ? 0 : grads));
       }
     }
   }
