@@ -171,6 +171,7 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
             pinned_down[gas] = device.downloaded_pinned;
           }
           CHECK(device.pinned.empty());
+          if (gas > 1 || stage > 0 || precision != amp::Storage::F32) return;
           e.pin_memory = false;
           Engine unpinned = make_engine(e, *plugin, group, config);
           unpinned.step();
