@@ -190,16 +190,14 @@ void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::option
 
 // A GEMM operand's bytes as the device holds them: fp32, or 16-bit patterns (`values` rounded to 16
 // bits in place first, so that the reference multiplies what the device does).
-amp::Half half_of(cuda::GemmType type) { return type == cuda::GemmType::BF16 ? amp::Half::BF16 : amp::Half::F16; }
-
 std::vector<unsigned char> gemm_bytes(cuda::GemmType type, std::vector<float>& values) {
   std::vector<unsigned char> bytes(values.size() * (type == cuda::GemmType::F32 ? 4 : 2));
   for (size_t i = 0; i < values.size(); ++i) {
     if (type == cuda::GemmType::F32) {
       std::memcpy(&bytes[4 * i], &values[i], 4);
     } else {
-      const uint16_t bits = amp::half_from_float(half_of(type), values[i]);
-      values[i] = amp::half_to_float(half_of(type), bits);
+      const uint16_t bits = amp::half_from_float(cuda::half_type(type), values[i]);
+      values[i] = amp::half_to_float(cuda::half_type(type), bits);
       std::memcpy(&bytes[2 * i], &bits, 2);
     }
   }
@@ -214,7 +212,7 @@ std::vector<float> gemm_values(cuda::GemmType type, const std::vector<unsigned c
     } else {
       uint16_t bits;
       std::memcpy(&bits, &bytes[2 * i], 2);
-      values[i] = amp::half_to_float(half_of(type), bits);
+      values[i] = amp::half_to_float(cuda::half_type(type), bits);
     }
   }
   return values;

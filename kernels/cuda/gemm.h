@@ -14,6 +14,7 @@ namespace ds::cuda {
 
 enum class GemmType { F32, BF16, F16 };  // BF16, F16: raw uint16_t bit patterns (amp/half.h)
 inline GemmType gemm_type(amp::Half type) { return type == amp::Half::BF16 ? GemmType::BF16 : GemmType::F16; }
+inline amp::Half half_type(GemmType type) { return type == GemmType::BF16 ? amp::Half::BF16 : amp::Half::F16; }  // not F32
 
 // c[batch][m, n] = alpha · op(a)[m, k] · op(b)[k, n] + beta · c, for each batch entry i:
 //   a + i·stride_a: [m, k], or stored [k, m] when trans_a   (ab_type)

@@ -13,13 +13,12 @@ namespace {
 
 float load(const void* p, GemmType type, int64_t i) {
   if (type == GemmType::F32) return static_cast<const float*>(p)[i];
-  const uint16_t bits = static_cast<const uint16_t*>(p)[i];
-  return type == GemmType::BF16 ? amp::bf16_to_float(bits) : amp::fp16_to_float(bits);
+  return amp::half_to_float(half_type(type), static_cast<const uint16_t*>(p)[i]);
 }
 
 void store(void* p, GemmType type, int64_t i, float x) {
   if (type == GemmType::F32) static_cast<float*>(p)[i] = x;
-  else static_cast<uint16_t*>(p)[i] = type == GemmType::BF16 ? amp::bf16_from_float(x) : amp::fp16_from_float(x);
+  else static_cast<uint16_t*>(p)[i] = amp::half_from_float(half_type(type), x);
 }
 
 void widen(const void* p, GemmType type, int64_t offset, std::vector<float>& out) {
