@@ -88,6 +88,44 @@ void zero_on_device(void* dst, size_t bytes, void* stream) {
 
 void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
+void* stream_create() {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return stream;
+}
+
+void stream_destroy(void* stream) {
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(static_cast<cudaStream_t>(stream)), "cudaStreamDestroy");
+}
+
+void* event_create() {
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  return event;
+}
+
+void event_destroy(void* event) { check(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy"); }
+
+void event_record(void* event, void* stream) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+}
+
+void stream_wait_event(void* stream, void* event) {
+  check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
+        "cudaStreamWaitEvent");
+}
+
+void event_synchronize(void* event) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+}
+
+void copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)),
+        "cudaMemcpyAsync to the host");
+}
+
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void* stream) {
   if (rows <= 0 || dim <= 0) return;

@@ -1,14 +1,17 @@
 // The launchers of launch.h on the CPU SIMT emulator (simt.h): the same kernels, grids and blocks as
-// launch.cu, run synchronously (the stream is ignored), device memory being host memory. One
+// launch.cu, run synchronously (the stream is ignored), device memory being host memory; copies to
+// the host on a stream of stream_create() are queued until waited for (launch.h). One
 // "device", the CPU. For tests of code above the launchers (dsworker --selftest) on machines
 // without a GPU.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
+#include <set>
 #include <stdexcept>
 
 #include "cuda/adam.cuh"
@@ -76,7 +79,6 @@ void* device_alloc(size_t bytes) {
   if (!p) throw std::bad_alloc();
   return p;
 }
-void device_free(void* p) { std::free(p); }
 // (memcpy's pointers must not be null even for 0 bytes; an empty host vector's data() may be)
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
@@ -90,7 +92,92 @@ void copy_on_device(void* dst, const void* src, size_t bytes, void*) {
 void zero_on_device(void* dst, size_t bytes, void*) {
   if (bytes) std::memset(dst, 0, bytes);
 }
-void synchronize() {}
+namespace {
+// A stream beside the default one: copies queued until an event after them is waited for.
+struct QueuedCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+struct Stream {
+  std::deque<QueuedCopy> queued;  // copies [done, issued) of the stream's order
+  uint64_t issued = 0, done = 0;
+};
+// The work of `stream` (nullptr: the default stream, done at once) before copy `upto` of its order.
+struct Event {
+  Stream* stream = nullptr;
+  uint64_t upto = 0;
+};
+std::mutex streams_mutex;  // the streams' queues (thread ranks each have their own)
+std::set<Stream*> streams;
+
+void run_copies(Stream& stream, uint64_t upto) {
+  for (; stream.done < upto; ++stream.done) {
+    const QueuedCopy c = stream.queued.front();
+    stream.queued.pop_front();
+    std::memcpy(c.dst, c.src, c.bytes);
+  }
+}
+void run_event(const Event& event) {
+  if (event.stream == nullptr) return;
+  std::lock_guard lock(streams_mutex);
+  run_copies(*event.stream, event.upto);
+}
+}  // namespace
+
+void synchronize() {
+  std::lock_guard lock(streams_mutex);
+  for (Stream* s : streams) run_copies(*s, s->issued);
+}
+
+void device_free(void* p) {  // cudaFree waits for the device first
+  synchronize();
+  std::free(p);
+}
+
+void* stream_create() {
+  std::lock_guard lock(streams_mutex);
+  auto* s = new Stream;
+  streams.insert(s);
+  return s;
+}
+
+void stream_destroy(void* stream) {
+  auto* s = static_cast<Stream*>(stream);
+  std::lock_guard lock(streams_mutex);
+  run_copies(*s, s->issued);
+  streams.erase(s);
+  delete s;
+}
+
+void* event_create() { return new Event; }
+void event_destroy(void* event) { delete static_cast<Event*>(event); }
+
+void event_record(void* event, void* stream) {
+  auto* s = static_cast<Stream*>(stream);
+  std::lock_guard lock(streams_mutex);
+  *static_cast<Event*>(event) = Event{s, s != nullptr ? s->issued : 0};
+}
+
+void stream_wait_event(void* stream, void* event) {
+  const Event& e = *static_cast<Event*>(event);
+  if (stream == nullptr || e.stream != stream) run_event(e);  // the same stream's order already waits
+}
+
+void event_synchronize(void* event) { run_event(*static_cast<Event*>(event)); }
+
+void copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  if (stream == nullptr) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  auto* s = static_cast<Stream*>(stream);
+  std::memset(dst, 0xff, bytes);  // NaNs until the copy has run
+  std::lock_guard lock(streams_mutex);
+  s->queued.push_back({dst, src, bytes});
+  ++s->issued;
+}
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void*) {

@@ -40,6 +40,26 @@ void zero_on_device(void*, size_t, void*) {
 
 void synchronize() { throw std::runtime_error("cuda: synchronize: dsrun was built without CUDA"); }
 
+void* stream_create() { throw std::runtime_error("cuda: stream_create: dsrun was built without CUDA"); }
+
+void stream_destroy(void*) { throw std::runtime_error("cuda: stream_destroy: dsrun was built without CUDA"); }
+
+void* event_create() { throw std::runtime_error("cuda: event_create: dsrun was built without CUDA"); }
+
+void event_destroy(void*) { throw std::runtime_error("cuda: event_destroy: dsrun was built without CUDA"); }
+
+void event_record(void*, void*) { throw std::runtime_error("cuda: event_record: dsrun was built without CUDA"); }
+
+void stream_wait_event(void*, void*) {
+  throw std::runtime_error("cuda: stream_wait_event: dsrun was built without CUDA");
+}
+
+void event_synchronize(void*) { throw std::runtime_error("cuda: event_synchronize: dsrun was built without CUDA"); }
+
+void copy_to_host_async(void*, const void*, size_t, void*) {
+  throw std::runtime_error("cuda: copy_to_host_async: dsrun was built without CUDA");
+}
+
 void layernorm_forward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, float, void*) {
   throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");
 }

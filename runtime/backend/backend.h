@@ -2,6 +2,7 @@
 // (cpu_backend.cpp, kernels/cpu) and one CUDA device (cuda_backend.cpp, kernels/cuda; on the SIMT
 // emulator and the CPU GEMM in tests, where it links ds_kernels_cuda_emulated).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +17,8 @@ namespace ds::backend {
 const ds_backend* cpu();
 
 // What the engine needs of a backend whose memory is not the host's, besides its ops: device
-// memory, copies to and from the host (which wait for the ops before them), zeroing, and the
+// memory, copies to and from the host (which wait for the ops before them; those to the host also
+// asynchronously, on a copy stream), zeroing, and the
 // rounding of fp32 values to 16-bit precision in place that mixed precision applies between layers.
 class Device {
  public:
@@ -28,6 +30,15 @@ class Device {
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;  // device memory
+  // An asynchronous copy to the host, on a copy stream beside the ops: it starts once the ops issued
+  // before it are done and runs while later ones do. Until it is known done, `dst` must not be read
+  // (wait_copies) and no later op may overwrite `src` (ops_after_copies). Into pinned memory it
+  // overlaps the ops; into pageable memory CUDA returns only once it is done.
+  virtual void to_host_async(void* dst, const void* src, size_t bytes) = 0;
+  // A ticket for the asynchronous copies issued so far (0 when there were none), for:
+  virtual uint64_t copies_issued() = 0;
+  virtual void wait_copies(uint64_t ticket) = 0;       // the host waits for those copies
+  virtual void ops_after_copies(uint64_t ticket) = 0;  // ops issued from now on wait for them
   // Page-locks host memory [p, p + bytes) so the copies to and from it run at the bus's speed
   // (ZeRO-Offload's pin_memory); unpin_host(p) before it is freed. False, with the reason in `why`,
   // when the system refuses: the copies still work, at pageable memory's speed.
@@ -42,7 +53,7 @@ class Device {
 };
 
 // A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
-// when created). Temporaries come from a cache of device allocations kept until the backend goes.
+// when created), its asynchronous copies on a second (non-blocking) one, ordered by events. Temporaries come from a cache of device allocations kept until the backend goes.
 // Throws std::runtime_error naming CUDA's error when the device cannot be used (or the build has
 // no CUDA).
 class Cuda : public Device {
@@ -58,6 +69,10 @@ class Cuda : public Device {
   void to_device(void* dst, const void* src, size_t bytes) override;
   void to_host(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
+  void to_host_async(void* dst, const void* src, size_t bytes) override;
+  uint64_t copies_issued() override;
+  void wait_copies(uint64_t ticket) override;
+  void ops_after_copies(uint64_t ticket) override;
   bool pin_host(void* p, size_t bytes, std::string& why) override;
   void unpin_host(void* p) override;
   void round_to(amp::Half type, float* x, size_t n) override;

@@ -36,6 +36,13 @@ struct Cuda::State {
   std::string products_suffix() const {
     return !half_matmuls ? "" : *half_matmuls == amp::Half::BF16 ? " bf16" : " fp16";
   }
+  // to_host_async's copies: their stream (made at the first), an event the ops record before each
+  // copy for it to wait on, and one event per ticket not yet known done (tickets done_ticket+1 on).
+  void* copy_stream = nullptr;
+  void* ops_done = nullptr;
+  std::map<uint64_t, void*> ticket_events;
+  std::vector<void*> spare_events;
+  uint64_t tickets = 0, done_ticket = 0;
   float* ones = nullptr;                             // [ones_size] of 1.0f: bias_grad's GEMM operand
   int64_t ones_size = 0;
 
@@ -317,6 +324,13 @@ Cuda::~Cuda() {
       std::fprintf(stderr, "  %-36s %8lld calls %10.2f ms %5.1f%%\n", op.c_str(), static_cast<long long>(t.first),
                    t.second * 1e3, total > 0 ? 100.0 * t.second / total : 0.0);
   }
+  try {  // (after the synchronize: its copies are done)
+    if (state_->copy_stream != nullptr) cuda::stream_destroy(state_->copy_stream);
+    if (state_->ops_done != nullptr) cuda::event_destroy(state_->ops_done);
+    for (auto& [ticket, event] : state_->ticket_events) cuda::event_destroy(event);
+    for (void* event : state_->spare_events) cuda::event_destroy(event);
+  } catch (...) {
+  }
   for (auto& [bytes, list] : state_->free_blocks)
     for (void* p : list) {
       try {
@@ -358,6 +372,53 @@ void Cuda::to_host(void* dst, const void* src, size_t bytes) {
 
 void Cuda::zero(void* dst, size_t bytes) {
   if (bytes > 0) cuda::zero_on_device(dst, bytes, kStream);
+}
+
+void Cuda::to_host_async(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  State& s = *state_;
+  if (s.copy_stream == nullptr) {
+    s.ops_done = cuda::event_create();
+    s.copy_stream = cuda::stream_create();
+  }
+  cuda::event_record(s.ops_done, kStream);  // after the ops so far
+  cuda::stream_wait_event(s.copy_stream, s.ops_done);
+  cuda::copy_to_host_async(dst, src, bytes, s.copy_stream);
+}
+
+uint64_t Cuda::copies_issued() {
+  State& s = *state_;
+  if (s.copy_stream == nullptr) return 0;
+  void* event = nullptr;
+  if (!s.spare_events.empty()) {
+    event = s.spare_events.back();
+    s.spare_events.pop_back();
+  } else {
+    event = cuda::event_create();
+  }
+  cuda::event_record(event, s.copy_stream);
+  s.ticket_events[++s.tickets] = event;
+  return s.tickets;
+}
+
+void Cuda::wait_copies(uint64_t ticket) {
+  State& s = *state_;
+  const auto at = s.ticket_events.find(ticket);
+  if (ticket <= s.done_ticket || at == s.ticket_events.end()) return;
+  cuda::event_synchronize(at->second);
+  // The copy stream runs in order: every earlier ticket is done too.
+  for (auto it = s.ticket_events.begin(); it != s.ticket_events.end() && it->first <= ticket;) {
+    s.spare_events.push_back(it->second);
+    it = s.ticket_events.erase(it);
+  }
+  s.done_ticket = ticket;
+}
+
+void Cuda::ops_after_copies(uint64_t ticket) {
+  State& s = *state_;
+  const auto at = s.ticket_events.find(ticket);
+  if (ticket <= s.done_ticket || at == s.ticket_events.end()) return;
+  cuda::stream_wait_event(kStream, at->second);
 }
 
 bool Cuda::pin_host(void* p, size_t bytes, std::string& why) { return cuda::host_pin(p, bytes, why); }

@@ -34,7 +34,10 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
   if (!keep_params) params_.push_back(allocate(max_params * sizeof(float)));
   params_kept_.assign(keep_params ? layers_.size() : 0, false);
   kept_views_.resize(params_kept_.size());
-  if (!keep_grads) grads_.push_back(allocate(max_params * sizeof(float)));
+  if (!keep_grads)  // two, so that a layer's download overlaps the next one's backward
+    for (int k = 0; k < 2; ++k) grads_.push_back(allocate(max_params * sizeof(float)));
+  grad_tickets_.assign(grads_.size(), 0);
+  layer_tickets_.assign(layers_.size(), 0);
   grad_a_ = allocate(max_act);
   grad_b_ = allocate(max_act);
   input_ = allocate(bytes_of(layers_.front().input));
@@ -48,6 +51,10 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
 }
 
 DeviceLayers::~DeviceLayers() {
+  try {
+    device_.wait_copies(last_ticket_);  // before the host buffers they write go
+  } catch (...) {  // as below
+  }
   for (void* p : pinned_) {
     try {
       device_.unpin_host(p);
@@ -162,8 +169,13 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
   }
   const std::vector<ds_tensor> param_views = layer_params(i, params);
   std::vector<ds_tensor> grad_views;  // the plugin adds into them
+  const size_t buffer = keep_grads_ ? i : next_staging_;
+  device_.ops_after_copies(grad_tickets_[buffer]);  // its last download has read it
   if (!keep_grads_) {
-    grad_views = stage(grads, grads_[0], &sync.zeroed);
+    next_staging_ = 1 - next_staging_;
+    // A host gradient to upload may be the destination of a download still under way (a tied one).
+    if (std::find(sync.zeroed.begin(), sync.zeroed.end(), false) != sync.zeroed.end()) device_.wait_copies(last_ticket_);
+    grad_views = stage(grads, grads_[buffer], &sync.zeroed);
   } else {
     grad_views = views_in(grads, grads_[i]);
     if (sync.first) device_.zero(grads_[i].data, grads_[i].bytes);
@@ -177,10 +189,14 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
                    i == 0 ? nullptr : &grad_input, const_cast<ds_tensor*>(grad_views.data()), workspace(i), on_device);
   if (i > 0 && rounding_)
     device_.round_to(*rounding_, static_cast<float*>(grad_input.data), static_cast<size_t>(shape_numel(grad_input.shape)));
-  if (!keep_grads_ || sync.last)
+  if (!keep_grads_ || sync.last) {
     for (size_t k = 0; k < grads.size(); ++k)
-      device_.to_host(grads[k].data, grad_views[k].data, bytes_of(grads[k].shape));
+      device_.to_host_async(grads[k].data, grad_views[k].data, bytes_of(grads[k].shape));
+    last_ticket_ = grad_tickets_[buffer] = layer_tickets_[i] = device_.copies_issued();
+  }
   grad_next_ = grad_in;
 }
+
+void DeviceLayers::wait_grads(size_t i) { device_.wait_copies(layer_tickets_[i]); }
 
 }  // namespace ds

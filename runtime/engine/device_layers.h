@@ -6,7 +6,9 @@
 //   backward: the layer's gradient buffers go to the device, or are zeroed there when they hold
 //             zeros on the host (16-bit training's fp32 scratch; fp32 gradients before the step's
 //             first additions at stages 0-1, every micro-batch's bucket at stages 2-3); the plugin
-//             adds into them there; they come back. Activation gradients stay on the device.
+//             adds into them there; they come back asynchronously, on the device's copy stream, while
+//             the layers below run (wait_grads before reading them). Activation gradients stay on
+//             the device.
 //             With `keep_grads` (stages 0-1 with fp32 gradients, whose host buffer sums the whole
 //             step's micro-batches) each layer's gradients instead stay on the device for the whole
 //             step: zeroed there at the step's first micro-batch, summed there, and copied back once,
@@ -28,10 +30,11 @@
 // crossing layers are the 16-bit ones (the engine also sets the device's 16-bit products,
 // Device::set_half_matmuls). The device's memory holds every layer's output and
 // workspace (one shared workspace with activation checkpointing), the parameters (every layer's,
-// or the staging buffer), the gradients (every layer's, or a staging buffer of the largest layer's
+// or the staging buffer), the gradients (every layer's, or two staging buffers of the largest layer's
 // size), and the batch.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,9 +75,12 @@ class DeviceLayers {
   };
   // Layer `i`'s backward: `loss_grad` is d(total)/d(loss) for the last layer (unused for the others,
   // whose grad_output is the activation gradient the layer after left on the device). `grads` are
-  // host views the plugin's additions land in (see GradSync).
+  // host views the plugin's additions land in (see GradSync), once wait_grads(i) has returned; until
+  // then they hold NaNs, on the emulated device, and the caller must not write them.
   void backward(size_t i, const std::vector<ds_tensor>* params, const std::vector<ds_tensor>& grads,
                 const GradSync& sync, float loss_grad, const ds_batch& batch);
+  // Waits until layer i's gradients from its last backward are in the host buffers.
+  void wait_grads(size_t i);
   // Layer i's parameters are on the device (keep_params, uploaded since forget_params()): the engine
   // need not fetch or widen them on the host.
   bool holds_params(size_t i) const { return !params_kept_.empty() && params_kept_[i]; }
@@ -113,7 +119,11 @@ class DeviceLayers {
   std::vector<Buffer> params_;     // keep_params: one per layer; else one staging buffer
   std::vector<bool> params_kept_;  // keep_params: layer i's parameters are on the device
   std::vector<std::vector<ds_tensor>> kept_views_;  // and their device views
-  std::vector<Buffer> grads_;      // keep_grads: one per layer; else one staging buffer
+  std::vector<Buffer> grads_;      // keep_grads: one per layer; else two staging buffers, in turn
+  size_t next_staging_ = 0;        // the staging buffer the next backward uses
+  std::vector<uint64_t> grad_tickets_;   // per grads_ buffer: the download that last read it
+  std::vector<uint64_t> layer_tickets_;  // per layer: its last gradients' download
+  uint64_t last_ticket_ = 0;             // the latest download
   Buffer grad_a_, grad_b_, input_, target_, predictions_, loss_grad_;
   ds_tensor input_t_{}, target_t_{}, predictions_t_{};
   Buffer* grad_next_ = nullptr;  // backward: where the next layer down reads its grad_output

@@ -346,7 +346,7 @@ void Engine::build_device_layers() {
 void Engine::pin_device_copies() {
   if (!device_layers_ || !config_.pin_memory) return;
   std::vector<std::span<std::byte>> ranges;
-  for (PageVector<float>* v : {&param_scratch_, &grad_scratch_, &tied_values_, &tied_grads_})
+  for (PageVector<float>* v : {&param_scratch_, &grad_scratch_[0], &grad_scratch_[1], &tied_values_, &tied_grads_})
     ranges.push_back(std::as_writable_bytes(std::span(*v)));
   if (config_.precision == amp::Storage::F32 && !policy_.parameters) ranges.push_back(std::span(params_));
   if (config_.grad_storage == amp::Storage::F32) ranges.push_back(grads_->full_buffer());
@@ -396,7 +396,8 @@ void Engine::build_partition() {
   if ((config_.precision != amp::Storage::F32 || config_.param_offload) && fp32_copies && !master_on_nvme_)
     master_.assign(partition, 0.0f);
   if (config_.precision != amp::Storage::F32) param_scratch_.assign(max_layer, 0.0f);
-  if (config_.grad_storage != amp::Storage::F32) grad_scratch_.assign(max_layer, 0.0f);
+  if (config_.grad_storage != amp::Storage::F32)  // a device's downloads alternate between two
+    for (size_t k = 0; k < (config_.device != nullptr ? 2u : 1u); ++k) grad_scratch_[k].assign(max_layer, 0.0f);
   for (const ParamSlot& slot : slots_)
     if (slot.owner < 0) {
       const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
@@ -610,14 +611,15 @@ void Engine::release_params(size_t layer, bool training) {
 float* Engine::layer_grads(size_t layer) {
   if (config_.grad_storage == amp::Storage::F32)
     return reinterpret_cast<float*>(layer_in_unit(grads_->unit_grads(layout_->unit_index(layer)), layer, sizeof(float)));
-  std::fill_n(grad_scratch_.data(), layers_[layer].size, 0.0f);
-  return grad_scratch_.data();
+  PageVector<float>& scratch = grad_scratch(layer);
+  std::fill_n(scratch.data(), layers_[layer].size, 0.0f);
+  return scratch.data();
 }
 
 void Engine::store_grads(size_t layer) {
   if (config_.grad_storage == amp::Storage::F32) return;
   std::byte* grads = layer_in_unit(grads_->unit_grads(layout_->unit_index(layer)), layer, amp::storage_bytes(config_.grad_storage));
-  cpu::add_float(config_.grad_storage, grad_scratch_.data(), grads, layers_[layer].size);
+  cpu::add_float(config_.grad_storage, grad_scratch(layer).data(), grads, layers_[layer].size);
 }
 
 bool Engine::owns(size_t layer, const ParamSlot& tied) const {
@@ -700,9 +702,17 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
   ds_tensor grad_output{&loss_grad, DS_F32, layers_.back().output_shape, DS_DEVICE_CPU};
   if (!last_stage()) grad_output.data = current().grad_output.data();  // from the next stage, unscaled
   std::vector<float>* next = &grad_a_;
+  // With a device, a layer's gradients come back while the layer below runs there: the host's part of
+  // layer i (finish_backward) follows the launch of layer i - 1 in the same unit (stages 2-3 fill one
+  // unit's bucket at a time).
+  std::optional<std::pair<size_t, float*>> pending;  // the layer, its gradients
   for (size_t i = layers_.size(); i-- > 0;) {
     Layer& layer = layers_[i];
     const size_t unit = layout_->unit_index(i);
+    if (pending && layout_->unit_index(pending->first) != unit) {
+      finish_backward(pending->first, pending->second, last_micro_batch);
+      pending.reset();
+    }
     const bool on_device = device_holds_params(i);
     const float* params = on_device ? nullptr : acquire_params(i, true);
     if (config_.recompute && (i + 1 < layers_.size() || !last_stage())) forward_layer(i, params, batch, true);
@@ -727,16 +737,28 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     } else {
       plugin_.backward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, grad_output,
                        input_grad ? &grad_input : nullptr, grad_views_.data(), workspace(i), batch);
+      if (input_grad) cpu::round_to(config_.precision, next->data(), elements(layer.input_shape));
     }
-    take_tied_grads(i, grads);
     if (!on_device) release_params(i, true);
-    store_grads(i);
-    if (input_grad && !device_layers_) cpu::round_to(config_.precision, next->data(), elements(layer.input_shape));
-    if (layout_->units()[unit].first_layer == i) grads_->unit_done(unit, last_micro_batch);
+    if (device_layers_) {
+      if (pending) finish_backward(pending->first, pending->second, last_micro_batch);
+      pending = {i, grads};
+    } else {
+      finish_backward(i, grads, last_micro_batch);
+    }
     grad_output = grad_input;
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
   }
+  if (pending) finish_backward(pending->first, pending->second, last_micro_batch);
   return first_stage() ? nullptr : static_cast<const float*>(grad_output.data);
+}
+
+void Engine::finish_backward(size_t layer, float* grads, bool last_micro_batch) {
+  if (device_layers_) device_layers_->wait_grads(layer);
+  take_tied_grads(layer, grads);
+  store_grads(layer);
+  const size_t unit = layout_->unit_index(layer);
+  if (layout_->units()[unit].first_layer == layer) grads_->unit_done(unit, last_micro_batch);
 }
 
 double Engine::evaluate(Dataset& data, int64_t max_samples) {
@@ -1017,7 +1039,7 @@ MemoryReport Engine::memory() const {
   r.optimizer_state += optimizer_->extra_bytes();
   r.optimizer_state += master_.size() * sizeof(float);
   r.activations = (grad_a_.size() + grad_b_.size()) * sizeof(float);
-  r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_.size() + shared_workspace_.size() +
+  r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_[0].size() + grad_scratch_[1].size() + shared_workspace_.size() +
                  tied_values_.size() + tied_grads_.size()) * sizeof(float) + inference_unit_.size() +
                 chunk_scratch_.size();
   for (const MicroBatch& m : in_flight_) {

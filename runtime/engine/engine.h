@@ -30,6 +30,7 @@
 // the loss scale before backward; a non-finite gradient norm (summed across ranks, so every rank
 // agrees) skips the step: no optimizer or LR update, the step still counts.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -347,6 +348,12 @@ class Engine {
   // then adds them into the gradient buffers when those are 16-bit.
   float* layer_grads(size_t layer);
   void store_grads(size_t layer);
+  // Backward's host part of a layer, once its gradients `grads` (layer_grads) are in: the tied
+  // gradients taken in, store_grads, and the unit handed to the reducer when this was its first layer.
+  void finish_backward(size_t layer, float* grads, bool last_micro_batch);
+  // 16-bit gradients: the fp32 scratch of the layer's gradients (with a device, odd and even layers
+  // alternate, so that one's download overlaps the next one's backward).
+  PageVector<float>& grad_scratch(size_t layer) { return grad_scratch_[config_.device != nullptr ? layer % 2 : 0]; }
   // The layer's first element inside its unit's data (elements of `elem` bytes).
   std::byte* layer_in_unit(void* unit_base, size_t layer, size_t elem) const;
   // Tied parameters: the owner layer's forward copies their values out; its backward takes in the
@@ -414,7 +421,9 @@ class Engine {
   // The optimizer reads the 16-bit gradients scaled and writes the 16-bit parameters (build_segments).
   bool fused_update_ = false;
                                                    // (empty with low_precision_master)
-  PageVector<float> param_scratch_, grad_scratch_;  // 16-bit: one layer's fp32 parameters/gradients [max layer]
+  PageVector<float> param_scratch_;                // 16-bit: one layer's fp32 parameters [max layer]
+  std::array<PageVector<float>, 2> grad_scratch_;  // 16-bit: one layer's fp32 gradients [max layer]; the second
+                                                   // with a device only (grad_scratch())
   std::optional<amp::LossScaler> scaler_;
   std::unique_ptr<zero::GradientReducer> grads_;
   std::unique_ptr<zero::ChunkSource> chunks_;      // stage 3: where the gathers take the partition from

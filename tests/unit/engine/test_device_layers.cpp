@@ -36,6 +36,15 @@ class CountingDevice : public backend::Device {
     if (is_pinned(dst, bytes)) downloaded_pinned += bytes;
     cuda_.to_host(dst, src, bytes);
   }
+  void to_host_async(void* dst, const void* src, size_t bytes) override {
+    downloaded += bytes;
+    downloaded_async += bytes;
+    if (is_pinned(dst, bytes)) downloaded_pinned += bytes;
+    cuda_.to_host_async(dst, src, bytes);
+  }
+  uint64_t copies_issued() override { return cuda_.copies_issued(); }
+  void wait_copies(uint64_t ticket) override { cuda_.wait_copies(ticket); }
+  void ops_after_copies(uint64_t ticket) override { cuda_.ops_after_copies(ticket); }
   bool pin_host(void* p, size_t bytes, std::string& why) override {
     if (!cuda_.pin_host(p, bytes, why)) return false;
     pinned[p] = bytes;
@@ -49,6 +58,7 @@ class CountingDevice : public backend::Device {
   void round_to(amp::Half type, float* x, size_t n) override { cuda_.round_to(type, x, n); }
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
   size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
+  size_t downloaded_async = 0;  // of `downloaded`: on the copy stream
   std::map<const void*, size_t> pinned;  // start → bytes
 
  private:
@@ -133,7 +143,10 @@ TEST_CASE("engine on the emulated CUDA device: predictions and evaluation after 
 //         forward; the gradients never (they start as zeros on the device: bf16's fp32 scratch, stage
 //         2's bucket per micro-batch, stages 0-1's sums at the step's first micro-batch); g·B;
 //   down: the gradients once per micro-batch, except at stages 0-1 in fp32, where the device sums the
-//         step's micro-batches and they come back once; the loss once per micro-batch.
+//         step's micro-batches and they come back once; the loss once per micro-batch. The gradients
+//         come back on the copy stream (asynchronously, overlapping the layers below), the loss not.
+//         (Every step's losses and parameters equal the CPU's in the tests above, where a gradient read
+//         before its download was waited for would hold the emulator's NaNs.)
 // The parameters and gradients cross from and to pinned host memory (offload's pin_memory, on by
 // default), except stage 2's fp32 gradients, which land in a pooled bucket; the engine unpins what it
 // pinned when it goes. With pin_memory off nothing is pinned.
@@ -145,7 +158,7 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
     for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16}) {
       CAPTURE(stage);
       CAPTURE(precision == amp::Storage::F32 ? "fp32" : "bf16");
-      std::map<int64_t, size_t> per_step, back_per_step, pinned_up, pinned_down;  // by micro-batches
+      std::map<int64_t, size_t> per_step, back_per_step, back_async, pinned_up, pinned_down;  // by micro-batches
       size_t params = 0;
       for (int64_t gas : {1, 3}) {
         run_ranks(1, [&](ProcessGroup& group) {
@@ -164,7 +177,9 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
             CHECK(engine.device_note().empty());  // everything pinned
             engine.step();
             device.uploaded = device.downloaded = device.uploaded_pinned = device.downloaded_pinned = 0;
+            device.downloaded_async = 0;
             engine.step();
+            back_async[gas] = device.downloaded_async;
             per_step[gas] = device.uploaded;
             back_per_step[gas] = device.downloaded;
             pinned_up[gas] = device.uploaded_pinned;
@@ -187,6 +202,7 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
         const size_t grads = (summed_on_device ? 1 : n) * 4 * params;
         CHECK(per_step[g] == 4 * params + n * batch);
         CHECK(back_per_step[g] == grads + n * sizeof(float));
+        CHECK(back_async[g] == grads);
         CHECK(pinned_up[g] == 4 * params);
         CHECK(pinned_down[g] == (stage == 2 && precision == amp::Storage::F32 ? 0 : grads));
       }

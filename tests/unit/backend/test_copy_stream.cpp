@@ -1,0 +1,90 @@
+// Device::to_host_async and its tickets on the emulated CUDA backend, whose copy stream runs a copy
+// only when it is waited for (kernels/cuda/launch.h): a destination read too early holds NaNs, an op
+// that overwrites a source the copy has not read yet changes what arrives, and each ticket waits
+// for its own copies and those before, not the later ones. These are the mistakes a real GPU would
+// show only now and then.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace {
+
+// n floats i + base on the device.
+float* device_values(ds::backend::Cuda& cuda, size_t n, float base) {
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = base + static_cast<float>(i);
+  auto* p = static_cast<float*>(cuda.allocate(n * sizeof(float)));
+  cuda.to_device(p, host.data(), n * sizeof(float));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("to_host_async (emulated CUDA): the destination holds the values once waited for, NaNs before") {
+  ds::backend::Cuda cuda(0);
+  CHECK(cuda.copies_issued() == 0);  // nothing issued: nothing to wait for
+  cuda.wait_copies(0);
+  float* a = device_values(cuda, 5, 10.0f);
+  float* b = device_values(cuda, 3, 20.0f);
+  std::vector<float> ha(5, 0.0f), hb(3, 0.0f);
+  cuda.to_host_async(ha.data(), a, ha.size() * sizeof(float));
+  const uint64_t first = cuda.copies_issued();
+  cuda.to_host_async(hb.data(), b, hb.size() * sizeof(float));
+  const uint64_t second = cuda.copies_issued();
+  CHECK(second > first);
+  CHECK(std::isnan(ha[0]));  // not yet waited for
+  cuda.wait_copies(first);
+  CHECK(ha == std::vector<float>{10, 11, 12, 13, 14});
+  CHECK(std::isnan(hb[2]));  // a later ticket's copy is not done by waiting for an earlier one
+  cuda.wait_copies(second);
+  CHECK(hb == std::vector<float>{20, 21, 22});
+  cuda.wait_copies(first);  // done already: returns at once
+  cuda.release(a);
+  cuda.release(b);
+}
+
+TEST_CASE("to_host_async (emulated CUDA): an op overwriting the source must come after ops_after_copies") {
+  ds::backend::Cuda cuda(0);
+  float* src = device_values(cuda, 4, 1.0f);
+  std::vector<float> host(4);
+  SUBCASE("ordered: the copy has the values from before the op") {
+    cuda.to_host_async(host.data(), src, host.size() * sizeof(float));
+    cuda.ops_after_copies(cuda.copies_issued());
+    cuda.zero(src, host.size() * sizeof(float));
+    cuda.wait_copies(cuda.copies_issued());
+    CHECK(host == std::vector<float>{1, 2, 3, 4});
+  }
+  SUBCASE("not ordered: the emulator's copy reads the source late, as a GPU's may") {
+    cuda.to_host_async(host.data(), src, host.size() * sizeof(float));
+    const uint64_t ticket = cuda.copies_issued();
+    cuda.zero(src, host.size() * sizeof(float));
+    cuda.wait_copies(ticket);
+    CHECK(host == std::vector<float>{0, 0, 0, 0});
+  }
+  cuda.release(src);
+}
+
+TEST_CASE("to_host_async (emulated CUDA): a copy starts after the ops issued before it") {
+  ds::backend::Cuda cuda(0);
+  float* src = device_values(cuda, 3, 5.0f);
+  cuda.zero(src, 3 * sizeof(float));  // an op before the copy
+  std::vector<float> host(3, -1.0f);
+  cuda.to_host_async(host.data(), src, host.size() * sizeof(float));
+  cuda.synchronize();  // waits for every copy too
+  CHECK(host == std::vector<float>{0, 0, 0});
+  cuda.release(src);
+}
+
+TEST_CASE("to_host_async (emulated CUDA): releasing device memory waits for the copies, as cudaFree does") {
+  ds::backend::Cuda cuda(0);
+  float* src = device_values(cuda, 2, 7.0f);
+  std::vector<float> host(2, -1.0f);
+  cuda.to_host_async(host.data(), src, host.size() * sizeof(float));
+  cuda.copies_issued();
+  cuda.release(src);
+  CHECK(host == std::vector<float>{7, 8});
+}
