@@ -126,6 +126,12 @@ void copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream) 
         "cudaMemcpyAsync to the host");
 }
 
+void copy_to_device_async(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)),
+        "cudaMemcpyAsync to the device");
+}
+
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* stats, int64_t rows,
                        int64_t dim, float eps, void* stream) {
   if (rows <= 0 || dim <= 0) return;

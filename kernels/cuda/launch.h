@@ -41,7 +41,8 @@ void synchronize();
 // when an event recorded after them is waited for (event_synchronize, or the default stream waiting
 // for it, stream_wait_event(nullptr, e)) or at synchronize(), reading their source then, and each copy's
 // destination holds NaN bytes (0xff) until it has run. So a host read of a copy's destination before
-// waiting, or a later op that overwrites its source without waiting for it, shows in the results.
+// waiting, or a later op that overwrites its source without waiting for it, shows in the results; the
+// same for copies to the device (an op reading the destination too early sees NaNs).
 void* stream_create();
 void stream_destroy(void* stream);  // waits for its copies
 void* event_create();
@@ -50,6 +51,7 @@ void event_record(void* event, void* stream);        // marks the work issued on
 void stream_wait_event(void* stream, void* event);   // later work on `stream` waits for that work
 void event_synchronize(void* event);                 // the host waits for it
 void copy_to_host_async(void* dst, const void* src, size_t bytes, void* stream);
+void copy_to_device_async(void* dst, const void* src, size_t bytes, void* stream);
 // Page-locks host memory [p, p + bytes) (cudaHostRegister), so copies to and from it run at the bus's
 // speed; host_unpin(p) before it is freed. False, with CUDA's error in `why`, when the system refuses
 // (too much memory locked, a range that overlaps one pinned already): the memory stays usable, its

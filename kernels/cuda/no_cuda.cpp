@@ -60,6 +60,10 @@ void copy_to_host_async(void*, const void*, size_t, void*) {
   throw std::runtime_error("cuda: copy_to_host_async: dsrun was built without CUDA");
 }
 
+void copy_to_device_async(void*, const void*, size_t, void*) {
+  throw std::runtime_error("cuda: copy_to_device_async: dsrun was built without CUDA");
+}
+
 void layernorm_forward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, float, void*) {
   throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");
 }

@@ -35,6 +35,9 @@ class Device {
   // (wait_copies) and no later op may overwrite `src` (ops_after_copies). Into pinned memory it
   // overlaps the ops; into pageable memory CUDA returns only once it is done.
   virtual void to_host_async(void* dst, const void* src, size_t bytes) = 0;
+  // The same to the device: no op may read `dst` (ops_after_copies) nor the host write `src`
+  // (wait_copies) before it is known done. From pinned memory it overlaps the ops.
+  virtual void to_device_async(void* dst, const void* src, size_t bytes) = 0;
   // A ticket for the asynchronous copies issued so far (0 when there were none), for:
   virtual uint64_t copies_issued() = 0;
   virtual void wait_copies(uint64_t ticket) = 0;       // the host waits for those copies
@@ -45,6 +48,7 @@ class Device {
   virtual bool pin_host(void* p, size_t bytes, std::string& why) = 0;
   virtual void unpin_host(void* p) = 0;
   virtual void round_to(amp::Half type, float* x, size_t n) = 0;  // x[i] = float(half(x[i])), device memory
+  virtual void widen(amp::Half type, const uint16_t* in, float* out, size_t n) = 0;  // out[i] = float(in[i]), device memory
   // bf16 or fp16: the matmul op, and attention's products, round their operands to that type and
   // multiply them on the tensor cores with fp32 accumulation and output, as torch.autocast runs a
   // Linear and a 16-bit flash attention its products, and as DeepSpeed's fp16 and bf16 models
@@ -70,12 +74,14 @@ class Cuda : public Device {
   void to_host(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   void to_host_async(void* dst, const void* src, size_t bytes) override;
+  void to_device_async(void* dst, const void* src, size_t bytes) override;
   uint64_t copies_issued() override;
   void wait_copies(uint64_t ticket) override;
   void ops_after_copies(uint64_t ticket) override;
   bool pin_host(void* p, size_t bytes, std::string& why) override;
   void unpin_host(void* p) override;
   void round_to(amp::Half type, float* x, size_t n) override;
+  void widen(amp::Half type, const uint16_t* in, float* out, size_t n) override;
   void set_half_matmuls(std::optional<amp::Half> type) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
   void synchronize();

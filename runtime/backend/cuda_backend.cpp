@@ -374,16 +374,23 @@ void Cuda::zero(void* dst, size_t bytes) {
   if (bytes > 0) cuda::zero_on_device(dst, bytes, kStream);
 }
 
-void Cuda::to_host_async(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  State& s = *state_;
+// The copy stream, waiting for the ops issued so far.
+static void* copy_stream_after_ops(State& s) {
   if (s.copy_stream == nullptr) {
     s.ops_done = cuda::event_create();
     s.copy_stream = cuda::stream_create();
   }
-  cuda::event_record(s.ops_done, kStream);  // after the ops so far
+  cuda::event_record(s.ops_done, kStream);
   cuda::stream_wait_event(s.copy_stream, s.ops_done);
-  cuda::copy_to_host_async(dst, src, bytes, s.copy_stream);
+  return s.copy_stream;
+}
+
+void Cuda::to_host_async(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) cuda::copy_to_host_async(dst, src, bytes, copy_stream_after_ops(*state_));
+}
+
+void Cuda::to_device_async(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) cuda::copy_to_device_async(dst, src, bytes, copy_stream_after_ops(*state_));
 }
 
 uint64_t Cuda::copies_issued() {
@@ -429,6 +436,10 @@ void Cuda::set_half_matmuls(std::optional<amp::Half> type) { state_->half_matmul
 
 void Cuda::round_to(amp::Half type, float* x, size_t n) {
   cuda::round_to_half(type, x, static_cast<int64_t>(n), kStream);
+}
+
+void Cuda::widen(amp::Half type, const uint16_t* in, float* out, size_t n) {
+  cuda::half_to_float(type, in, out, static_cast<int64_t>(n), kStream);
 }
 
 }  // namespace ds::backend

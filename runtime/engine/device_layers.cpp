@@ -34,6 +34,9 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
   if (!keep_params) params_.push_back(allocate(max_params * sizeof(float)));
   params_kept_.assign(keep_params ? layers_.size() : 0, false);
   kept_views_.resize(params_kept_.size());
+  halves_.resize(params_kept_.size());
+  widenings_.resize(params_kept_.size());
+  upload_tickets_.assign(params_kept_.size(), 0);
   if (!keep_grads)  // two, so that a layer's download overlaps the next one's backward
     for (int k = 0; k < 2; ++k) grads_.push_back(allocate(max_params * sizeof(float)));
   grad_tickets_.assign(grads_.size(), 0);
@@ -82,7 +85,7 @@ std::vector<ds_tensor> DeviceLayers::views_in(const std::vector<ds_tensor>& host
   for (const ds_tensor& t : host) {
     const size_t bytes = bytes_of(t.shape);
     if (at + bytes > buffer.bytes) throw std::logic_error("DeviceLayers: a layer's tensors exceed their device buffer");
-    out.push_back(ds_tensor{static_cast<char*>(buffer.data) + at, t.dtype, t.shape, device_.table()->device});
+    out.push_back(ds_tensor{static_cast<char*>(buffer.data) + at, DS_F32, t.shape, device_.table()->device});
     at += (bytes + 15) / 16 * 16;
   }
   return out;
@@ -99,7 +102,12 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
 }
 
 std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds_tensor>* host) {
-  if (holds_params(i)) return kept_views_[i];
+  if (holds_params(i)) {
+    device_.ops_after_copies(upload_tickets_[i]);  // prefetched: the ops wait for the upload
+    for (const Widening& w : widenings_[i]) device_.widen(w.type, w.half, w.out, w.n);
+    widenings_[i].clear();
+    return kept_views_[i];
+  }
   if (host == nullptr) throw std::logic_error("DeviceLayers: a layer's parameters are neither given nor on the device");
   if (params_kept_.empty()) return stage(*host, params_[0]);
   kept_views_[i] = stage(*host, params_[i]);
@@ -108,6 +116,28 @@ std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds
 }
 
 void DeviceLayers::forget_params() { std::fill(params_kept_.begin(), params_kept_.end(), false); }
+
+void DeviceLayers::prefetch_params(size_t i, const std::vector<ds_tensor>& host) {
+  if (params_kept_.empty()) throw std::logic_error("DeviceLayers: prefetch_params without keep_params");
+  kept_views_[i] = views_in(host, params_[i]);
+  widenings_[i].clear();
+  for (size_t k = 0; k < host.size(); ++k) {
+    const size_t n = static_cast<size_t>(shape_numel(host[k].shape));
+    if (host[k].dtype == DS_F32) {
+      device_.to_device_async(kept_views_[i][k].data, host[k].data, n * sizeof(float));
+      continue;
+    }
+    // 16 bits cross; the device widens them into the fp32 buffer before the layer's first op
+    if (halves_[i].data == nullptr) halves_[i] = allocate(params_[i].bytes / 2);
+    const size_t at = static_cast<size_t>(static_cast<char*>(kept_views_[i][k].data) - static_cast<char*>(params_[i].data));
+    auto* half = reinterpret_cast<uint16_t*>(static_cast<char*>(halves_[i].data) + at / 2);
+    device_.to_device_async(half, host[k].data, n * sizeof(uint16_t));
+    const amp::Half type = host[k].dtype == DS_BF16 ? amp::Half::BF16 : amp::Half::F16;
+    widenings_[i].push_back({type, half, static_cast<float*>(kept_views_[i][k].data), n});
+  }
+  last_upload_ = upload_tickets_[i] = device_.copies_issued();
+  params_kept_[i] = true;
+}
 
 bool DeviceLayers::pin(void* p, size_t bytes, std::string& why) {
   if (p == nullptr || bytes == 0) return true;  // nothing to pin
@@ -155,6 +185,7 @@ void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>* params, const
     return;
   }
   device_.to_host(host_loss, outputs_[i].data, sizeof(float));
+  device_.wait_copies(last_upload_);  // done (the layers waited for them): the host may change their sources
   if (batch.predictions != nullptr)
     device_.to_host(batch.predictions->data, predictions_.data, bytes_of(batch.predictions->shape));
 }

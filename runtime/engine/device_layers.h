@@ -18,20 +18,23 @@
 // 0's forward.
 //
 // Parameters: with `keep_params` (ZeRO stages 0-2, where every rank holds the whole model) each
-// layer's stay on the device from their first upload until forget_params(), which the engine calls
-// when a pass begins (a step, an evaluation, a prediction). So they cross once per step, as
-// ZeRO-Offload copies the updated parameters to the GPU once per step, not at every forward and
-// backward of every micro-batch. Without it (stage 3, whose point is not to hold the whole model)
-// one staging buffer of the largest layer's size takes each layer's in turn.
+// layer's stay on the device from their upload until forget_params(), which the engine calls when a
+// pass begins (a step, an evaluation, a prediction). So they cross once per step, as ZeRO-Offload
+// copies the updated parameters to the GPU once per step, not at every forward and backward of every
+// micro-batch. The engine prefetches them all at the pass's first forward (prefetch_params): the
+// uploads run on the copy stream, in the precision they are stored in (16-bit ones are widened to
+// fp32 on the device), while the layers before run, and each layer's ops wait for its own. Without
+// keep_params (stage 3, whose point is not to hold the whole model) one staging buffer of the
+// largest layer's size takes each layer's in turn, uploaded in fp32 at its call.
 //
-// The buffers are fp32. In 16-bit training the engine hands over the parameters widened to fp32 and
-// takes the gradients back in fp32, as for the CPU's layers; each layer's output and input gradient
-// are rounded to the 16-bit precision on the device, as the CPU path rounds them, so the values
-// crossing layers are the 16-bit ones (the engine also sets the device's 16-bit products,
-// Device::set_half_matmuls). The device's memory holds every layer's output and
+// The buffers are fp32. In 16-bit training the parameters are widened to fp32 (on the device, or by
+// the engine at stage 3) and the gradients come back in fp32, as for the CPU's layers; each layer's
+// output and input gradient are rounded to the 16-bit precision on the device, as the CPU path
+// rounds them, so the values crossing layers are the 16-bit ones (the engine also sets the device's
+// 16-bit products, Device::set_half_matmuls). The device's memory holds every layer's output and
 // workspace (one shared workspace with activation checkpointing), the parameters (every layer's,
-// or the staging buffer), the gradients (every layer's, or two staging buffers of the largest layer's
-// size), and the batch.
+// with their 16-bit uploads beside them in 16-bit training, or the staging buffer), the gradients
+// (every layer's, or two staging buffers of the largest layer's size), and the batch.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -86,6 +89,12 @@ class DeviceLayers {
   bool holds_params(size_t i) const { return !params_kept_.empty() && params_kept_[i]; }
   // The parameters may have changed: with keep_params, each layer's next call uploads them again.
   void forget_params();
+  // keep_params: starts the upload of layer i's parameters, `host` (its tensors in fp32, or in bf16 or
+  // fp16, which the device widens to fp32 before the layer's first op; pinned, to overlap), on the copy
+  // stream; the layer's ops wait for it, and the host must not change `host` before the last layer's
+  // forward has returned. holds_params(i) from then on.
+  void prefetch_params(size_t i, const std::vector<ds_tensor>& host);
+  bool keeps_params() const { return !params_kept_.empty(); }
   // Page-locks host memory [p, p + bytes) that the copies use, until this object goes (which must be
   // before that memory is freed). False, with the reason in `why`, when the device's system refuses.
   bool pin(void* p, size_t bytes, std::string& why);
@@ -119,6 +128,16 @@ class DeviceLayers {
   std::vector<Buffer> params_;     // keep_params: one per layer; else one staging buffer
   std::vector<bool> params_kept_;  // keep_params: layer i's parameters are on the device
   std::vector<std::vector<ds_tensor>> kept_views_;  // and their device views
+  struct Widening {  // a prefetched 16-bit tensor, widened at the layer's first use
+    amp::Half type;
+    const uint16_t* half;
+    float* out;
+    size_t n;
+  };
+  std::vector<Buffer> halves_;                   // keep_params: per layer, its 16-bit uploads (when any)
+  std::vector<std::vector<Widening>> widenings_;  // per layer, still to do
+  std::vector<uint64_t> upload_tickets_;         // per layer: its prefetch
+  uint64_t last_upload_ = 0;
   std::vector<Buffer> grads_;      // keep_grads: one per layer; else two staging buffers, in turn
   size_t next_staging_ = 0;        // the staging buffer the next backward uses
   std::vector<uint64_t> grad_tickets_;   // per grads_ buffer: the download that last read it

@@ -340,15 +340,15 @@ void Engine::build_device_layers() {
 
 // The host buffers the device's copies read and write, page-locked (ZeRO-Offload's pin_memory; they
 // are PageVectors, so that no two share a page, which would refuse the second pin): the
-// fp32 parameters at stages 0-2 or 16-bit training's fp32 layer scratch, the fp32 gradients at stages
-// 0-1 or the 16-bit scratch, and the tied parameters' copies. Stages 2-3's gradient buckets and stage
-// 3's gathered units come from pools and stay pageable.
+// parameters at stages 0-2 (in their stored precision) or stage 3's 16-bit training's fp32 layer
+// scratch, the fp32 gradients at stages 0-1 or the 16-bit scratch, and the tied parameters' copies.
+// Stages 2-3's gradient buckets and stage 3's gathered units come from pools and stay pageable.
 void Engine::pin_device_copies() {
   if (!device_layers_ || !config_.pin_memory) return;
   std::vector<std::span<std::byte>> ranges;
-  for (PageVector<float>* v : {&param_scratch_, &grad_scratch_[0], &grad_scratch_[1], &tied_values_, &tied_grads_})
+  for (PageVector<float>* v : {&grad_scratch_[0], &grad_scratch_[1], &tied_values_, &tied_grads_})
     ranges.push_back(std::as_writable_bytes(std::span(*v)));
-  if (config_.precision == amp::Storage::F32 && !policy_.parameters) ranges.push_back(std::span(params_));
+  ranges.push_back(policy_.parameters ? std::as_writable_bytes(std::span(param_scratch_)) : std::span(params_));
   if (config_.grad_storage == amp::Storage::F32) ranges.push_back(grads_->full_buffer());
   size_t refused = 0;
   std::string why;
@@ -680,7 +680,33 @@ void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch,
   if (i + 1 < layers_.size() || !last_stage()) cpu::round_to(config_.precision, out.data(), out.size());  // the loss stays fp32
 }
 
+// Stages 0-2 on a device, at a pass's first forward: every layer's parameters start for the device
+// at once, on its copy stream, in their stored precision (the device widens 16-bit ones), so the
+// uploads overlap the forward pass. A tied parameter's fp32 values are taken from its owner first.
+void Engine::prefetch_device_params(bool training) {
+  const ds_dtype type = config_.precision == amp::Storage::F32    ? DS_F32
+                        : config_.precision == amp::Storage::BF16 ? DS_BF16
+                                                                  : DS_F16;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const bool owner = std::any_of(slots_.begin(), slots_.end(),
+                                   [&](const ParamSlot& s) { return s.owner >= 0 && owns(i, s); });
+    if (owner) copy_tied_values(i, acquire_params(i, training));
+    const std::byte* base = layer_in_unit(params_.data() + layout_->unit_of_layer(i).begin * elem_, i, elem_);
+    const size_t begin = layout_->layer_begin(i);
+    param_views_.clear();
+    for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s) {
+      const ParamSlot& slot = slots_[s];
+      param_views_.push_back(slot.owner >= 0
+                                 ? ds_tensor{tied_values_.data() + slot.tied_offset, DS_F32, slot.shape, DS_DEVICE_CPU}
+                                 : ds_tensor{const_cast<std::byte*>(base + (slot.offset - begin) * elem_), type,
+                                             slot.shape, DS_DEVICE_CPU});
+    }
+    device_layers_->prefetch_params(i, param_views_);
+  }
+}
+
 void Engine::forward(const ds_batch& batch, bool training) {
+  if (device_layers_ && device_layers_->keeps_params() && !device_holds_params(0)) prefetch_device_params(training);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (device_holds_params(i)) {
       forward_layer(i, nullptr, batch);

@@ -303,6 +303,7 @@ class Engine {
   void init_swapped(const std::function<const float*(const zero::Unit&)>& chunk_of);
   // training: through the stage 3 fetcher, and with backward to follow (else forward only).
   void forward(const ds_batch& batch, bool training);
+  void prefetch_device_params(bool training);
   void forward_layer(size_t layer, const float* params, const ds_batch& batch, bool recompute = false);
   float* workspace(size_t layer);
   ds_tensor layer_input(size_t layer, const ds_batch& batch) const;

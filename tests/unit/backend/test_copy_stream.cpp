@@ -88,3 +88,27 @@ TEST_CASE("to_host_async (emulated CUDA): releasing device memory waits for the 
   cuda.release(src);
   CHECK(host == std::vector<float>{7, 8});
 }
+
+TEST_CASE("to_device_async (emulated CUDA): ops see the values after ops_after_copies; widen turns bf16 into fp32") {
+  ds::backend::Cuda cuda(0);
+  const std::vector<uint16_t> host{0x3f80, 0xc000, 0x3e20};  // bf16 1, -2, 0.15625
+  auto* half = static_cast<uint16_t*>(cuda.allocate(host.size() * sizeof(uint16_t)));
+  auto* wide = static_cast<float*>(cuda.allocate(host.size() * sizeof(float)));
+  cuda.to_device_async(half, host.data(), host.size() * sizeof(uint16_t));
+  const uint64_t ticket = cuda.copies_issued();
+  std::vector<float> out(host.size());
+  SUBCASE("ordered") {
+    cuda.ops_after_copies(ticket);
+    cuda.widen(ds::amp::Half::BF16, half, wide, host.size());
+    cuda.to_host(out.data(), wide, out.size() * sizeof(float));
+    CHECK(out == std::vector<float>{1.0f, -2.0f, 0.15625f});
+  }
+  SUBCASE("not ordered: the op reads the emulator's NaNs") {
+    cuda.widen(ds::amp::Half::BF16, half, wide, host.size());
+    cuda.to_host(out.data(), wide, out.size() * sizeof(float));
+    CHECK(std::isnan(out[0]));
+    cuda.wait_copies(ticket);
+  }
+  cuda.release(half);
+  cuda.release(wide);
+}

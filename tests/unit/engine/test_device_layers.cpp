@@ -42,6 +42,12 @@ class CountingDevice : public backend::Device {
     if (is_pinned(dst, bytes)) downloaded_pinned += bytes;
     cuda_.to_host_async(dst, src, bytes);
   }
+  void to_device_async(void* dst, const void* src, size_t bytes) override {
+    uploaded += bytes;
+    uploaded_async += bytes;
+    if (is_pinned(src, bytes)) uploaded_pinned += bytes;
+    cuda_.to_device_async(dst, src, bytes);
+  }
   uint64_t copies_issued() override { return cuda_.copies_issued(); }
   void wait_copies(uint64_t ticket) override { cuda_.wait_copies(ticket); }
   void ops_after_copies(uint64_t ticket) override { cuda_.ops_after_copies(ticket); }
@@ -56,9 +62,10 @@ class CountingDevice : public backend::Device {
   }
   void zero(void* dst, size_t bytes) override { cuda_.zero(dst, bytes); }
   void round_to(amp::Half type, float* x, size_t n) override { cuda_.round_to(type, x, n); }
+  void widen(amp::Half type, const uint16_t* in, float* out, size_t n) override { cuda_.widen(type, in, out, n); }
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
   size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
-  size_t downloaded_async = 0;  // of `downloaded`: on the copy stream
+  size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
   std::map<const void*, size_t> pinned;  // start → bytes
 
  private:
@@ -139,7 +146,8 @@ TEST_CASE("engine on the emulated CUDA device: predictions and evaluation after 
 }
 
 // ZeRO-Offload's traffic at g micro-batches of B bytes (inputs, targets, d(total)/d(loss)):
-//   up:   the parameters once per step (4Ψ), whatever g and with activation checkpointing's second
+//   up:   the parameters once per step, as stored (4Ψ, or 2Ψ in bf16: the device widens them), on
+//         the copy stream at the step's first forward, whatever g and with activation checkpointing's second
 //         forward; the gradients never (they start as zeros on the device: bf16's fp32 scratch, stage
 //         2's bucket per micro-batch, stages 0-1's sums at the step's first micro-batch); g·B;
 //   down: the gradients once per micro-batch, except at stages 0-1 in fp32, where the device sums the
@@ -158,7 +166,7 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
     for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16}) {
       CAPTURE(stage);
       CAPTURE(precision == amp::Storage::F32 ? "fp32" : "bf16");
-      std::map<int64_t, size_t> per_step, back_per_step, back_async, pinned_up, pinned_down;  // by micro-batches
+      std::map<int64_t, size_t> per_step, up_async, back_per_step, back_async, pinned_up, pinned_down;  // by micro-batches
       size_t params = 0;
       for (int64_t gas : {1, 3}) {
         run_ranks(1, [&](ProcessGroup& group) {
@@ -177,8 +185,9 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
             CHECK(engine.device_note().empty());  // everything pinned
             engine.step();
             device.uploaded = device.downloaded = device.uploaded_pinned = device.downloaded_pinned = 0;
-            device.downloaded_async = 0;
+            device.uploaded_async = device.downloaded_async = 0;
             engine.step();
+            up_async[gas] = device.uploaded_async;
             back_async[gas] = device.downloaded_async;
             per_step[gas] = device.uploaded;
             back_per_step[gas] = device.downloaded;
@@ -200,10 +209,12 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
         CAPTURE(g);
         const auto n = static_cast<size_t>(g);
         const size_t grads = (summed_on_device ? 1 : n) * 4 * params;
-        CHECK(per_step[g] == 4 * params + n * batch);
+        const size_t param_bytes = (precision == amp::Storage::F32 ? 4 : 2) * params;
+        CHECK(per_step[g] == param_bytes + n * batch);
+        CHECK(up_async[g] == param_bytes);
         CHECK(back_per_step[g] == grads + n * sizeof(float));
         CHECK(back_async[g] == grads);
-        CHECK(pinned_up[g] == 4 * params);
+        CHECK(pinned_up[g] == param_bytes);
         CHECK(pinned_down[g] == (stage == 2 && precision == amp::Storage::F32 ? 0 : grads));
       }
     }
