@@ -55,7 +55,7 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
 
 DeviceLayers::~DeviceLayers() {
   try {
-    device_.wait_copies(last_ticket_);  // before the host buffers they write go
+    device_.wait_copies(std::max(last_ticket_, last_upload_));  // before the host buffers they use go
   } catch (...) {  // as below
   }
   for (void* p : pinned_) {

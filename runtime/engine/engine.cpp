@@ -341,15 +341,18 @@ void Engine::build_device_layers() {
 // The host buffers the device's copies read and write, page-locked (ZeRO-Offload's pin_memory; they
 // are PageVectors, so that no two share a page, which would refuse the second pin): the
 // parameters at stages 0-2 (in their stored precision) or stage 3's 16-bit training's fp32 layer
-// scratch, the fp32 gradients at stages 0-1 or the 16-bit scratch, and the tied parameters' copies.
-// Stages 2-3's gradient buckets and stage 3's gathered units come from pools and stay pageable.
+// scratch, the fp32 gradients (stages 0-1: the full buffer; 2-3: the pool's buckets, made now) or the
+// 16-bit scratch, and the tied parameters' copies. Stage 3's gathered units stay pageable.
 void Engine::pin_device_copies() {
   if (!device_layers_ || !config_.pin_memory) return;
   std::vector<std::span<std::byte>> ranges;
   for (PageVector<float>* v : {&grad_scratch_[0], &grad_scratch_[1], &tied_values_, &tied_grads_})
     ranges.push_back(std::as_writable_bytes(std::span(*v)));
   ranges.push_back(policy_.parameters ? std::as_writable_bytes(std::span(param_scratch_)) : std::span(params_));
-  if (config_.grad_storage == amp::Storage::F32) ranges.push_back(grads_->full_buffer());
+  if (config_.grad_storage == amp::Storage::F32) {
+    ranges.push_back(grads_->full_buffer());
+    for (std::span<std::byte> bucket : grads_->reserve_buckets()) ranges.push_back(bucket);
+  }
   size_t refused = 0;
   std::string why;
   for (std::span<std::byte> r : ranges)

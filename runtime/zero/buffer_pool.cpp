@@ -5,23 +5,34 @@
 
 namespace ds::zero {
 
-std::vector<std::byte> BufferPool::acquire(size_t n) {
+BufferPool::Buffer BufferPool::acquire(size_t n) {
   size_t best = free_.size();
   for (size_t i = 0; i < free_.size(); ++i)
     if (free_[i].capacity() >= n && (best == free_.size() || free_[i].capacity() < free_[best].capacity())) best = i;
   if (best == free_.size()) {
-    std::vector<std::byte> fresh(n);
+    Buffer fresh(n);
     bytes_ += fresh.capacity();
     return fresh;
   }
-  std::vector<std::byte> reused = std::move(free_[best]);
+  Buffer reused = std::move(free_[best]);
   free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
   reused.resize(n);  // within capacity: no allocation
   return reused;
 }
 
-void BufferPool::release(std::vector<std::byte> buffer) {
+void BufferPool::release(Buffer buffer) {
   if (buffer.capacity() > 0) free_.push_back(std::move(buffer));
+}
+
+std::vector<std::span<std::byte>> BufferPool::reserve(size_t n, size_t count) {
+  std::vector<std::span<std::byte>> made;
+  for (size_t k = 0; k < count && n > 0; ++k) {
+    Buffer fresh(n);
+    bytes_ += fresh.capacity();
+    made.emplace_back(fresh.data(), fresh.capacity());
+    free_.push_back(std::move(fresh));
+  }
+  return made;
 }
 
 }  // namespace ds::zero

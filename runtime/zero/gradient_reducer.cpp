@@ -68,7 +68,7 @@ void GradientReducer::unit_done(size_t unit, bool last) {
                                                                       u.chunk, type_, ReduceOp::Sum)});
     return;
   }
-  std::vector<std::byte> bucket = std::move(bucket_);
+  BufferPool::Buffer bucket = std::move(bucket_);
   bucket_unit_ = SIZE_MAX;
   if (single || u.size == 0) {  // nothing to reduce: the bucket is this rank's chunk
     cpu::add(storage_, bucket.data(), at(grads_, u.part_offset), u.chunk);
@@ -115,6 +115,13 @@ double GradientReducer::owned_sum_of_squares() {
 
 void GradientReducer::scale_owned(double factor) {
   for (const Unit& u : layout_.units()) cpu::scale(storage_, owned_grads(u), u.chunk, factor);
+}
+
+std::vector<std::span<std::byte>> GradientReducer::reserve_buckets() {
+  if (!policy_.gradients) return {};
+  size_t largest = 0;
+  for (const Unit& u : layout_.units()) largest = std::max(largest, u.padded());
+  return pool_.reserve(largest * elem_, max_in_flight_ + 1);  // one filling, the others being reduced
 }
 
 size_t GradientReducer::bytes() const { return grads_.size() + pool_.bytes(); }

@@ -66,11 +66,14 @@ class GradientReducer {
   size_t bytes() const;  // gradient memory held: full buffer or partition, plus the pooled buckets
   // Stages 0-1: the full gradient buffer that unit_grads points into; stages 2-3: empty.
   std::span<std::byte> full_buffer() { return policy_.gradients ? std::span<std::byte>() : std::span<std::byte>(grads_); }
+  // Stages 2-3: makes the pool hold every bucket a step will use (as many as are filled and reduced at
+  // once, of the largest unit's size) and returns their storage, for a device to pin; stages 0-1: none.
+  std::vector<std::span<std::byte>> reserve_buckets();
 
  private:
   struct InFlight {
     size_t unit;
-    std::vector<std::byte> bucket;  // stages 2-3
+    BufferPool::Buffer bucket;  // stages 2-3
     std::unique_ptr<Work> work;
   };
   template <class Buffer>
@@ -89,7 +92,7 @@ class GradientReducer {
   size_t max_in_flight_;           // stages 2-3: pooled buckets being reduced at once
   PageVector<std::byte> grads_;    // stages 0-1: [full size]; stages 2-3: the partition [P] (whole
                                    // pages: a device may pin it, engine/device_layers.h)
-  std::vector<std::byte> bucket_;  // stages 2-3: the unit backward is filling, [unit padded]
+  BufferPool::Buffer bucket_;      // stages 2-3: the unit backward is filling, [unit padded]
   size_t bucket_unit_ = SIZE_MAX;
   std::deque<InFlight> in_flight_;
   BufferPool pool_;

@@ -83,7 +83,7 @@ class ParamFetcher {
   std::vector<State> state_;   // per layer
   std::vector<bool> ahead_;    // per layer: gathered by a prefetch, not used yet
   std::vector<size_t> serves_; // per layer, while gathered: the use (index into order_) its gather was for
-  std::vector<std::vector<std::byte>> buffer_;             // per layer: its gathered unit, when held
+  std::vector<BufferPool::Buffer> buffer_;             // per layer: its gathered unit, when held
   std::vector<std::unique_ptr<Work>> pending_;             // per layer: its gather in flight
   std::vector<bool> holds_chunk_;                          // per layer: its gather holds a chunk read in
   std::vector<size_t> reads_;  // layers whose gathers read their chunk in, in the order of a step's gathers

@@ -156,8 +156,8 @@ TEST_CASE("engine on the emulated CUDA device: predictions and evaluation after 
 //         (Every step's losses and parameters equal the CPU's in the tests above, where a gradient read
 //         before its download was waited for would hold the emulator's NaNs.)
 // The parameters and gradients cross from and to pinned host memory (offload's pin_memory, on by
-// default), except stage 2's fp32 gradients, which land in a pooled bucket; the engine unpins what it
-// pinned when it goes. With pin_memory off nothing is pinned.
+// default; stage 2's fp32 gradients land in pooled buckets, which the engine reserves and pins); the
+// engine unpins what it pinned when it goes. With pin_memory off nothing is pinned.
 TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters once per step") {
   DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                 {"optimizer", nlohmann::json::parse(kSgd)}},
@@ -215,7 +215,7 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
         CHECK(back_per_step[g] == grads + n * sizeof(float));
         CHECK(back_async[g] == grads);
         CHECK(pinned_up[g] == param_bytes);
-        CHECK(pinned_down[g] == (stage == 2 && precision == amp::Storage::F32 ? 0 : grads));
+        CHECK(pinned_down[g] == grads);
       }
     }
   }

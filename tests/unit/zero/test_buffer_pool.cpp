@@ -1,6 +1,9 @@
-// The buffer pool of ZeRO's transient copies: best-fit reuse, and bytes() as the footprint it made.
+// The buffer pool of ZeRO's transient copies: best-fit reuse, bytes() as the footprint it made, and
+// reserved buffers (for a device to pin).
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <set>
 #include <vector>
 
 #include "zero/buffer_pool.h"
@@ -30,4 +33,28 @@ TEST_CASE("buffer pool: a released buffer is reused by the smallest request it f
   pool.release({});  // an empty buffer is not kept
   auto f = pool.acquire(0);
   CHECK(f.empty());
+}
+
+// What a device pins (the gradient buckets of stages 2-3) must be the storage every later request
+// gets: reserved buffers are page-aligned, handed out as they are and never reallocated.
+TEST_CASE("buffer pool: reserved buffers are whole pages and are the ones later requests get") {
+  BufferPool pool;
+  const auto reserved = pool.reserve(5000, 2);
+  REQUIRE(reserved.size() == 2);
+  std::set<const std::byte*> storage;
+  for (const auto& r : reserved) {
+    CHECK(reinterpret_cast<uintptr_t>(r.data()) % ds::page_bytes() == 0);
+    CHECK(r.size() >= 5000);
+    storage.insert(r.data());
+  }
+  const size_t made = pool.bytes();
+  auto a = pool.acquire(5000), b = pool.acquire(300);  // the smaller request fits a reserved one too
+  CHECK(storage.count(a.data()) == 1);
+  CHECK(storage.count(b.data()) == 1);
+  CHECK(a.data() != b.data());
+  pool.release(std::move(b));
+  auto c = pool.acquire(4000);  // grows back within its capacity: the same storage
+  CHECK(storage.count(c.data()) == 1);
+  CHECK(pool.bytes() == made);
+  CHECK(pool.reserve(0, 3).empty());
 }
