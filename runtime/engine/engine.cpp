@@ -567,13 +567,17 @@ void Engine::init_swapped(const std::function<const float*(const zero::Unit&)>& 
   });
 }
 
-void Engine::views(const float* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out) const {
+void Engine::views(const void* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out,
+                   ds_dtype type) const {
   const size_t begin = layout_->layer_begin(layer);
+  const size_t elem = type == DS_F32 ? sizeof(float) : sizeof(uint16_t);
   out.clear();
   for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s) {
     const ParamSlot& slot = slots_[s];
-    const float* data = slot.owner >= 0 ? tied_base + slot.tied_offset : layer_base + (slot.offset - begin);
-    out.push_back(ds_tensor{const_cast<float*>(data), DS_F32, slot.shape, DS_DEVICE_CPU});
+    out.push_back(slot.owner >= 0
+                      ? ds_tensor{const_cast<float*>(tied_base + slot.tied_offset), DS_F32, slot.shape, DS_DEVICE_CPU}
+                      : ds_tensor{const_cast<std::byte*>(static_cast<const std::byte*>(layer_base) + (slot.offset - begin) * elem),
+                                  type, slot.shape, DS_DEVICE_CPU});
   }
 }
 
@@ -694,16 +698,8 @@ void Engine::prefetch_device_params(bool training) {
     const bool owner = std::any_of(slots_.begin(), slots_.end(),
                                    [&](const ParamSlot& s) { return s.owner >= 0 && owns(i, s); });
     if (owner) copy_tied_values(i, acquire_params(i, training));
-    const std::byte* base = layer_in_unit(params_.data() + layout_->unit_of_layer(i).begin * elem_, i, elem_);
-    const size_t begin = layout_->layer_begin(i);
-    param_views_.clear();
-    for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s) {
-      const ParamSlot& slot = slots_[s];
-      param_views_.push_back(slot.owner >= 0
-                                 ? ds_tensor{tied_values_.data() + slot.tied_offset, DS_F32, slot.shape, DS_DEVICE_CPU}
-                                 : ds_tensor{const_cast<std::byte*>(base + (slot.offset - begin) * elem_), type,
-                                             slot.shape, DS_DEVICE_CPU});
-    }
+    views(layer_in_unit(params_.data() + layout_->unit_of_layer(i).begin * elem_, i, elem_), tied_values_.data(), i,
+          param_views_, type);
     device_layers_->prefetch_params(i, param_views_);
   }
 }
