@@ -2,11 +2,15 @@
 // bound they are held to; prints one JSON line. See bench/gpu/run.py.
 //   gpu_bench adam --params N --steps S
 //   gpu_bench gemm --size N --steps S
+//   gpu_bench linears --batch B --seq T --embd C --steps S
 //   gpu_bench attention --batch B --seq T --heads H --head_dim D --steps S
 //   gpu_bench gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
 // parameter), against a device-to-device copy of 14·N bytes (the same 28·N bytes moved).
 // gemm: an N x N x N bf16 product (fp32 accumulation, bf16 out) through kernels/cuda/gemm.h: TFLOP/s.
+// linears: GPT-2's four linear layers' forward products in fp32 as the CUDA backend runs them, out[B·T, n] +=
+// x[B·T, k] · w[n, k]ᵀ (accumulated onto the bias already in out): c_attn (n 3C, k C), attn.c_proj (C, C), c_fc
+// (4C, C), mlp.c_proj (C, 4C); ms and TFLOP/s of each.
 // attention: kernels/cuda's causal attention (attention.cpp) forward, and forward + backward, on qkv[B, T, 3, H, D],
 // with fp32 products and with bf16 ones.
 // gpt: training steps of the gpt plugin on the CUDA backend (worker/device_model.h: the plugin's layers
@@ -100,6 +104,29 @@ int gemm(long long size, int steps) {
   std::printf("{\"side\": \"ours\", \"bench\": \"gemm\", \"size\": %lld, \"ms\": %.4f, \"tflops\": %.1f}\n", size, ms,
               2.0 * static_cast<double>(n * n * n) / ms / 1e9);
   for (void* p : {a, b, c}) cudaFree(p);
+  return 0;
+}
+
+int linears(long long rows, long long C, int steps) {
+  struct Shape { const char* name; long long n, k; };
+  const Shape shapes[] = {{"c_attn", 3 * C, C}, {"attn_c_proj", C, C}, {"c_fc", 4 * C, C}, {"mlp_c_proj", C, 4 * C}};
+  float *x, *w, *out;
+  check(cudaMalloc(&x, static_cast<size_t>(rows * 4 * C) * 4), "cudaMalloc");
+  check(cudaMalloc(&w, static_cast<size_t>(4 * C * C) * 4), "cudaMalloc");
+  check(cudaMalloc(&out, static_cast<size_t>(rows * 4 * C) * 4), "cudaMalloc");
+  check(cudaMemset(x, 0x3c, static_cast<size_t>(rows * 4 * C) * 4), "cudaMemset");  // about 0.0115
+  check(cudaMemset(w, 0x3b, static_cast<size_t>(4 * C * C) * 4), "cudaMemset");     // about 0.0029
+  check(cudaMemset(out, 0, static_cast<size_t>(rows * 4 * C) * 4), "cudaMemset");
+  const auto f32 = ds::cuda::GemmType::F32;
+  std::string fields;
+  for (const Shape& s : shapes) {
+    const double ms = mean_ms(steps, [&] { ds::cuda::gemm(x, w, out, rows, s.n, s.k, false, true, f32, f32, 1.0f, 1.0f, 1, 0, 0, 0, nullptr); });
+    fields += ", \"" + std::string(s.name) + "_ms\": " + std::to_string(ms) + ", \"" + s.name +
+              "_tflops\": " + std::to_string(2.0 * static_cast<double>(rows * s.n * s.k) / ms / 1e9);
+  }
+  check(cudaDeviceSynchronize(), "the products");
+  std::printf("{\"side\": \"ours\", \"bench\": \"linears\", \"rows\": %lld, \"embd\": %lld%s}\n", rows, C, fields.c_str());
+  for (float* p : {x, w, out}) cudaFree(p);
   return 0;
 }
 
@@ -206,6 +233,7 @@ int main(int argc, char** argv) {
   if (ok && steps > 0) try {
       if (bench == "adam") return adam(params, steps);
       if (bench == "gemm") return gemm(size, steps);
+      if (bench == "linears") return linears(batch * seq, embd, steps);
       if (bench == "attention") return attention(batch, seq, heads, head_dim, steps);
       if (bench == "gpt" || bench == "gpt_bf16" || bench == "gpt_fp16")
         return gpt(bench, batch, seq, layers, heads, embd, vocab, steps);
@@ -215,6 +243,7 @@ int main(int argc, char** argv) {
     }
   std::fprintf(stderr, "usage: gpu_bench adam [--params N] [--steps S]\n"
                        "       gpu_bench gemm [--size N] [--steps S]\n"
+                       "       gpu_bench linears [--batch B] [--seq T] [--embd C] [--steps S]\n"
                        "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n"
                        "       gpu_bench gpt|gpt_bf16|gpt_fp16 [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] "
                        "[--vocab V] [--steps S]\n");

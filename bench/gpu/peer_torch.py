@@ -2,10 +2,12 @@
 
     peer_torch.py adam --params N --steps S
     peer_torch.py gemm --size N --steps S
+    peer_torch.py linears --batch B --seq T --embd C --steps S
     peer_torch.py attention --batch B --seq T --heads H --head_dim D --steps S
     peer_torch.py gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 adam: torch.optim.AdamW(fused=True) stepping N fp32 parameters, and torch's device-to-device copy of 14·N bytes
-(the 28·N bytes an fp32 AdamW step moves). gemm: torch.matmul of two N x N bf16 matrices. attention:
+(the 28·N bytes an fp32 AdamW step moves). gemm: torch.matmul of two N x N bf16 matrices. linears: GPT-2's four
+linear layers' forward products in fp32 (TF32 off), out.addmm_(x, w.t()) onto the bias already in out. attention:
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) on fp32 q, k, v [B, H, T, D] (what ours computes),
 forward and forward + backward; also in bf16 (flash attention), for reference. Each the mean over S steps after 3
 untimed ones, by CUDA events. gpt: training steps of a GPT-2 written as the gpt plugin is (nanoGPT's model: tied LM
@@ -52,6 +54,19 @@ def gemm(a):
     ms = mean_ms(a.steps, lambda: torch.matmul(x, y))
     return {"side": "torch", "bench": "gemm", "size": a.size, "ms": ms, "tflops": 2.0 * a.size ** 3 / ms / 1e9,
             "torch": torch.__version__}
+
+
+def linears(a):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows, c = a.batch * a.seq, a.embd
+    x = torch.full((rows, 4 * c), 0.0115, device="cuda")
+    w = torch.full((4 * c, 4 * c), 0.0029, device="cuda")
+    result = {"side": "torch", "bench": "linears", "rows": rows, "embd": c, "torch": torch.__version__}
+    for name, n, k in (("c_attn", 3 * c, c), ("attn_c_proj", c, c), ("c_fc", 4 * c, c), ("mlp_c_proj", c, 4 * c)):
+        xs, ws, out = x[:, :k].contiguous(), w[:n, :k].contiguous(), torch.zeros(rows, n, device="cuda")
+        ms = mean_ms(a.steps, lambda: out.addmm_(xs, ws.t()))
+        result[f"{name}_ms"], result[f"{name}_tflops"] = ms, 2.0 * rows * n * k / ms / 1e9
+    return result
 
 
 def attention(a):
@@ -131,7 +146,7 @@ def gpt(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("bench", choices=("adam", "gemm", "attention", "gpt", "gpt_bf16", "gpt_fp16"))
+    p.add_argument("bench", choices=("adam", "gemm", "linears", "attention", "gpt", "gpt_bf16", "gpt_fp16"))
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--batch", type=int, default=8)
@@ -143,7 +158,7 @@ def main():
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--steps", type=int, default=20)
     a = p.parse_args()
-    print(json.dumps({"adam": adam, "gemm": gemm, "attention": attention, "gpt": gpt, "gpt_bf16": gpt, "gpt_fp16": gpt}[a.bench](a)))
+    print(json.dumps({"adam": adam, "gemm": gemm, "linears": linears, "attention": attention, "gpt": gpt, "gpt_bf16": gpt, "gpt_fp16": gpt}[a.bench](a)))
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 """GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--benches adam,gemm,attention,gpt,gpt_bf16,gpt_fp16] [--reps 3] [--steps 20] [--json PATH]
+    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,gpt,gpt_bf16,gpt_fp16] [--reps 3] [--steps 20] [--json PATH]
 
 adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
            (bit-identical to the CPU optimizer), the peer torch.optim.AdamW(fused=True). An fp32 AdamW step reads
            parameters, gradients and both moments and writes parameters and moments, 28 bytes per parameter, so its
            bound is a device-to-device copy of the same bytes, measured by each side (cudaMemcpyAsync; torch's copy_).
 gemm       an --size³ bf16 product, fp32 accumulation: ours kernels/cuda/gemm.h (cuBLASLt), the peer torch.matmul.
+linears    GPT-2's four linear layers' forward products (batch --gpt_batch x 1024 rows) in fp32 as the CUDA backend
+           runs them, accumulated onto the bias in the output: ours gemm.h, the peer out.addmm_(x, w.t()) (TF32 off).
 attention  causal self-attention at GPT-2's shape (batch 8, context 1024, 12 heads of 64), forward and
            forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention;
            also both with bf16 products (ours: bf16 GEMMs between fp32 softmax rows; torch: flash attention).
@@ -29,6 +31,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 def options(a, bench):
     if bench == "adam":
         return ["--params", str(a.params), "--steps", str(a.steps)]
+    if bench == "linears":
+        return ["--batch", str(a.gpt_batch), "--seq", "1024", "--embd", "768", "--steps", str(a.steps)]
     if bench == "gemm":
         return ["--size", str(a.size), "--steps", str(a.steps)]
     if bench in ("gpt", "gpt_bf16", "gpt_fp16"):
@@ -74,6 +78,12 @@ def report(a, bench, samples):
         ours, torch = median(samples, "ours", "tflops"), median(samples, "torch", "tflops")
         if ours and torch:
             print(f"  ours / torch: {ours / torch:.2f}x")
+    elif bench == "linears":
+        print(f"GPT-2's linear layers' forward products, fp32, {a.gpt_batch * 1024} rows, mean of {a.steps}, median of {a.reps} runs")
+        for name in ("c_attn", "attn_c_proj", "c_fc", "mlp_c_proj"):
+            ours, torch = (median(samples, side, f"{name}_ms") for side in ("ours", "torch"))
+            if ours and torch:
+                print(f"  {name:12} ours {ours:7.3f} ms  torch {torch:7.3f} ms  ours / torch (rate): {torch / ours:.2f}x")
     elif bench in ("gpt", "gpt_bf16", "gpt_fp16"):
         kind = "fp32" if bench == "gpt" else f"{bench[4:]} products (torch: autocast)"
         print(f"GPT-2 124M training steps, {kind}, batch {a.gpt_batch} x 1024 tokens, median of {a.reps} runs")
@@ -104,7 +114,7 @@ def report(a, bench, samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,attention,gpt,gpt_bf16,gpt_fp16")
+    p.add_argument("--benches", default="adam,gemm,linears,attention,gpt,gpt_bf16,gpt_fp16")
     p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
