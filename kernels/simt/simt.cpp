@@ -1,13 +1,13 @@
-// The SIMT emulator (simt.h): fibers on ucontext, one scheduler per launch on the calling thread.
+// The SIMT emulator (simt.h): fibers on Boost.Context's fcontext (a switch is a few instructions and no system
+// call; ucontext's swapcontext saved the signal mask each time), one scheduler per launch on the calling thread.
 #include "simt/simt.h"
-
-#include <ucontext.h>
 
 #include <algorithm>
 #include <exception>
 #include <memory>
 #include <vector>
 
+#include <boost/context/detail/fcontext.hpp>
 #include <fmt/format.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -22,10 +22,13 @@
 // AddressSanitizer must be told when the stack changes under it.
 extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
 extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+extern "C" void __asan_unpoison_memory_region(const volatile void* addr, size_t size);
 #endif
 
 namespace ds::simt {
 namespace {
+
+namespace fctx = boost::context::detail;
 
 enum class WarpOp { shfl, shfl_xor, shfl_down, shfl_up, ballot, sync };
 
@@ -44,7 +47,7 @@ const char* op_name(WarpOp op) {
 enum class State { runnable, at_barrier, at_warp, done };
 
 struct Fiber {
-  ucontext_t context{};
+  fctx::fcontext_t context = nullptr;  // where it resumes
   std::unique_ptr<char[]> stack;
   dim3 index;
   int linear = 0;
@@ -68,7 +71,7 @@ struct Launch {
   const std::function<void()>* kernel = nullptr;
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
-  ucontext_t scheduler{};
+  fctx::fcontext_t scheduler = nullptr;  // where the running fiber returns to
   const void* scheduler_stack = nullptr;  // for AddressSanitizer
   size_t scheduler_stack_size = 0;
   std::exception_ptr error;
@@ -78,6 +81,33 @@ struct Launch {
 };
 
 thread_local Launch* active = nullptr;
+
+// Fiber stacks outlive a launch, for the thread's next one: a launch of 1024 threads would otherwise allocate
+// 256 MiB of stacks each time (and zeroing them cost more than most kernels).
+struct StackPool {
+  size_t bytes = 0;
+  std::vector<std::unique_ptr<char[]>> spare;
+
+  std::unique_ptr<char[]> take(size_t n) {
+    if (n != bytes) {
+      spare.clear();
+      bytes = n;
+    }
+    if (spare.empty()) return std::unique_ptr<char[]>(new char[n]);  // uninitialised: a fiber touches only its top
+    std::unique_ptr<char[]> stack = std::move(spare.back());
+    spare.pop_back();
+    return stack;
+  }
+  void give(std::unique_ptr<char[]> stack, size_t n) {
+    if (!stack || n != bytes) return;
+#ifdef DS_SIMT_ASAN
+    __asan_unpoison_memory_region(stack.get(), n);  // a fiber that ended left its last frame's redzones
+#endif
+    spare.push_back(std::move(stack));
+  }
+};
+
+thread_local StackPool stack_pool;
 
 Launch& launch_state(const char* what) {
   if (!active || !active->current) throw SimtError(fmt::format("simt: {} called outside a kernel", what));
@@ -90,19 +120,20 @@ std::string where(const Launch& l, const Fiber& f) {
 }
 
 // Fiber side: back to the scheduler until resumed.
-void yield(Launch& l, Fiber& f) {
+void yield(Launch& l, [[maybe_unused]] Fiber& f) {
 #ifdef DS_SIMT_ASAN
   __sanitizer_start_switch_fiber(&f.fake_stack, l.scheduler_stack, l.scheduler_stack_size);
 #endif
-  swapcontext(&f.context, &l.scheduler);
+  l.scheduler = fctx::jump_fcontext(l.scheduler, nullptr).fctx;
 #ifdef DS_SIMT_ASAN
   __sanitizer_finish_switch_fiber(f.fake_stack, &l.scheduler_stack, &l.scheduler_stack_size);
 #endif
 }
 
-void fiber_main() {
+void fiber_main(fctx::transfer_t from) {
   Launch& l = *active;
   Fiber& f = *l.current;
+  l.scheduler = from.fctx;
 #ifdef DS_SIMT_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &l.scheduler_stack, &l.scheduler_stack_size);
 #endif
@@ -115,7 +146,7 @@ void fiber_main() {
 #ifdef DS_SIMT_ASAN
   __sanitizer_start_switch_fiber(nullptr, l.scheduler_stack, l.scheduler_stack_size);  // this stack is done
 #endif
-  swapcontext(&f.context, &l.scheduler);  // never resumed
+  fctx::jump_fcontext(l.scheduler, nullptr);  // never resumed
 }
 
 // Scheduler side: runs `f` until it waits or ends.
@@ -125,7 +156,7 @@ void resume(Launch& l, Fiber& f) {
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, f.stack.get(), l.options.stack_bytes);
 #endif
-  swapcontext(&l.scheduler, &f.context);
+  f.context = fctx::jump_fcontext(f.context, nullptr).fctx;
 #ifdef DS_SIMT_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -251,11 +282,7 @@ void run_block(Launch& l) {
     f.state = State::runnable;
     f.barriers = f.collectives = 0;
     f.declarations = 0;
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack.get();
-    f.context.uc_stack.ss_size = l.options.stack_bytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, fiber_main, 0);
+    f.context = fctx::make_fcontext(f.stack.get() + l.options.stack_bytes, l.options.stack_bytes, fiber_main);
   }
   for (;;) {
     if (l.options.order == Order::forward) {
@@ -300,13 +327,17 @@ void launch(dim3 grid, dim3 block, const LaunchOptions& options, const std::func
   l.options = options;
   l.kernel = &kernel;
   l.fibers.resize(block.count());
-  for (Fiber& f : l.fibers) f.stack = std::make_unique<char[]>(options.stack_bytes);
+  for (Fiber& f : l.fibers) f.stack = stack_pool.take(options.stack_bytes);
   l.static_shared.resize(options.max_static_shared);
   l.dynamic_shared.resize(options.dynamic_shared_bytes);
   active = &l;
-  struct Reset {
-    ~Reset() { active = nullptr; }
-  } reset;
+  struct Finish {  // no kernel runs on this thread any more; the stacks go back to the pool
+    Launch& l;
+    ~Finish() {
+      active = nullptr;
+      for (Fiber& f : l.fibers) stack_pool.give(std::move(f.stack), l.options.stack_bytes);
+    }
+  } finish{l};
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
