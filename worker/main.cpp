@@ -511,7 +511,8 @@ int train(const WorkerOptions& o) {
     std::string tensorboard_dir;
     if (config.tensorboard.enabled)
       tensorboard_dir = (std::filesystem::path(config.tensorboard.output_path) / config.tensorboard.job_name).string();
-    metrics.emplace(o.metrics, csv_dir, tensorboard_dir, data.tokens_per_sample, /*append=*/resume_tag.has_value());
+    metrics.emplace(o.metrics, csv_dir, tensorboard_dir, data.tokens_per_sample, /*append=*/resume_tag.has_value(),
+                    config.wall_clock_breakdown);
   }
   // Every rank evaluates and samples (collectives at stage 3); rank 0 reports.
   std::optional<double> val_loss;
@@ -552,6 +553,8 @@ int train(const WorkerOptions& o) {
     last_loss = stats.loss;
     if (lead) {
       metrics->write(stats, stats.step * engine.global_batch());
+      if (config.wall_clock_breakdown)
+        std::printf("%s\n", wall_clock_line(stats, config.pipeline.stages > 1).c_str());
       if (!stats.averaged && !std::exchange(told_unaveraged, true))
         std::printf("step %lld: %s: the engine's gradient all-reduce is off (the optimizer all-reduces 1-bit "
                     "compressed tensors itself)\n", static_cast<long long>(stats.step),

@@ -20,8 +20,11 @@ class MetricsWriter {
   // Any destination may be empty (off). Throws std::runtime_error naming a path it cannot open.
   // tokens_per_sample > 0 (token data) adds tokens_per_sec to each step's line.
   // append: continue the files of a resumed run instead of replacing them.
+  // wall_clock_breakdown: each step also records its phases' times in milliseconds, as DeepSpeed's
+  // monitor does (Train/Samples/elapsed_time_ms_forward, _backward, _backward_inner, _backward_allreduce,
+  // _step; the same keys in the JSONL line).
   MetricsWriter(const std::string& jsonl_path, const std::string& csv_dir, const std::string& tensorboard_dir,
-                int64_t tokens_per_sample, bool append);
+                int64_t tokens_per_sample, bool append, bool wall_clock_breakdown);
   void write(const StepStats& stats, int64_t global_samples);
   void write_validation(int64_t step, int64_t global_samples, double val_loss);
 
@@ -30,6 +33,7 @@ class MetricsWriter {
   void flush();
   int64_t tokens_per_sample_;
   bool append_;
+  bool wall_clock_breakdown_;
   std::unique_ptr<std::ofstream> jsonl_;
   std::string csv_dir_;
   std::map<std::string, std::ofstream> csv_files_;

@@ -64,6 +64,16 @@ size_t peak_rss() {
   return 0;
 }
 
+std::string wall_clock_line(const StepStats& s, bool pipeline) {
+  const StepStats::Phases& t = s.phases;
+  if (pipeline)
+    return fmt::format("time (ms) | pipe_schedule: {:.2f} | bwd_allreduce: {:.2f} | step: {:.2f}",
+                       s.schedule_seconds * 1e3, t.backward_allreduce * 1e3, t.step * 1e3);
+  return fmt::format("time (ms) | fwd: {:.2f} | bwd: {:.2f} | bwd_inner: {:.2f} | bwd_allreduce: {:.2f} | step: {:.2f}",
+                     t.forward * 1e3, t.backward * 1e3, t.backward_inner * 1e3, t.backward_allreduce * 1e3,
+                     t.step * 1e3);
+}
+
 std::string progress_line(const Progress& p, const std::string& fields) {
   constexpr int kWidth = 20;
   const double done = p.steps > 0 ? static_cast<double>(p.step) / static_cast<double>(p.steps) : 1.0;

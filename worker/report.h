@@ -34,6 +34,11 @@ struct Progress {
   const char* unit = "samples"; // what `rate` counts
 };
 
+// wall_clock_breakdown's line, DeepSpeed's global timers in milliseconds: "time (ms) | fwd: 12.34 | bwd: 30.10 |
+// bwd_inner: 28.00 | bwd_allreduce: 2.10 | step: 8.76"; with a pipeline "time (ms) | pipe_schedule: … |
+// bwd_allreduce: … | step: …" (its forward and backward passes interleave).
+std::string wall_clock_line(const StepStats& s, bool pipeline);
+
 // "step 120/600 [####----------------]  20% | <fields> | 41.2k tokens/s | ETA 1m52s": the bar is 20
 // characters; the ETA assumes the remaining steps take the mean time of those done.
 std::string progress_line(const Progress& p, const std::string& fields);

@@ -883,7 +883,11 @@ ds_batch Engine::load_micro_batch(int64_t epoch, int64_t within, int64_t micro, 
 }
 
 StepStats Engine::step() {
-  const auto start = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const auto start = Clock::now();
+  StepStats stats;
+  StepStats::Phases& phases = stats.phases;
   const int64_t epoch = steps_ / steps_per_epoch_;
   const int64_t within = steps_ % steps_per_epoch_;
   const double scale = loss_scale();
@@ -898,24 +902,33 @@ StepStats Engine::step() {
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
   double loss_sum = 0.0, schedule_seconds = 0.0, compute_seconds = 0.0;
+  auto reduce_start = Clock::now();
   if (config_.pipeline) {
-    const auto schedule_start = std::chrono::steady_clock::now();
+    const auto schedule_start = Clock::now();
     loss_sum = pipeline_micro_batches(epoch, within, scale, compute_seconds);
-    schedule_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - schedule_start).count();
+    schedule_seconds = seconds_since(schedule_start);
+    reduce_start = Clock::now();
     reduce_pipeline_gradients();
   } else {
     ds_tensor input, target;
     for (int64_t m = 0; m < config_.grad_accum; ++m) {
       const ds_batch batch = load_micro_batch(epoch, within, m, input, target);
+      const auto forward_start = Clock::now();
       forward(batch, true);
       loss_sum += current().outputs.back()[0];
+      phases.forward += seconds_since(forward_start);
+      const auto backward_start = Clock::now();
       backward(batch, m == config_.grad_accum - 1, scale);
+      phases.backward_inner += seconds_since(backward_start);
     }
+    reduce_start = Clock::now();
   }
   grads_->finish();
+  phases.backward_allreduce = seconds_since(reduce_start);
+  phases.backward = phases.backward_inner + phases.backward_allreduce;
+  const auto update_start = Clock::now();
   const double norm = gradient_norm(averaged) / scale;
   ++steps_;
-  StepStats stats;
   stats.step = steps_;
   stats.epoch = epoch;
   stats.grad_norm = norm;
@@ -948,7 +961,8 @@ StepStats Engine::step() {
   stats.schedule_seconds = schedule_seconds;
   stats.compute_seconds = compute_seconds;
   stats.sent_bytes = group_.comms().sent_bytes() + (config_.pipeline ? config_.pipeline->sent_bytes() : 0) - sent_before;
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  phases.step = seconds_since(update_start);
+  stats.seconds = seconds_since(start);
   return stats;
 }
 

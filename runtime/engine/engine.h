@@ -156,6 +156,15 @@ struct StepStats {
   double schedule_seconds = 0.0;  // pipeline: wall time of the step's micro-batches (1F1B), and within it
   double compute_seconds = 0.0;   // the time in this stage's forward and backward passes; the rest waited on
                                   // other stages (the bubble)
+  // Where the step's wall time went, on this rank (wall_clock_breakdown prints it), summed over its
+  // micro-batches: DeepSpeed's global timers. Without a pipeline: the forward passes; the backward passes
+  // (backward_inner: the layers', the gradient reductions overlapping them) and then the wait for the
+  // reductions to finish (backward_allreduce; backward is the two together); the optimizer step (norm,
+  // clipping, update, the parameters' all-gather). With a pipeline, schedule_seconds holds the forward
+  // and backward passes, backward_allreduce the data-parallel reduction after them, and step the update.
+  struct Phases {
+    double forward = 0.0, backward = 0.0, backward_inner = 0.0, backward_allreduce = 0.0, step = 0.0;
+  } phases;
 };
 
 // Bytes held by this rank, by kind. Parameters and gradients include the pooled full-size copies

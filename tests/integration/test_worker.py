@@ -142,6 +142,41 @@ def test_comms_logger_and_csv_monitor(dsrun, clean_env, tmp_path):
     assert rows[1].startswith("32,")  # global samples after step 1: 8 x 2 x 2 ranks
 
 
+def test_wall_clock_breakdown_prints_and_records_each_steps_phases(dsrun, clean_env, tmp_path):
+    """DeepSpeed's wall_clock_breakdown: rank 0 prints its global timers after each step ("time (ms) | fwd: ... |
+    step: ..."), and the monitors get Train/Samples/elapsed_time_ms_* (here the JSONL line and csv_monitor).
+    The phases are parts of the step: they add up to no more than its wall time. Off by default."""
+    with open(CONFIG) as f:
+        cfg = json.load(f)
+    runs = {}
+    for on in (True, False):
+        cfg["wall_clock_breakdown"] = on
+        cfg["csv_monitor"] = {"enabled": True, "output_path": str(tmp_path / f"csv{on}"), "job_name": "mlp"}
+        path = tmp_path / f"cfg{on}.json"
+        path.write_text(json.dumps(cfg))
+        m = tmp_path / f"m{on}.jsonl"
+        r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "4",
+                 "--metrics", str(m)], dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs[on] = (r.stdout, [json.loads(line) for line in m.read_text().splitlines()])
+    out, rows = runs[True]
+    lines = re.findall(r"^\[rank (\d)\] time \(ms\) \| fwd: ([\d.]+) \| bwd: ([\d.]+) \| bwd_inner: ([\d.]+) \| "
+                       r"bwd_allreduce: ([\d.]+) \| step: ([\d.]+)$", out, re.M)
+    assert len(lines) == 4 and {rank for rank, *_ in lines} == {"0"}, out
+    keys = ["elapsed_time_ms_" + k for k in ("forward", "backward", "backward_inner", "backward_allreduce", "step")]
+    for (_, *printed), row in zip(lines, rows):
+        assert [float(v) for v in printed] == [round(row[k], 2) for k in keys]
+        assert row[keys[0]] > 0 and row[keys[2]] > 0 and row[keys[4]] > 0
+        assert abs(row[keys[1]] - row[keys[2]] - row[keys[3]]) < 1e-6  # bwd = bwd_inner + bwd_allreduce
+        step_ms = 1e3 * 32 / row["samples_per_sec"]  # 32 samples per step
+        assert row[keys[0]] + row[keys[1]] + row[keys[4]] <= step_ms * 1.001, row
+    csv = (tmp_path / "csvTrue" / "mlp" / "Train_Samples_elapsed_time_ms_forward.csv").read_text().splitlines()
+    assert csv[0] == "samples,elapsed_time_ms_forward" and len(csv) == 5
+    out, rows = runs[False]
+    assert "time (ms)" not in out and not any(k in row for row in rows for k in keys)
+    assert not (tmp_path / "csvFalse" / "mlp" / "Train_Samples_elapsed_time_ms_forward.csv").exists()
+
+
 @pytest.mark.parametrize("key,block,expected", [
     ("zero_optimization", {"stage": 2, "zero_quantized_gradients": True}, "zero_optimization.zero_quantized_gradients"),
     ("communication_data_type", "fp16", "communication_data_type: fp16"),
