@@ -263,6 +263,34 @@ void gemm(Check& check, const GemmCase& g, std::mt19937& rng) {
   compare_bounded(check, got, ref, bound);
 }
 
+// The CUDA backend's matmul op with 16-bit products (16-bit training's, set_half_matmuls), accumulating into
+// c: against the reference product of the inputs rounded to 16 bits, within the gemm rows' fp32 bound. At
+// shapes whose rows are not 16-byte aligned the op pads its operands (cuda_backend.cpp).
+void half_matmul(Check& check, int device, amp::Half type, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+                 std::mt19937& rng) {
+  backend::Cuda cuda(device);
+  cuda.set_half_matmuls(type);
+  const ds_backend& ops = *cuda.table();
+  std::vector<float> a = random_floats(rng, m * k, 0.0f, 1.0f), b = random_floats(rng, k * n, 0.0f, 1.0f),
+                     c = random_floats(rng, m * n, 0.0f, 1.0f);
+  DeviceArray<float> d_a(a), d_b(b), d_c(c);
+  if (ops.matmul(ops.ctx, d_a.get(), d_b.get(), d_c.get(), m, n, k, trans_a, trans_b, 1) != DS_OK)
+    throw std::runtime_error(ops.last_error(ops.ctx));
+  const std::vector<float> got = d_c.to_host();
+  const amp::Storage storage = type == amp::Half::BF16 ? amp::Storage::BF16 : amp::Storage::F16;
+  cpu::round_to(storage, a.data(), a.size());
+  cpu::round_to(storage, b.data(), b.size());
+  std::vector<float> ref = c, scale(c.size()), abs_a(a), abs_b(b);
+  for (float& x : abs_a) x = std::fabs(x);
+  for (float& x : abs_b) x = std::fabs(x);
+  cpu::matmul_reference(a.data(), b.data(), ref.data(), m, n, k, trans_a, trans_b, true);
+  cpu::matmul(abs_a.data(), abs_b.data(), scale.data(), m, n, k, trans_a, trans_b, false);
+  std::vector<double> bound(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i)
+    bound[i] = static_cast<double>(k + 4) * 0x1p-24 * (static_cast<double>(scale[i]) + std::fabs(c[i]));
+  compare_bounded(check, got, ref, bound);
+}
+
 size_t differing(const std::vector<float>& got, const float* want) {
   size_t d = 0;
   for (size_t i = 0; i < got.size(); ++i) d += got[i] != want[i];
@@ -460,6 +488,25 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
       if (s.T > 1)
         add(type == amp::Half::BF16 ? "attention_bf16" : "attention_fp16", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
             [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, type, rng); });
+  // The backend's 16-bit matmul op: every transpose at sizes of no aligned row, and GPT-2's LM head's three
+  // products (vocabulary 50257: its forward, its input's gradient and its weight's) at 64 tokens of 96.
+  for (const auto type : {amp::Half::BF16, amp::Half::F16}) {
+    struct Product {
+      int64_t m, n, k;
+      bool trans_a, trans_b;
+    };
+    std::vector<Product> products;
+    for (bool trans_a : {false, true})
+      for (bool trans_b : {false, true}) products.push_back({5, 7, 33, trans_a, trans_b});
+    if (!cuda::emulated())
+      for (const Product p : {Product{64, 50257, 96, false, true}, {64, 96, 50257, false, false},
+                              {50257, 96, 64, true, false}})
+        products.push_back(p);
+    for (const Product p : products)
+      add(type == amp::Half::BF16 ? "matmul_bf16" : "matmul_fp16",
+          fmt::format("{}x{}x{}{}{} +=", p.m, p.n, p.k, p.trans_a ? " A^T" : "", p.trans_b ? " B^T" : ""),
+          [=](Check& c, std::mt19937& rng) { half_matmul(c, device, type, p.m, p.n, p.k, p.trans_a, p.trans_b, rng); });
+  }
   // GEMMs: every transpose at odd sizes, batches (one with a b shared by every entry, one whose odd
   // strides leave bf16 entries 2-byte aligned), k 0, and the shape of GPT-2's MLP down-projection
   // forward (tokens x hidden x 4·hidden).

@@ -50,6 +50,17 @@ DS_KERNEL void float_to_half_kernel(amp::Half type, const float* in, uint16_t* o
     out[i] = to_half_bits(type, in[i]);
 }
 
+// in[rows, cols] into out[out_rows, out_cols] (out_rows >= rows, out_cols >= cols) as half(in), the margin
+// zeros: an operand padded to aligned rows for a 16-bit GEMM; any grid and block.
+DS_KERNEL void float_to_half_padded_kernel(amp::Half type, const float* in, int64_t rows, int64_t cols, uint16_t* out,
+                                           int64_t out_rows, int64_t out_cols) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x, n = out_rows * out_cols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t r = i / out_cols, c = i % out_cols;
+    out[i] = r < rows && c < cols ? to_half_bits(type, in[r * cols + c]) : uint16_t{0};
+  }
+}
+
 // out[i] = half(float(out[i]) + in[i]): accumulation into 16-bit storage; any grid and block.
 DS_KERNEL void half_accumulate_kernel(amp::Half type, const float* in, uint16_t* out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

@@ -75,6 +75,14 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
 }
 
+void copy_rows_on_device(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+                         void* stream) {
+  if (row_bytes == 0 || rows == 0) return;
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice,
+                          static_cast<cudaStream_t>(stream)),
+        "cudaMemcpy2DAsync on the device");
+}
+
 void copy_on_device(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
@@ -259,6 +267,15 @@ void half_to_float(amp::Half type, const uint16_t* in, float* out, int64_t n, vo
   if (n <= 0) return;
   half_to_float_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(type, in, out, n);
   check(cudaGetLastError(), "half_to_float launch");
+}
+
+void float_to_half_padded(amp::Half type, const float* in, int64_t rows, int64_t cols, uint16_t* out, int64_t out_rows,
+                          int64_t out_cols, void* stream) {
+  const int64_t n = out_rows * out_cols;
+  if (n <= 0) return;
+  float_to_half_padded_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      type, in, rows, cols, out, out_rows, out_cols);
+  check(cudaGetLastError(), "float_to_half_padded launch");
 }
 
 void float_to_half(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream) {

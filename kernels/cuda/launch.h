@@ -33,6 +33,9 @@ void device_free(void* p);
 void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes, void* stream);  // asynchronous on `stream`
+// `rows` rows of row_bytes each from src (rows src_pitch bytes apart) to dst (dst_pitch apart); asynchronous.
+void copy_rows_on_device(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+                         void* stream);
 void zero_on_device(void* dst, size_t bytes, void* stream);                    // dst[bytes] = 0, asynchronous
 void synchronize();
 // Streams beside the default stream (cudaStreamNonBlocking: no implicit ordering with it) and events
@@ -129,6 +132,9 @@ void relu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
 // unscale x[i] = float(x[i]·factor) with the product in double, as amp::scale.
 void half_to_float(amp::Half type, const uint16_t* in, float* out, int64_t n, void* stream);
 void float_to_half(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream);
+// in[rows, cols] to out[out_rows, out_cols] in 16 bits, zeros in the margin (out_rows >= rows, out_cols >= cols).
+void float_to_half_padded(amp::Half type, const float* in, int64_t rows, int64_t cols, uint16_t* out, int64_t out_rows,
+                          int64_t out_cols, void* stream);
 void half_accumulate(amp::Half type, const float* in, uint16_t* out, int64_t n, void* stream);
 void round_to_half(amp::Half type, float* x, int64_t n, void* stream);
 void scale(float* x, int64_t n, double factor, void* stream);

@@ -89,6 +89,11 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 void copy_on_device(void* dst, const void* src, size_t bytes, void*) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
+void copy_rows_on_device(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+                         void*) {
+  for (size_t r = 0; r < rows && row_bytes > 0; ++r)
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+}
 void zero_on_device(void* dst, size_t bytes, void*) {
   if (bytes) std::memset(dst, 0, bytes);
 }
@@ -287,6 +292,14 @@ void relu_backward(const float* x, const float* dy, float* dx, int64_t n, void*)
 void half_to_float(amp::Half type, const uint16_t* in, float* out, int64_t n, void*) {
   if (n <= 0) return;
   simt::launch(element_blocks(n), kElementThreads, {}, [&] { half_to_float_kernel(type, in, out, n); });
+}
+
+void float_to_half_padded(amp::Half type, const float* in, int64_t rows, int64_t cols, uint16_t* out, int64_t out_rows,
+                          int64_t out_cols, void*) {
+  const int64_t n = out_rows * out_cols;
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {},
+               [&] { float_to_half_padded_kernel(type, in, rows, cols, out, out_rows, out_cols); });
 }
 
 void float_to_half(amp::Half type, const float* in, uint16_t* out, int64_t n, void*) {

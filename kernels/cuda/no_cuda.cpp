@@ -30,6 +30,10 @@ bool host_pin(void*, size_t, std::string&) { throw std::runtime_error("cuda: hos
 
 void host_unpin(void*) { throw std::runtime_error("cuda: host_unpin: dsrun was built without CUDA"); }
 
+void copy_rows_on_device(void*, size_t, const void*, size_t, size_t, size_t, void*) {
+  throw std::runtime_error("cuda: copy_rows_on_device: dsrun was built without CUDA");
+}
+
 void copy_on_device(void*, const void*, size_t, void*) {
   throw std::runtime_error("cuda: copy_on_device: dsrun was built without CUDA");
 }
@@ -125,6 +129,10 @@ void relu_backward(const float*, const float*, float*, int64_t, void*) {
 
 void half_to_float(amp::Half, const uint16_t*, float*, int64_t, void*) {
   throw std::runtime_error("cuda: half_to_float: dsrun was built without CUDA");
+}
+
+void float_to_half_padded(amp::Half, const float*, int64_t, int64_t, uint16_t*, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: float_to_half_padded: dsrun was built without CUDA");
 }
 
 void float_to_half(amp::Half, const float*, uint16_t*, int64_t, void*) {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -129,6 +130,7 @@ template <class T>
 class Temp {
  public:
   Temp(State& s, int64_t n) : s_(s), p_(static_cast<T*>(s.take(static_cast<size_t>(n) * sizeof(T)))) {}
+  Temp(Temp&& other) noexcept : s_(other.s_), p_(std::exchange(other.p_, nullptr)) {}
   ~Temp() { s_.give(p_); }
   Temp(const Temp&) = delete;
   Temp& operator=(const Temp&) = delete;
@@ -156,6 +158,41 @@ ds_status copy(void* ctx, void* dst, const void* src, size_t bytes) {
   return guarded(ctx, "copy", [&] { cuda::copy_on_device(dst, src, bytes, kStream); });
 }
 
+// A multiple of 8 elements: 16-bit rows that start 16 bytes apart, as cuBLASLt's fast kernels read them.
+int64_t aligned(int64_t x) { return (x + 7) / 8 * 8; }
+
+// The matmul op with 16-bit products: a and b rounded to 16 bits, fp32 accumulation, into fp32 c. A leading
+// dimension that is not a multiple of 8 (GPT-2's vocabulary of 50257 makes three of them) sends cuBLASLt to
+// slow kernels, so the product runs on operands padded with zeros to aligned rows (exact: the padding adds
+// 0·0 terms) and, when c's rows are padded too, into an aligned temporary whose first m rows and n columns
+// are c's.
+void half_matmul(State& s, const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+                 bool acc) {
+  const amp::Half type = *s.half_matmuls;
+  // Leading dimensions: a's is m when stored transposed, else k; b's is k when transposed, else n; c's is n.
+  const int64_t mp = ta ? aligned(m) : m, kp = !ta || tb ? aligned(k) : k, np = aligned(n);
+  // A stored operand [rows, cols] into a 16-bit temporary [padded_rows, padded_cols].
+  auto convert = [&](const float* x, int64_t rows, int64_t cols, int64_t padded_rows, int64_t padded_cols) {
+    Temp<uint16_t> x16(s, padded_rows * padded_cols);
+    if (rows == padded_rows && cols == padded_cols) cuda::float_to_half(type, x, x16.get(), rows * cols, kStream);
+    else cuda::float_to_half_padded(type, x, rows, cols, x16.get(), padded_rows, padded_cols, kStream);
+    return x16;
+  };
+  const Temp<uint16_t> a16 = ta ? convert(a, k, m, kp, mp) : convert(a, m, k, mp, kp);
+  const Temp<uint16_t> b16 = tb ? convert(b, n, k, np, kp) : convert(b, k, n, kp, np);
+  const cuda::GemmType ab = cuda::gemm_type(type), f32 = cuda::GemmType::F32;
+  if (mp == m && np == n) {
+    cuda::gemm(a16.get(), b16.get(), c, m, n, kp, ta, tb, ab, f32, 1.0f, acc ? 1.0f : 0.0f, 1, 0, 0, 0, kStream);
+    return;
+  }
+  const Temp<float> padded(s, mp * np);  // c's values in its first m rows and n columns
+  const size_t row = static_cast<size_t>(n) * sizeof(float), padded_row = static_cast<size_t>(np) * sizeof(float);
+  if (acc) cuda::copy_rows_on_device(padded.get(), padded_row, c, row, row, static_cast<size_t>(m), kStream);
+  cuda::gemm(a16.get(), b16.get(), padded.get(), mp, np, kp, ta, tb, ab, f32, 1.0f, acc ? 1.0f : 0.0f, 1, 0, 0, 0,
+             kStream);
+  cuda::copy_rows_on_device(c, row, padded.get(), padded_row, row, static_cast<size_t>(m), kStream);
+}
+
 ds_status matmul(void* ctx, const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int32_t ta,
                  int32_t tb, int32_t acc) {
   // Profiled by shape: "matmul 8192x2304x768 B^T +=" (m x n x k, which operand is transposed, accumulated).
@@ -170,11 +207,7 @@ ds_status matmul(void* ctx, const float* a, const float* b, float* c, int64_t m,
                  acc ? 1.0f : 0.0f, 1, 0, 0, 0, kStream);
       return;
     }
-    const Temp<uint16_t> a16(s, m * k), b16(s, k * n);
-    cuda::float_to_half(*s.half_matmuls, a, a16.get(), m * k, kStream);
-    cuda::float_to_half(*s.half_matmuls, b, b16.get(), k * n, kStream);
-    cuda::gemm(a16.get(), b16.get(), c, m, n, k, ta != 0, tb != 0, cuda::gemm_type(*s.half_matmuls), cuda::GemmType::F32, 1.0f,
-               acc ? 1.0f : 0.0f, 1, 0, 0, 0, kStream);
+    half_matmul(s, a, b, c, m, n, k, ta != 0, tb != 0, acc != 0);
   });
 }
 ds_status bias_fill(void* ctx, float* y, const float* bias, int64_t rows, int64_t cols) {
