@@ -6,9 +6,25 @@
 # description, to one file (default gpu-check-<host>-<UTC time>.txt; the
 # self-test's JSON reports beside it). Exit status: 0 when everything passed, else 1.
 #   scripts/gpu-check.sh [RESULTS_FILE]
-# Needs the CUDA toolkit under /usr/local/cuda (or nvcc on PATH) and the NVIDIA driver.
+#   scripts/gpu-check.sh --prebuilt DIR [RESULTS_FILE]
+# Needs the CUDA toolkit under /usr/local/cuda (or nvcc on PATH) and the NVIDIA driver. On a GPU machine that
+# cannot build (no Debian packages), --prebuilt DIR takes the binaries of a bundle made elsewhere by
+# scripts/gpu-bundle.sh and unpacked in DIR, with its libraries, and the CUDA image's own cuBLASLt and NCCL
+# (found under /usr/local/cuda and python's nvidia packages); it skips the build and ctest (the self-test is
+# what ctest -L gpu runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bin=build
+prebuilt=""
+if [ "${1:-}" = "--prebuilt" ]; then
+  prebuilt="$(realpath "${2:?--prebuilt needs the directory the bundle was unpacked in}")"
+  bin="$prebuilt/build"
+  shift 2
+  # the bundle's libraries, then the CUDA install's cuBLASLt and NCCL wherever they are (dlopen'ed by name)
+  nvidia_libs=$(find / -xdev \( -name libnccl.so.2 -o -name libcublasLt.so.13 \) 2>/dev/null | xargs -r -n1 dirname |
+                sort -u | tr '\n' ':')
+  export LD_LIBRARY_PATH="$prebuilt/lib:${nvidia_libs}${LD_LIBRARY_PATH:-}"
+fi
 out="${1:-gpu-check-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).txt}"
 status=0
 log() { printf '%s\n' "$*" | tee -a "$out"; }
@@ -29,23 +45,27 @@ fi
 run nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv
 run /usr/local/cuda/bin/nvcc --version
 
-[ -f build/CMakeCache.txt ] || run cmake --preset default
-run cmake --build --preset default -- -j"$(nproc)"
-[ -e build/kernels/cuda/CMakeFiles/ds_kernels_cuda.dir/launch.cu.o ] ||
-  { log "gpu-check: this build has no CUDA kernels (cmake found no nvcc)"; status=1; }
-
-run ctest --test-dir build -L gpu --output-on-failure
+if [ -z "$prebuilt" ]; then
+  [ -f build/CMakeCache.txt ] || run cmake --preset default
+  run cmake --build --preset default -- -j"$(nproc)"
+  [ -e build/kernels/cuda/CMakeFiles/ds_kernels_cuda.dir/launch.cu.o ] ||
+    { log "gpu-check: this build has no CUDA kernels (cmake found no nvcc)"; status=1; }
+  run ctest --test-dir build -L gpu --output-on-failure
+else
+  log "gpu-check: the binaries of the bundle in $prebuilt (LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+fi
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 for ((i = 0; i < gpus; i++)); do
-  LOCAL_RANK=$i run build/worker/dsworker --selftest --selftest_json "${out%.txt}-selftest-gpu$i.json"
+  LOCAL_RANK=$i run "$bin/worker/dsworker" --selftest --selftest_json "${out%.txt}-selftest-gpu$i.json"
 done
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  run python3 bench/gpu/run.py --json "${out%.txt}-bench-gpu.json"
+  run python3 bench/gpu/run.py --ours "$bin/bench/gpu_bench" --json "${out%.txt}-bench-gpu.json"
 else
   log "gpu-check: bench/gpu skipped: python3 has no CUDA torch (the benchmark's peer)"
 fi
 if python3 -c 'import pytest' 2>/dev/null; then  # dsworker's engine on the GPU against the CPU (fp32, fp16, bf16)
-  run env DSWORKER_GPU_BIN="$PWD/build/worker/dsworker" python3 -m pytest -q -p no:cacheprovider \
+  run env DSRUN_BIN="$(realpath "$bin/cli/dsrun")" DSWORKER_BIN="$(realpath "$bin/worker/dsworker")" \
+    DSWORKER_GPU_BIN="$(realpath "$bin/worker/dsworker")" python3 -m pytest -q -p no:cacheprovider \
     tests/integration/test_device.py
 else
   log "gpu-check: tests/integration/test_device.py skipped: python3 has no pytest (apt-get install python3-pytest)"
