@@ -95,8 +95,18 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
                                            const std::vector<bool>* zeroed) {
   std::vector<ds_tensor> out = views_in(host, staging);
   for (size_t k = 0; k < host.size(); ++k) {
-    if (zeroed && (*zeroed)[k]) device_.zero(out[k].data, bytes_of(host[k].shape));
-    else device_.to_device(out[k].data, host[k].data, bytes_of(host[k].shape));
+    if (zeroed && (*zeroed)[k]) {
+      device_.zero(out[k].data, bytes_of(host[k].shape));
+    } else if (host[k].dtype == DS_F32) {
+      device_.to_device(out[k].data, host[k].data, bytes_of(host[k].shape));
+    } else {  // 16-bit parameters (stage 3): their bits cross, and the device widens them into the fp32 view
+      if (staged_halves_.data == nullptr) staged_halves_ = allocate(staging.bytes / 2);
+      const size_t n = static_cast<size_t>(shape_numel(host[k].shape));
+      const size_t at = static_cast<size_t>(static_cast<char*>(out[k].data) - static_cast<char*>(staging.data));
+      auto* half = reinterpret_cast<uint16_t*>(static_cast<char*>(staged_halves_.data) + at / 2);
+      device_.to_device(half, host[k].data, n * sizeof(uint16_t));
+      device_.widen(host[k].dtype == DS_BF16 ? amp::Half::BF16 : amp::Half::F16, half, static_cast<float*>(out[k].data), n);
+    }
   }
   return out;
 }

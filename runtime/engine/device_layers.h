@@ -25,15 +25,17 @@
 // uploads run on the copy stream, in the precision they are stored in (16-bit ones are widened to
 // fp32 on the device), while the layers before run, and each layer's ops wait for its own. Without
 // keep_params (stage 3, whose point is not to hold the whole model) one staging buffer of the
-// largest layer's size takes each layer's in turn, uploaded in fp32 at its call.
+// largest layer's size takes each layer's in turn, uploaded at its call, synchronously, in the
+// precision the engine gives them (16 bits in 16-bit training, except in a tied parameter's owner
+// layer), widened there.
 //
 // The buffers are fp32. In 16-bit training the parameters are widened to fp32 (on the device, or by
-// the engine at stage 3) and the gradients come back in fp32, as for the CPU's layers; each layer's
-// output and input gradient are rounded to the 16-bit precision on the device, as the CPU path
-// rounds them, so the values crossing layers are the 16-bit ones (the engine also sets the device's
-// 16-bit products, Device::set_half_matmuls). The device's memory holds every layer's output and
-// workspace (one shared workspace with activation checkpointing), the parameters (every layer's,
-// with their 16-bit uploads beside them in 16-bit training, or the staging buffer), the gradients
+// the engine for a tied parameter's owner layer) and the gradients come back in fp32, as for the
+// CPU's layers; each layer's output and input gradient are rounded to the 16-bit precision on the
+// device, as the CPU path rounds them, so the values crossing layers are the 16-bit ones (the engine
+// also sets the device's 16-bit products, Device::set_half_matmuls). The device's memory holds every
+// layer's output and workspace (one shared workspace with activation checkpointing), the parameters
+// (every layer's, or the staging buffer, with their 16-bit uploads beside them in 16-bit training), the gradients
 // (every layer's, or two staging buffers of the largest layer's size), and the batch.
 #pragma once
 #include <cstddef>
@@ -135,6 +137,7 @@ class DeviceLayers {
     size_t n;
   };
   std::vector<Buffer> halves_;                   // keep_params: per layer, its 16-bit uploads (when any)
+  Buffer staged_halves_;                         // else: the staging buffer's 16-bit uploads (when any)
   std::vector<std::vector<Widening>> widenings_;  // per layer, still to do
   std::vector<uint64_t> upload_tickets_;         // per layer: its prefetch
   uint64_t last_upload_ = 0;

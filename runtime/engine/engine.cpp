@@ -588,6 +588,27 @@ std::byte* Engine::layer_in_unit(void* unit_base, size_t layer, size_t elem) con
 // Training uses the stage 3 fetcher (prefetching in the step's fixed order of use); evaluation and
 // prediction gather each layer on the spot (a forward-only pass has another order).
 const float* Engine::acquire_params(size_t layer, bool training) {
+  const std::byte* stored = acquire_stored(layer, training);
+  if (config_.precision == amp::Storage::F32) return reinterpret_cast<const float*>(stored);
+  cpu::to_float(config_.precision, stored, param_scratch_.data(), layers_[layer].size);
+  return param_scratch_.data();
+}
+
+Engine::CallParams Engine::call_params(size_t layer, bool training) {
+  if (config_.precision != amp::Storage::F32 && device_layers_ && !device_layers_->keeps_params() && !owns_tied(layer))
+    return {acquire_stored(layer, training), stored_type()};
+  return {acquire_params(layer, training), DS_F32};
+}
+
+bool Engine::owns_tied(size_t layer) const {
+  return std::any_of(slots_.begin(), slots_.end(), [&](const ParamSlot& s) { return s.owner >= 0 && owns(layer, s); });
+}
+
+ds_dtype Engine::stored_type() const {
+  return config_.precision == amp::Storage::F32 ? DS_F32 : config_.precision == amp::Storage::BF16 ? DS_BF16 : DS_F16;
+}
+
+const std::byte* Engine::acquire_stored(size_t layer, bool training) {
   const zero::Unit& unit = layout_->unit_of_layer(layer);
   void* base = params_.data() + unit.begin * elem_;
   if (fetcher_ && training) {
@@ -605,10 +626,7 @@ const float* Engine::acquire_params(size_t layer, bool training) {
       group_.allgather(chunk, inference_unit_.data(), unit.chunk, zero::collective_type(config_.precision));
     base = inference_unit_.data();
   }
-  const std::byte* layer_base = layer_in_unit(base, layer, elem_);
-  if (config_.precision == amp::Storage::F32) return reinterpret_cast<const float*>(layer_base);
-  cpu::to_float(config_.precision, layer_base, param_scratch_.data(), layers_[layer].size);
-  return param_scratch_.data();
+  return layer_in_unit(base, layer, elem_);
 }
 
 void Engine::release_params(size_t layer, bool training) {
@@ -674,10 +692,10 @@ ds_tensor Engine::layer_input(size_t layer, const ds_batch& batch) const {
   return ds_tensor{const_cast<float*>(current().outputs[layer - 1].data()), DS_F32, output_shape(layer - 1), DS_DEVICE_CPU};
 }
 
-void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch, bool recompute) {
+void Engine::forward_layer(size_t i, CallParams params, const ds_batch& batch, bool recompute) {
   std::vector<float>& out = current().outputs[i];
   const bool held = device_holds_params(i);  // then `params` is not needed (nullptr)
-  if (!held) views(params, tied_values_.data(), i, param_views_);
+  if (!held) views(params.data, tied_values_.data(), i, param_views_, params.type);
   if (device_layers_) {  // it rounds on the device
     device_layers_->forward(i, held ? nullptr : &param_views_, output_shape(i), batch, out.data(), recompute);
     return;
@@ -691,15 +709,10 @@ void Engine::forward_layer(size_t i, const float* params, const ds_batch& batch,
 // at once, on its copy stream, in their stored precision (the device widens 16-bit ones), so the
 // uploads overlap the forward pass. A tied parameter's fp32 values are taken from its owner first.
 void Engine::prefetch_device_params(bool training) {
-  const ds_dtype type = config_.precision == amp::Storage::F32    ? DS_F32
-                        : config_.precision == amp::Storage::BF16 ? DS_BF16
-                                                                  : DS_F16;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const bool owner = std::any_of(slots_.begin(), slots_.end(),
-                                   [&](const ParamSlot& s) { return s.owner >= 0 && owns(i, s); });
-    if (owner) copy_tied_values(i, acquire_params(i, training));
+    if (owns_tied(i)) copy_tied_values(i, acquire_params(i, training));
     views(layer_in_unit(params_.data() + layout_->unit_of_layer(i).begin * elem_, i, elem_), tied_values_.data(), i,
-          param_views_, type);
+          param_views_, stored_type());
     device_layers_->prefetch_params(i, param_views_);
   }
 }
@@ -708,11 +721,11 @@ void Engine::forward(const ds_batch& batch, bool training) {
   if (device_layers_ && device_layers_->keeps_params() && !device_holds_params(0)) prefetch_device_params(training);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (device_holds_params(i)) {
-      forward_layer(i, nullptr, batch);
+      forward_layer(i, CallParams{}, batch);
       continue;
     }
-    const float* params = acquire_params(i, training);
-    copy_tied_values(i, params);
+    const CallParams params = call_params(i, training);
+    if (params.type == DS_F32) copy_tied_values(i, static_cast<const float*>(params.data));  // (owners are fp32)
     forward_layer(i, params, batch);
     release_params(i, training);
   }
@@ -739,10 +752,10 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
       pending.reset();
     }
     const bool on_device = device_holds_params(i);
-    const float* params = on_device ? nullptr : acquire_params(i, true);
+    const CallParams params = on_device ? CallParams{} : call_params(i, true);
     if (config_.recompute && (i + 1 < layers_.size() || !last_stage())) forward_layer(i, params, batch, true);
     float* grads = layer_grads(i);
-    if (!on_device) views(params, tied_values_.data(), i, param_views_);
+    if (!on_device) views(params.data, tied_values_.data(), i, param_views_, params.type);
     views(grads, tied_grads_.data(), i, grad_views_);
     ds_tensor output{current().outputs[i].data(), DS_F32, layer.output_shape, DS_DEVICE_CPU};
     ds_tensor grad_input{next->data(), DS_F32, layer.input_shape, DS_DEVICE_CPU};

@@ -313,7 +313,14 @@ class Engine {
   // training: through the stage 3 fetcher, and with backward to follow (else forward only).
   void forward(const ds_batch& batch, bool training);
   void prefetch_device_params(bool training);
-  void forward_layer(size_t layer, const float* params, const ds_batch& batch, bool recompute = false);
+  // A layer's parameters for one call: fp32 (widened on the host in 16-bit training), or as stored where the
+  // device takes them so (stage 3 on a device in 16-bit training: half the bytes cross, and the device
+  // widens them), except in a layer that owns a tied parameter, whose fp32 values the layers using it take.
+  struct CallParams {
+    const void* data = nullptr;
+    ds_dtype type = DS_F32;
+  };
+  void forward_layer(size_t layer, CallParams params, const ds_batch& batch, bool recompute = false);
   float* workspace(size_t layer);
   ds_tensor layer_input(size_t layer, const ds_batch& batch) const;
   ds_shape output_shape(size_t layer) const;
@@ -351,7 +358,11 @@ class Engine {
   // The layer's parameters in fp32 (its tensors one after another), gathered at stage 3; release
   // after use.
   const float* acquire_params(size_t layer, bool training);
+  const std::byte* acquire_stored(size_t layer, bool training);  // the same in the parameters' precision
+  CallParams call_params(size_t layer, bool training);           // (see CallParams); release after use
   void release_params(size_t layer, bool training);
+  bool owns_tied(size_t layer) const;  // it holds a tied parameter's owner
+  ds_dtype stored_type() const;        // the parameters' precision as a tensor type
   // The device layers hold the layer's parameters for this pass: no fetch or widening on the host.
   bool device_holds_params(size_t layer) const { return device_layers_ && device_layers_->holds_params(layer); }
   // Where the plugin adds the layer's gradients (fp32, its tensors one after another); store_grads

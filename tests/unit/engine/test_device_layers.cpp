@@ -221,6 +221,39 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
   }
 }
 
+// Stage 3 uploads each layer's gathered parameters at each call (forward, activation checkpointing's second
+// forward, backward), in their stored precision: bf16 sends half fp32's bytes, which the device widens. The
+// same losses as the CPU's are the other tests'; here, the traffic.
+TEST_CASE("engine on the emulated CUDA device: stage 3 uploads 16-bit parameters as 16 bits") {
+  DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
+                                                {"optimizer", nlohmann::json::parse(kSgd)}},
+                                 "test", 1);
+  std::map<amp::Storage, size_t> param_bytes;  // uploaded per step, the batch's bytes aside
+  size_t params = 0;
+  for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16}) {
+    run_ranks(1, [&](ProcessGroup& group) {
+      CountingDevice device;
+      auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+      EngineConfig e;
+      e.micro_batch = 4;
+      e.zero_stage = 3;
+      e.recompute = true;
+      e.precision = e.grad_storage = precision;
+      e.device = &device;
+      Engine engine = make_engine(e, *plugin, group, config);
+      params = engine.gather_parameters().size();
+      engine.step();
+      device.uploaded = 0;
+      engine.step();
+      param_bytes[precision] = device.uploaded - (4 * 12 + 4 + 1) * sizeof(float);  // inputs, targets, dloss
+    });
+  }
+  MESSAGE("stage 3 uploads per step: fp32 ", param_bytes[amp::Storage::F32], " bytes, bf16 ",
+          param_bytes[amp::Storage::BF16], " bytes, for ", params, " parameters");
+  CHECK(param_bytes[amp::Storage::F32] >= 2 * 4 * params);  // at least a forward's and a backward's copy
+  CHECK(param_bytes[amp::Storage::BF16] * 2 == param_bytes[amp::Storage::F32]);
+}
+
 // 16-bit training on the device: the engine widens the parameters and takes the gradients back in
 // fp32 as for the CPU's layers; the device rounds each layer's output and input gradient to 16 bits,
 // as the CPU does, and its matmuls multiply in 16 bits, as DeepSpeed's fp16 and bf16 models do, where
