@@ -48,7 +48,7 @@ void MetricsWriter::write(const StepStats& s, int64_t global_samples) {
   const double samples_per_sec = s.seconds > 0 ? static_cast<double>(s.samples) / s.seconds : 0.0;
   const std::pair<const char*, double> phases[] = {
       {"elapsed_time_ms_forward", s.phases.forward * 1e3},
-      {"elapsed_time_ms_backward", s.phases.backward * 1e3},
+      {"elapsed_time_ms_backward", s.phases.backward() * 1e3},
       {"elapsed_time_ms_backward_inner", s.phases.backward_inner * 1e3},
       {"elapsed_time_ms_backward_allreduce", s.phases.backward_allreduce * 1e3},
       {"elapsed_time_ms_step", s.phases.step * 1e3}};

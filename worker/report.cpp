@@ -70,7 +70,7 @@ std::string wall_clock_line(const StepStats& s, bool pipeline) {
     return fmt::format("time (ms) | pipe_schedule: {:.2f} | bwd_allreduce: {:.2f} | step: {:.2f}",
                        s.schedule_seconds * 1e3, t.backward_allreduce * 1e3, t.step * 1e3);
   return fmt::format("time (ms) | fwd: {:.2f} | bwd: {:.2f} | bwd_inner: {:.2f} | bwd_allreduce: {:.2f} | step: {:.2f}",
-                     t.forward * 1e3, t.backward * 1e3, t.backward_inner * 1e3, t.backward_allreduce * 1e3,
+                     t.forward * 1e3, t.backward() * 1e3, t.backward_inner * 1e3, t.backward_allreduce * 1e3,
                      t.step * 1e3);
 }
 

@@ -91,6 +91,12 @@ std::vector<ds_tensor> DeviceLayers::views_in(const std::vector<ds_tensor>& host
   return out;
 }
 
+uint16_t* DeviceLayers::half_beside(Buffer& halves, const Buffer& fp32, const void* view) {
+  if (halves.data == nullptr) halves = allocate(fp32.bytes / 2);
+  const size_t at = static_cast<size_t>(static_cast<const char*>(view) - static_cast<const char*>(fp32.data));
+  return reinterpret_cast<uint16_t*>(static_cast<char*>(halves.data) + at / 2);
+}
+
 std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, const Buffer& staging,
                                            const std::vector<bool>* zeroed) {
   std::vector<ds_tensor> out = views_in(host, staging);
@@ -100,10 +106,8 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
     } else if (host[k].dtype == DS_F32) {
       device_.to_device(out[k].data, host[k].data, bytes_of(host[k].shape));
     } else {  // 16-bit parameters (stage 3): their bits cross, and the device widens them into the fp32 view
-      if (staged_halves_.data == nullptr) staged_halves_ = allocate(staging.bytes / 2);
       const size_t n = static_cast<size_t>(shape_numel(host[k].shape));
-      const size_t at = static_cast<size_t>(static_cast<char*>(out[k].data) - static_cast<char*>(staging.data));
-      auto* half = reinterpret_cast<uint16_t*>(static_cast<char*>(staged_halves_.data) + at / 2);
+      uint16_t* half = half_beside(staged_halves_, staging, out[k].data);
       device_.to_device(half, host[k].data, n * sizeof(uint16_t));
       device_.widen(host[k].dtype == DS_BF16 ? amp::Half::BF16 : amp::Half::F16, half, static_cast<float*>(out[k].data), n);
     }
@@ -138,9 +142,7 @@ void DeviceLayers::prefetch_params(size_t i, const std::vector<ds_tensor>& host)
       continue;
     }
     // 16 bits cross; the device widens them into the fp32 buffer before the layer's first op
-    if (halves_[i].data == nullptr) halves_[i] = allocate(params_[i].bytes / 2);
-    const size_t at = static_cast<size_t>(static_cast<char*>(kept_views_[i][k].data) - static_cast<char*>(params_[i].data));
-    auto* half = reinterpret_cast<uint16_t*>(static_cast<char*>(halves_[i].data) + at / 2);
+    uint16_t* half = half_beside(halves_[i], params_[i], kept_views_[i][k].data);
     device_.to_device_async(half, host[k].data, n * sizeof(uint16_t));
     const amp::Half type = host[k].dtype == DS_BF16 ? amp::Half::BF16 : amp::Half::F16;
     widenings_[i].push_back({type, half, static_cast<float*>(kept_views_[i][k].data), n});

@@ -112,6 +112,9 @@ class DeviceLayers {
   // The same views, with the host values copied there (those that `zeroed` marks are zeroed instead).
   std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging,
                                const std::vector<bool>* zeroed = nullptr);
+  // Where the 16-bit upload of the fp32 tensor at `view` in `fp32` goes: the same place in `halves`, a
+  // buffer of half fp32's size (allocated at the first use).
+  uint16_t* half_beside(Buffer& halves, const Buffer& fp32, const void* view);
   // Layer i's parameters on the device: the kept ones, or `host` uploaded.
   std::vector<ds_tensor> layer_params(size_t i, const std::vector<ds_tensor>* host);
   ds_batch device_batch(const ds_batch& batch);

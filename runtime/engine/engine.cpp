@@ -915,13 +915,10 @@ StepStats Engine::step() {
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
   double loss_sum = 0.0, schedule_seconds = 0.0, compute_seconds = 0.0;
-  auto reduce_start = Clock::now();
   if (config_.pipeline) {
     const auto schedule_start = Clock::now();
     loss_sum = pipeline_micro_batches(epoch, within, scale, compute_seconds);
     schedule_seconds = seconds_since(schedule_start);
-    reduce_start = Clock::now();
-    reduce_pipeline_gradients();
   } else {
     ds_tensor input, target;
     for (int64_t m = 0; m < config_.grad_accum; ++m) {
@@ -934,11 +931,11 @@ StepStats Engine::step() {
       backward(batch, m == config_.grad_accum - 1, scale);
       phases.backward_inner += seconds_since(backward_start);
     }
-    reduce_start = Clock::now();
   }
+  const auto reduce_start = Clock::now();
+  if (config_.pipeline) reduce_pipeline_gradients();
   grads_->finish();
   phases.backward_allreduce = seconds_since(reduce_start);
-  phases.backward = phases.backward_inner + phases.backward_allreduce;
   const auto update_start = Clock::now();
   const double norm = gradient_norm(averaged) / scale;
   ++steps_;

@@ -159,11 +159,12 @@ struct StepStats {
   // Where the step's wall time went, on this rank (wall_clock_breakdown prints it), summed over its
   // micro-batches: DeepSpeed's global timers. Without a pipeline: the forward passes; the backward passes
   // (backward_inner: the layers', the gradient reductions overlapping them) and then the wait for the
-  // reductions to finish (backward_allreduce; backward is the two together); the optimizer step (norm,
+  // reductions to finish (backward_allreduce; backward() is the two together); the optimizer step (norm,
   // clipping, update, the parameters' all-gather). With a pipeline, schedule_seconds holds the forward
   // and backward passes, backward_allreduce the data-parallel reduction after them, and step the update.
   struct Phases {
-    double forward = 0.0, backward = 0.0, backward_inner = 0.0, backward_allreduce = 0.0, step = 0.0;
+    double forward = 0.0, backward_inner = 0.0, backward_allreduce = 0.0, step = 0.0;
+    double backward() const { return backward_inner + backward_allreduce; }
   } phases;
 };
 
