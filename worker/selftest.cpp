@@ -164,19 +164,21 @@ double largest(std::span<const float> x) {
 
 // 16-bit products: each output and gradient within 8 roundings of its tensor's largest (a few roundings
 // of Q, K, V, dO, P and dS, each 2^-9 relative in bf16 and 2^-12 in fp16: bounds 2^-6 and 2^-9; the
-// unit tests see 3.4e-3 and 1.9e-3 in bf16).
+// unit tests see 3.4e-3 and 1.9e-3 in bf16). `kernel`: the fused kernel or the GEMMs (16-bit only).
 void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::optional<amp::Half> products,
-               std::mt19937& rng) {
+               cuda::AttentionKernel kernel, std::mt19937& rng) {
   const auto rows = static_cast<size_t>(B * H * T), n = static_cast<size_t>(B * T * H * D);
   const auto qkv = random_floats(rng, 3 * n, 0.0f, 1.5f), dout = random_floats(rng, n, 0.0f, 1.0f);
   std::vector<float> ref_out(n), ref_stats(2 * rows), ref_dqkv(3 * n);
   cpu::attention_forward_reference(qkv.data(), ref_out.data(), ref_stats.data(), B, T, H, D);
   cpu::attention_backward_reference(qkv.data(), ref_stats.data(), dout.data(), ref_dqkv.data(), B, T, H, D);
   DeviceArray<float> d_qkv(qkv), d_out(ref_out), d_stats(ref_stats), d_dout(dout), d_dqkv(ref_dqkv),
-      d_workspace(std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D, products)), NAN));
-  cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr, products);
+      d_workspace(
+          std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D, products, kernel)), NAN));
+  cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr, products,
+                          kernel);
   cuda::attention_backward(d_qkv.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_workspace.get(), B, T, H, D,
-                           nullptr, products);
+                           nullptr, products, kernel);
   if (products) {
     const double bound = *products == amp::Half::BF16 ? 0x1p-6 : 0x1p-9;
     compare(c, d_out.to_host(), ref_out, bound * largest(ref_out), 0.0);
@@ -479,15 +481,21 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
   if (!cuda::emulated()) {  // seconds to minutes on the emulator
     attention_shapes.push_back({1, 1024, 2, 64});  // GPT-2's context
     attention_shapes.push_back({1, 4096, 5, 8});   // 4 heads' scores per chunk: a second, partial chunk
+    attention_shapes.push_back({2, 300, 3, 40});   // the fused kernel: a partial tile, D padded to 48
   }
   for (const auto s : attention_shapes)
-    add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
-        [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, std::nullopt, rng); });
-  for (const auto type : {amp::Half::BF16, amp::Half::F16})  // 16-bit training's products
-    for (const auto s : attention_shapes)
-      if (s.T > 1)
-        add(type == amp::Half::BF16 ? "attention_bf16" : "attention_fp16", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
-            [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, type, rng); });
+    add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D), [=](Check& c, std::mt19937& rng) {
+      attention(c, s.B, s.T, s.H, s.D, std::nullopt, cuda::AttentionKernel::gemm, rng);
+    });
+  // 16-bit training's products, through the fused kernel (flash attention) and through the GEMMs
+  for (const auto type : {amp::Half::BF16, amp::Half::F16})
+    for (const auto kernel : {cuda::AttentionKernel::fused, cuda::AttentionKernel::gemm})
+      for (const auto s : attention_shapes)
+        if (s.T > 1)
+          add(fmt::format("attention_{}{}", type == amp::Half::BF16 ? "bf16" : "fp16",
+                          kernel == cuda::AttentionKernel::gemm ? "_gemm" : ""),
+              fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
+              [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, type, kernel, rng); });
   // The backend's 16-bit matmul op: every transpose at sizes of no aligned row, and GPT-2's LM head's three
   // products (vocabulary 50257: its forward, its input's gradient and its weight's) at 64 tokens of 96.
   for (const auto type : {amp::Half::BF16, amp::Half::F16}) {

@@ -12,7 +12,7 @@
 // x[B·T, k] · w[n, k]ᵀ (accumulated onto the bias already in out): c_attn (n 3C, k C), attn.c_proj (C, C), c_fc
 // (4C, C), mlp.c_proj (C, 4C); ms and TFLOP/s of each.
 // attention: kernels/cuda's causal attention (attention.cpp) forward, and forward + backward, on qkv[B, T, 3, H, D],
-// with fp32 products and with bf16 ones.
+// with fp32 products (GEMMs), and with bf16 ones through the fused kernel (flash_attention.cuh) and through the GEMMs.
 // gpt: training steps of the gpt plugin on the CUDA backend (worker/device_model.h: the plugin's layers
 // through the backend's ops, then AdamW), fp32: tokens/s and the model's TFLOP/s (nanoGPT's count,
 // 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product). gpt_bf16, gpt_fp16: the
@@ -138,25 +138,41 @@ int attention(long long B, long long T, long long H, long long D, int steps) {
   check(cudaMalloc(&out, n * 4), "cudaMalloc");
   check(cudaMalloc(&dout, n * 4), "cudaMalloc");
   check(cudaMalloc(&stats, 2 * rows * 4), "cudaMalloc");
-  check(cudaMalloc(&workspace, static_cast<size_t>(ds::cuda::attention_workspace_floats(B, T, H, D, ds::amp::Half::BF16)) * 4),
-        "cudaMalloc");
+  using ds::cuda::AttentionKernel;
+  const auto gemm_floats = ds::cuda::attention_workspace_floats(B, T, H, D, ds::amp::Half::BF16, AttentionKernel::gemm);
+  check(cudaMalloc(&workspace, static_cast<size_t>(gemm_floats) * 4), "cudaMalloc");  // the largest of the three
   check(cudaMemset(qkv, 0x3c, 3 * n * 4), "cudaMemset");
   check(cudaMemset(dout, 0x3b, n * 4), "cudaMemset");
-  double forward_ms[2], both_ms[2];  // fp32 products, bf16 products
-  for (bool bf16 : {false, true}) {
-    const std::optional<ds::amp::Half> products = bf16 ? std::optional(ds::amp::Half::BF16) : std::nullopt;
-    forward_ms[bf16] = mean_ms(steps, [&] {
-      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, products);
+  struct Variant {
+    std::optional<ds::amp::Half> products;
+    AttentionKernel kernel;
+  };
+  // fp32 products (GEMMs), bf16 products through the fused kernel, bf16 products through the GEMMs
+  const Variant variants[3] = {{std::nullopt, AttentionKernel::gemm},
+                               {ds::amp::Half::BF16, AttentionKernel::fused},
+                               {ds::amp::Half::BF16, AttentionKernel::gemm}};
+  double forward_ms[3], both_ms[3];
+  for (int i = 0; i < 3; ++i) {
+    const Variant v = variants[i];
+    if (v.kernel == AttentionKernel::fused && ds::cuda::attention_kernel(B, H, D, v.products) != AttentionKernel::fused) {
+      forward_ms[i] = both_ms[i] = NAN;  // D above 64, or DS_CUDA_ATTENTION=gemm
+      continue;
+    }
+    forward_ms[i] = mean_ms(steps, [&] {
+      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, v.products, v.kernel);
     });
-    both_ms[bf16] = mean_ms(steps, [&] {
-      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, products);
-      ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr, products);
+    both_ms[i] = mean_ms(steps, [&] {
+      ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, v.products, v.kernel);
+      ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr, v.products, v.kernel);
     });
   }
   check(cudaDeviceSynchronize(), "the attention passes");
-  std::printf("{\"side\": \"ours\", \"bench\": \"attention\", \"shape\": [%lld, %lld, %lld, %lld], \"forward_ms\": %.4f, "
-              "\"forward_backward_ms\": %.4f, \"bf16_forward_ms\": %.4f, \"bf16_forward_backward_ms\": %.4f}\n",
-              B, T, H, D, forward_ms[0], both_ms[0], forward_ms[1], both_ms[1]);
+  const auto ms = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
+  std::printf("{\"side\": \"ours\", \"bench\": \"attention\", \"shape\": [%lld, %lld, %lld, %lld], \"forward_ms\": %s, "
+              "\"forward_backward_ms\": %s, \"bf16_forward_ms\": %s, \"bf16_forward_backward_ms\": %s, "
+              "\"bf16_gemm_forward_ms\": %s, \"bf16_gemm_forward_backward_ms\": %s}\n",
+              B, T, H, D, ms(forward_ms[0]).c_str(), ms(both_ms[0]).c_str(), ms(forward_ms[1]).c_str(),
+              ms(both_ms[1]).c_str(), ms(forward_ms[2]).c_str(), ms(both_ms[2]).c_str());
   for (float* p : {qkv, out, stats, dout, dqkv, workspace}) cudaFree(p);
   return 0;
 }

@@ -13,7 +13,8 @@ linears    GPT-2's four linear layers' forward products (batch --gpt_batch x 102
            runs them, accumulated onto the bias in the output: ours gemm.h, the peer out.addmm_(x, w.t()) (TF32 off).
 attention  causal self-attention at GPT-2's shape (batch 8, context 1024, 12 heads of 64), forward and
            forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention;
-           also both with bf16 products (ours: bf16 GEMMs between fp32 softmax rows; torch: flash attention).
+           also both with bf16 products (ours: the fused kernel, kernels/cuda/flash_attention.cuh, and bf16 GEMMs
+           between fp32 softmax rows; torch: flash attention).
 gpt        GPT-2 124M (12 layers x 768, context 1024, vocabulary 50257, batch --gpt_batch) training steps in fp32:
            ours the gpt plugin on the CUDA backend with AdamW (worker/device_model.h), the peer the same model in
            torch (TF32 off, fused AdamW): tokens/s and the model's TFLOP/s (6·Ψ + 12·L·T·C per token).
@@ -50,7 +51,7 @@ def run_side(a, bench, side):
 
 
 def median(samples, side, key):
-    values = [s[key] for s in samples if s["side"] == side and key in s]
+    values = [s[key] for s in samples if s["side"] == side and s.get(key) is not None]
     return statistics.median(values) if values else None
 
 
@@ -103,8 +104,9 @@ def report(a, bench, samples):
         ours, torch = median(samples, "ours", "forward_backward_ms"), median(samples, "torch", "forward_backward_ms")
         if ours and torch:
             print(f"  ours / torch (fp32 forward + backward rate): {torch / ours:.2f}x")
-        for side, what in (("ours", "bf16 products"), ("torch", "bf16 (flash)")):
-            f, fb = median(samples, side, "bf16_forward_ms"), median(samples, side, "bf16_forward_backward_ms")
+        for side, what, key in (("ours", "bf16 fused", "bf16"), ("ours", "bf16 GEMMs", "bf16_gemm"),
+                                ("torch", "bf16 (flash)", "bf16")):
+            f, fb = median(samples, side, f"{key}_forward_ms"), median(samples, side, f"{key}_forward_backward_ms")
             if f:
                 print(f"  {side:5} {what}: forward {f:8.3f} ms   forward + backward {fb:8.3f} ms")
         ours, torch = (median(samples, side, "bf16_forward_backward_ms") for side in ("ours", "torch"))

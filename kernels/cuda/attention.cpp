@@ -9,11 +9,16 @@
 // whole T×T blocks: twice the flops a masked kernel needs, at cuBLAS's rate. With 16-bit products
 // (bf16 or fp16) each GEMM takes 16-bit copies of its operands (Q, K, V and dO once, P or dS per
 // group), made by the conversion kernel, and writes fp32.
+// The fused kernel (flash_attention.cuh) replaces all of it where attention_kernel says so.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
+#include "cuda/launch_shape.h"
 
 namespace ds::cuda {
 namespace {
@@ -64,11 +69,29 @@ void split_qkv(const float* qkv, const Workspace& w, int64_t B, int64_t T, int64
   attention_rows_to_heads(qkv + 2 * C, 3 * C, w.v, B, T, H, D, stream);
 }
 
+bool fused(int64_t B, int64_t H, int64_t D, std::optional<amp::Half> products, std::optional<AttentionKernel> kernel) {
+  if (kernel.value_or(attention_kernel(B, H, D, products)) == AttentionKernel::gemm) return false;
+  if (!products || D > kFlashMaxHeadDim || B * H > kFlashMaxHeads)
+    throw std::invalid_argument("attention: the fused kernel needs 16-bit products, D <= 64 and B*H <= 65535 (D=" +
+                                std::to_string(D) + ", B*H=" + std::to_string(B * H) + ")");
+  return true;
+}
+
 }  // namespace
 
+AttentionKernel attention_kernel(int64_t B, int64_t H, int64_t D, std::optional<amp::Half> products) {
+  const char* env = std::getenv("DS_CUDA_ATTENTION");
+  const std::string choice = env ? env : "";
+  if (!choice.empty() && choice != "fused" && choice != "gemm")
+    throw std::runtime_error("DS_CUDA_ATTENTION='" + choice + "': expected fused or gemm");
+  const bool applies = products && D <= kFlashMaxHeadDim && B * H <= kFlashMaxHeads;
+  return applies && choice != "gemm" ? AttentionKernel::fused : AttentionKernel::gemm;
+}
+
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
-                       int64_t D, void* stream, std::optional<amp::Half> products) {
+                       int64_t D, void* stream, std::optional<amp::Half> products, std::optional<AttentionKernel> kernel) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  if (fused(B, H, D, products, kernel)) return flash_attention_forward(qkv, out, stats, B, T, H, D, *products, stream);
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
   const Workspace w(workspace, n, chunk * T * T, products);
   const GemmType type = w.type();
@@ -90,8 +113,13 @@ void attention_forward(const float* qkv, float* out, float* stats, float* worksp
 }
 
 void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
-                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream, std::optional<amp::Half> products) {
+                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream, std::optional<amp::Half> products,
+                        std::optional<AttentionKernel> kernel) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  if (fused(B, H, D, products, kernel)) {
+    flash_attention_backward_dq(qkv, stats, dout, dqkv, workspace, B, T, H, D, *products, stream);  // Δ in workspace
+    return flash_attention_backward_dkdv(qkv, stats, dout, workspace, dqkv, B, T, H, D, *products, stream);
+  }
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
   const Workspace w(workspace, n, chunk * T * T, products);
   const GemmType type = w.type();

@@ -5,14 +5,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/elementwise.cuh"
+#include "cuda/flash_attention.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
@@ -223,6 +226,75 @@ void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows,
   softmax_backward_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(
       probs, dprobs, T);
   check(cudaGetLastError(), "attention softmax_backward launch");
+}
+
+namespace {
+
+// Calls f.template operator()<Elem, DT>() with the 16-bit type and the column tiles of D (1..4).
+template <class F>
+void with_flash_types(amp::Half products, int64_t D, F&& f) {
+  const auto tiles = [&](auto elem) {
+    using Elem = decltype(elem);
+    switch (flash_column_tiles(D)) {
+      case 1: return f(Elem{}, std::integral_constant<int, 1>{});
+      case 2: return f(Elem{}, std::integral_constant<int, 2>{});
+      case 3: return f(Elem{}, std::integral_constant<int, 3>{});
+      case 4: return f(Elem{}, std::integral_constant<int, 4>{});
+      default: throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above 64");
+    }
+  };
+  if (products == amp::Half::BF16) tiles(__nv_bfloat16{});
+  else tiles(__half{});
+}
+
+// Shared memory above 48 KiB needs the kernel's opt-in.
+template <class Kernel>
+void allow_shared(Kernel kernel, unsigned bytes, const char* what) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+}
+
+}  // namespace
+
+void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
+                             amp::Half products, void* stream) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  with_flash_types(products, D, [&](auto elem, auto tiles) {
+    constexpr int DT = decltype(tiles)::value;
+    const auto kernel = flash_forward_kernel<decltype(elem), DT>;
+    allow_shared(kernel, flash_forward_shared_bytes(DT), "flash attention forward: shared memory");
+    kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H)), kFlashThreads, flash_forward_shared_bytes(DT),
+             static_cast<cudaStream_t>(stream)>>>(qkv, out, stats, T, H, D, 1.0f / std::sqrt(static_cast<float>(D)));
+  });
+  check(cudaGetLastError(), "flash attention forward launch");
+}
+
+void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,
+                                 int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void* stream) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  with_flash_types(products, D, [&](auto elem, auto tiles) {
+    constexpr int DT = decltype(tiles)::value;
+    const auto kernel = flash_backward_dq_kernel<decltype(elem), DT>;
+    allow_shared(kernel, flash_dq_shared_bytes(DT), "flash attention backward (dq): shared memory");
+    kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H)), kFlashThreads, flash_dq_shared_bytes(DT),
+             static_cast<cudaStream_t>(stream)>>>(qkv, stats, dout, dqkv, delta, T, H, D,
+                                                  1.0f / std::sqrt(static_cast<float>(D)));
+  });
+  check(cudaGetLastError(), "flash attention backward (dq) launch");
+}
+
+void flash_attention_backward_dkdv(const float* qkv, const float* stats, const float* dout, const float* delta,
+                                   float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products,
+                                   void* stream) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  with_flash_types(products, D, [&](auto elem, auto tiles) {
+    constexpr int DT = decltype(tiles)::value;
+    const auto kernel = flash_backward_dkdv_kernel<decltype(elem), DT>;
+    allow_shared(kernel, flash_dkdv_shared_bytes(DT), "flash attention backward (dk, dv): shared memory");
+    kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H)), kFlashThreads, flash_dkdv_shared_bytes(DT),
+             static_cast<cudaStream_t>(stream)>>>(qkv, stats, dout, delta, dqkv, T, H, D,
+                                                  1.0f / std::sqrt(static_cast<float>(D)));
+  });
+  check(cudaGetLastError(), "flash attention backward (dk, dv) launch");
 }
 
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void* stream) {

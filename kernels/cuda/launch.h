@@ -97,16 +97,35 @@ inline int64_t attention_chunk_heads(int64_t B, int64_t T, int64_t H) {  // T×T
   const int64_t heads = B * H, fit = (int64_t{1} << 26) / (T > 0 ? T * T : 1);
   return fit < 1 ? 1 : fit > heads ? heads : fit;
 }
+//
+// With 16-bit products and D ≤ kFlashMaxHeadDim (64), a fused kernel (flash attention,
+// flash_attention.cuh) does the same products on the tensor cores without the T×T scores in memory;
+// its workspace is Δ [B·H, T]. DS_CUDA_ATTENTION=gemm keeps the GEMMs (=fused, the default, uses
+// the fused kernel where it applies); `kernel` chooses for one call.
+enum class AttentionKernel { gemm, fused };
+AttentionKernel attention_kernel(int64_t B, int64_t H, int64_t D, std::optional<amp::Half> products);
 inline int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t D,
-                                          std::optional<amp::Half> products = std::nullopt) {
+                                          std::optional<amp::Half> products = std::nullopt,
+                                          std::optional<AttentionKernel> kernel = std::nullopt) {
+  if (kernel.value_or(attention_kernel(B, H, D, products)) == AttentionKernel::fused) return B * H * T;
   const int64_t n = B * T * H * D, block = attention_chunk_heads(B, T, H) * T * T;
   return 7 * n + 2 * block + (products ? 2 * n + (block + 1) / 2 : 0);  // 16-bit Q, K, V, dO and one block
 }
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
-                       int64_t D, void* stream, std::optional<amp::Half> products = std::nullopt);
+                       int64_t D, void* stream, std::optional<amp::Half> products = std::nullopt,
+                       std::optional<AttentionKernel> kernel = std::nullopt);
 void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
                         int64_t B, int64_t T, int64_t H, int64_t D, void* stream,
-                        std::optional<amp::Half> products = std::nullopt);
+                        std::optional<amp::Half> products = std::nullopt,
+                        std::optional<AttentionKernel> kernel = std::nullopt);
+// The fused kernels (flash_attention.cuh), for attention.cpp: D ≤ 64, B·H ≤ 65535.
+void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
+                             amp::Half products, void* stream);
+void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,
+                                 int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void* stream);
+void flash_attention_backward_dkdv(const float* qkv, const float* stats, const float* dout, const float* delta,
+                                   float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products,
+                                   void* stream);
 // Its parts (attention.cuh), for attention.cpp: `rows` holds one matrix per head [heads·T, T].
 void attention_rows_to_heads(const float* rows, int64_t row_stride, float* heads, int64_t B, int64_t T, int64_t H,
                              int64_t D, void* stream);

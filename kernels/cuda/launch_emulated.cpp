@@ -3,6 +3,7 @@
 // the host on a stream of stream_create() are queued until waited for (launch.h). One
 // "device", the CPU. For tests of code above the launchers (dsworker --selftest) on machines
 // without a GPU.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -13,12 +14,15 @@
 #include <new>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/elementwise.cuh"
+#include "cuda/flash_attention.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_shape.h"
@@ -257,6 +261,64 @@ void attention_probs_from_stats(float* scores, const float* stats, int64_t rows,
 void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void*) {
   if (rows <= 0 || T <= 0) return;
   simt::launch(static_cast<unsigned>(rows), row_threads(T), {}, [&] { softmax_backward_kernel(probs, dprobs, T); });
+}
+
+namespace {
+
+// Calls f(Elem{}, integral_constant<DT>) with the 16-bit type and the column tiles of D (1..4).
+template <class F>
+void with_flash_types(amp::Half products, int64_t D, F&& f) {
+  const auto tiles = [&](auto elem) {
+    switch (flash_column_tiles(D)) {
+      case 1: return f(elem, std::integral_constant<int, 1>{});
+      case 2: return f(elem, std::integral_constant<int, 2>{});
+      case 3: return f(elem, std::integral_constant<int, 3>{});
+      case 4: return f(elem, std::integral_constant<int, 4>{});
+      default: throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above 64");
+    }
+  };
+  if (products == amp::Half::BF16) tiles(__nv_bfloat16{});
+  else tiles(__half{});
+}
+
+simt::dim3 flash_grid(int64_t B, int64_t T, int64_t H) { return {flash_tiles(T), static_cast<unsigned>(B * H)}; }
+
+}  // namespace
+
+void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
+                             amp::Half products, void*) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  with_flash_types(products, D, [&](auto elem, auto tiles) {
+    constexpr int DT = decltype(tiles)::value;
+    simt::launch(flash_grid(B, T, H), kFlashThreads, {flash_forward_shared_bytes(DT)},
+                 [&] { flash_forward_kernel<decltype(elem), DT>(qkv, out, stats, T, H, D, scale); });
+  });
+}
+
+void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,
+                                 int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void*) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  with_flash_types(products, D, [&](auto elem, auto tiles) {
+    constexpr int DT = decltype(tiles)::value;
+    simt::launch(flash_grid(B, T, H), kFlashThreads, {flash_dq_shared_bytes(DT)}, [&] {
+      flash_backward_dq_kernel<decltype(elem), DT>(qkv, stats, dout, dqkv, delta, T, H, D, scale);
+    });
+  });
+}
+
+void flash_attention_backward_dkdv(const float* qkv, const float* stats, const float* dout, const float* delta,
+                                   float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products,
+                                   void*) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  with_flash_types(products, D, [&](auto elem, auto tiles) {
+    constexpr int DT = decltype(tiles)::value;
+    simt::launch(flash_grid(B, T, H), kFlashThreads, {flash_dkdv_shared_bytes(DT)}, [&] {
+      flash_backward_dkdv_kernel<decltype(elem), DT>(qkv, stats, dout, delta, dqkv, T, H, D, scale);
+    });
+  });
 }
 
 void bias_add(float* y, const float* bias, int64_t rows, int64_t cols, void*) {

@@ -93,14 +93,30 @@ void gelu_backward(const float*, const float*, float*, int64_t, void*) {
   throw std::runtime_error("cuda: gelu_backward: dsrun was built without CUDA");
 }
 
+AttentionKernel attention_kernel(int64_t, int64_t, int64_t, std::optional<amp::Half>) { return AttentionKernel::gemm; }
+
 void attention_forward(const float*, float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*,
-                       std::optional<amp::Half>) {
+                       std::optional<amp::Half>, std::optional<AttentionKernel>) {
   throw std::runtime_error("cuda: attention_forward: dsrun was built without CUDA");
 }
 
 void attention_backward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
-                        void*, std::optional<amp::Half>) {
+                        void*, std::optional<amp::Half>, std::optional<AttentionKernel>) {
   throw std::runtime_error("cuda: attention_backward: dsrun was built without CUDA");
+}
+
+void flash_attention_forward(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t, amp::Half, void*) {
+  throw std::runtime_error("cuda: flash_attention_forward: dsrun was built without CUDA");
+}
+
+void flash_attention_backward_dq(const float*, const float*, const float*, float*, float*, int64_t, int64_t, int64_t,
+                                 int64_t, amp::Half, void*) {
+  throw std::runtime_error("cuda: flash_attention_backward_dq: dsrun was built without CUDA");
+}
+
+void flash_attention_backward_dkdv(const float*, const float*, const float*, const float*, float*, int64_t, int64_t,
+                                   int64_t, int64_t, amp::Half, void*) {
+  throw std::runtime_error("cuda: flash_attention_backward_dkdv: dsrun was built without CUDA");
 }
 
 void bias_add(float*, const float*, int64_t, int64_t, void*) {

@@ -4,7 +4,8 @@
 // 32- and 64-bit values, __ballot_sync, __syncwarp, atomicAdd, and, since `__shared__ T a[N]` has no C++
 // spelling, DS_SHARED(T, a, N) and DS_EXTERN_SHARED(T, a) for shared arrays. (The emulator's names
 // are CUDA's reserved ones on purpose: this header stands in for the CUDA implementation.)
-// DS_HD marks the element and row bodies shared with CPU loops; DS_KERNEL a kernel's entry.
+// DS_HD marks the element and row bodies shared with CPU loops; DS_KERNEL a kernel's entry; DS_UNROLL
+// asks nvcc to unroll the loop that follows (arrays indexed by its counter then stay in registers).
 #pragma once
 
 #include "simt/hd.h"
@@ -14,7 +15,8 @@
 #define DS_DEVICE __device__
 #define DS_KERNEL __global__
 #define DS_SHARED(type, name, count) __shared__ type name[count]
-#define DS_EXTERN_SHARED(type, name) extern __shared__ type name[]
+#define DS_EXTERN_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#define DS_UNROLL _Pragma("unroll")
 
 #else
 
@@ -29,6 +31,7 @@
 #define DS_KERNEL static inline
 #define DS_SHARED(type, name, count) type* name = ::ds::simt::shared<type>(count)
 #define DS_EXTERN_SHARED(type, name) type* name = static_cast<type*>(::ds::simt::dynamic_shared())
+#define DS_UNROLL
 
 #define threadIdx (::ds::simt::thread_idx())
 #define blockIdx (::ds::simt::block_idx())

@@ -65,6 +65,17 @@ struct Declaration {
   size_t bytes, offset;
 };
 
+// Shared memory: 128-byte aligned, as the GPU's (wmma's pointers must be 32-byte aligned).
+struct AlignedBytes {
+  struct alignas(128) Line {
+    std::byte bytes[128];
+  };
+  std::vector<Line> lines;
+  void resize(size_t bytes) { lines.resize((bytes + sizeof(Line) - 1) / sizeof(Line)); }
+  size_t size() const { return lines.size() * sizeof(Line); }
+  std::byte* data() { return lines.empty() ? nullptr : lines.front().bytes; }
+};
+
 struct Launch {
   dim3 grid, block, block_index;
   LaunchOptions options;
@@ -76,7 +87,7 @@ struct Launch {
   size_t scheduler_stack_size = 0;
   std::exception_ptr error;
   std::vector<Declaration> declarations;  // the block's shared arrays, in order of declaration
-  std::vector<std::byte> static_shared, dynamic_shared;
+  AlignedBytes static_shared, dynamic_shared;
   size_t static_used = 0;
 };
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../kernels/kernel_test_util.h"
+#include "../scoped_env.h"
 #include "backend/backend.h"
 #include "cpu/activation.h"
 #include "cpu/attention.h"
@@ -568,26 +569,40 @@ TEST_CASE("the CUDA backend (emulated) with 16-bit matmuls: attention within the
     }
     return d / top;  // relative to the tensor's largest
   };
-  for (const std::optional<ds::amp::Half> products : {std::optional<ds::amp::Half>(), std::optional(ds::amp::Half::BF16),
-                                                      std::optional(ds::amp::Half::F16)}) {
-    CAPTURE(products.has_value());
-    CAPTURE((products == ds::amp::Half::BF16));
-    ds::backend::Cuda cuda(0);
-    cuda.set_half_matmuls(products);
-    const Ops ops(cuda.table());
-    Floats out(n), stats(ref_ws.size()), dqkv(3 * n);
-    ops.attention_forward(qkv.data(), out.data(), stats.data(), B, T, H, D);
-    ops.attention_backward(qkv.data(), stats.data(), dout.data(), dqkv.data(), B, T, H, D);
-    const double out_error = worst(out, ref_out), grad_error = worst(dqkv, ref_dqkv);
-    if (products) {
-      const double rounding = *products == ds::amp::Half::BF16 ? 0x1p-9 : 0x1p-12;
-      CHECK(out_error < 8 * rounding);
-      CHECK(grad_error < 8 * rounding);
-      CHECK(out_error > rounding / 64);  // the products did round to 16 bits
-      MESSAGE("attention with 16-bit products: output ", out_error, ", gradients ", grad_error, " (relative to the largest)");
-    } else {
-      CHECK(out_error < 1e-5);
-      CHECK(grad_error < 1e-5);
+  Floats fused_out, fused_dqkv;  // the previous run's, with the fused kernel
+  for (const char* kernel : {"fused", "gemm"}) {
+    ScopedEnv env("DS_CUDA_ATTENTION", kernel);
+    for (const std::optional<ds::amp::Half> products : {std::optional<ds::amp::Half>(), std::optional(ds::amp::Half::BF16),
+                                                        std::optional(ds::amp::Half::F16)}) {
+      CAPTURE(kernel);
+      CAPTURE(products.has_value());
+      CAPTURE((products == ds::amp::Half::BF16));
+      ds::backend::Cuda cuda(0);
+      cuda.set_half_matmuls(products);
+      const Ops ops(cuda.table());
+      Floats out(n), stats(ref_ws.size()), dqkv(3 * n);
+      ops.attention_forward(qkv.data(), out.data(), stats.data(), B, T, H, D);
+      ops.attention_backward(qkv.data(), stats.data(), dout.data(), dqkv.data(), B, T, H, D);
+      const double out_error = worst(out, ref_out), grad_error = worst(dqkv, ref_dqkv);
+      if (products) {
+        const double rounding = *products == ds::amp::Half::BF16 ? 0x1p-9 : 0x1p-12;
+        CHECK(out_error < 8 * rounding);
+        CHECK(grad_error < 8 * rounding);
+        CHECK(out_error > rounding / 64);  // the products did round to 16 bits
+        MESSAGE("attention (", std::string(kernel), ") with 16-bit products: output ", out_error, ", gradients ", grad_error,
+                " (relative to the largest)");
+        if (std::string(kernel) == "fused") {
+          fused_out = out;
+          fused_dqkv = dqkv;
+        } else {  // the two kernels round the same operands (P before or after normalising)
+          CHECK(worst(fused_out, out) < 8 * rounding);
+          CHECK(worst(fused_dqkv, dqkv) < 8 * rounding);
+          CHECK(fused_out != out);  // they are two kernels
+        }
+      } else {
+        CHECK(out_error < 1e-5);
+        CHECK(grad_error < 1e-5);
+      }
     }
   }
 }
