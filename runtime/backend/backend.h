@@ -42,6 +42,15 @@ class Device {
   virtual uint64_t copies_issued() = 0;
   virtual void wait_copies(uint64_t ticket) = 0;       // the host waits for those copies
   virtual void ops_after_copies(uint64_t ticket) = 0;  // ops issued from now on wait for them
+  // An upload that need not wait for every op before it: `ops` is a mark of the ops issued so far
+  // (ops_issued(), taken after the last ops that read `dst`), and the upload waits only for those, on
+  // an upload stream of its own, so it runs while the later ops do (stage 3's parameters, uploaded
+  // while the previous layer computes). Its ticket comes from uploads_issued(), for wait_copies and
+  // ops_after_copies. Marks are used in the order they were taken (an older one after a newer one
+  // waits for more ops than it names); mark 0 waits for none.
+  virtual uint64_t ops_issued() = 0;
+  virtual void to_device_after(uint64_t ops, void* dst, const void* src, size_t bytes) = 0;
+  virtual uint64_t uploads_issued() = 0;
   // Page-locks host memory [p, p + bytes) so the copies to and from it run at the bus's speed
   // (ZeRO-Offload's pin_memory); unpin_host(p) before it is freed. False, with the reason in `why`,
   // when the system refuses: the copies still work, at pageable memory's speed.
@@ -57,7 +66,8 @@ class Device {
 };
 
 // A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
-// when created), its asynchronous copies on a second (non-blocking) one, ordered by events. Temporaries come from a cache of device allocations kept until the backend goes.
+// when created), its asynchronous copies on a second (non-blocking) one and to_device_after's uploads on a
+// third, ordered by events. Temporaries come from a cache of device allocations kept until the backend goes.
 // Throws std::runtime_error naming CUDA's error when the device cannot be used (or the build has
 // no CUDA).
 class Cuda : public Device {
@@ -78,6 +88,9 @@ class Cuda : public Device {
   uint64_t copies_issued() override;
   void wait_copies(uint64_t ticket) override;
   void ops_after_copies(uint64_t ticket) override;
+  uint64_t ops_issued() override;
+  void to_device_after(uint64_t ops, void* dst, const void* src, size_t bytes) override;
+  uint64_t uploads_issued() override;
   bool pin_host(void* p, size_t bytes, std::string& why) override;
   void unpin_host(void* p) override;
   void round_to(amp::Half type, float* x, size_t n) override;

@@ -43,13 +43,27 @@ struct Cuda::State {
   std::string products_suffix() const {
     return !half_matmuls ? "" : *half_matmuls == amp::Half::BF16 ? " bf16" : " fp16";
   }
-  // to_host_async's copies: their stream (made at the first), an event the ops record before each
-  // copy for it to wait on, and one event per ticket not yet known done (tickets done_ticket+1 on).
-  void* copy_stream = nullptr;
+  // A stream beside the ops' (made at its first copy) and one event per ticket of its copies not yet
+  // known done (tickets done + 1 on).
+  struct CopyStream {
+    void* stream = nullptr;
+    std::map<uint64_t, void*> events;
+    uint64_t issued = 0, done = 0;
+  };
+  // to_host_async's and to_device_async's copies, after an event the ops record before each;
+  // to_device_after's uploads on a stream of their own, so that a download queued on the first does
+  // not hold them back. Their tickets carry kUploadTicket.
+  CopyStream copies, uploads;
   void* ops_done = nullptr;
-  std::map<uint64_t, void*> ticket_events;
+  std::map<uint64_t, void*> op_marks;  // ops_issued()'s events not yet used or passed
+  uint64_t marks = 0;
   std::vector<void*> spare_events;
-  uint64_t tickets = 0, done_ticket = 0;
+  void* take_event() {
+    if (spare_events.empty()) return cuda::event_create();
+    void* event = spare_events.back();
+    spare_events.pop_back();
+    return event;
+  }
   float* ones = nullptr;                             // [ones_size] of 1.0f: bias_grad's GEMM operand
   int64_t ones_size = 0;
 
@@ -365,9 +379,12 @@ Cuda::~Cuda() {
                    t.first_seconds * 1e3);
   }
   try {  // (after the synchronize: its copies are done)
-    if (state_->copy_stream != nullptr) cuda::stream_destroy(state_->copy_stream);
+    for (State::CopyStream* c : {&state_->copies, &state_->uploads}) {
+      if (c->stream != nullptr) cuda::stream_destroy(c->stream);
+      for (auto& [ticket, event] : c->events) cuda::event_destroy(event);
+    }
     if (state_->ops_done != nullptr) cuda::event_destroy(state_->ops_done);
-    for (auto& [ticket, event] : state_->ticket_events) cuda::event_destroy(event);
+    for (auto& [mark, event] : state_->op_marks) cuda::event_destroy(event);
     for (void* event : state_->spare_events) cuda::event_destroy(event);
   } catch (...) {
   }
@@ -414,16 +431,42 @@ void Cuda::zero(void* dst, size_t bytes) {
   if (bytes > 0) cuda::zero_on_device(dst, bytes, kStream);
 }
 
-// The copy stream, waiting for the ops issued so far.
-static void* copy_stream_after_ops(State& s) {
-  if (s.copy_stream == nullptr) {
-    s.ops_done = cuda::event_create();
-    s.copy_stream = cuda::stream_create();
-  }
-  cuda::event_record(s.ops_done, kStream);
-  cuda::stream_wait_event(s.copy_stream, s.ops_done);
-  return s.copy_stream;
+namespace {
+
+constexpr uint64_t kUploadTicket = uint64_t{1} << 63;  // an upload stream's ticket
+
+void* stream_of(State::CopyStream& c) {
+  if (c.stream == nullptr) c.stream = cuda::stream_create();
+  return c.stream;
 }
+
+// The copy stream, waiting for the ops issued so far.
+void* copy_stream_after_ops(State& s) {
+  if (s.ops_done == nullptr) s.ops_done = cuda::event_create();
+  cuda::event_record(s.ops_done, kStream);
+  cuda::stream_wait_event(stream_of(s.copies), s.ops_done);
+  return s.copies.stream;
+}
+
+uint64_t issue_ticket(State& s, State::CopyStream& c) {
+  if (c.stream == nullptr) return 0;
+  void* event = s.take_event();
+  cuda::event_record(event, c.stream);
+  c.events[++c.issued] = event;
+  return c.issued;
+}
+
+// The ticket's stream and number, or nullptr for a ticket known done (0, or one before c.done).
+State::CopyStream* ticket_stream(State& s, uint64_t& ticket) {
+  State::CopyStream* c = &s.copies;
+  if (ticket & kUploadTicket) {
+    c = &s.uploads;
+    ticket &= ~kUploadTicket;
+  }
+  return ticket <= c->done || c->events.count(ticket) == 0 ? nullptr : c;
+}
+
+}  // namespace
 
 void Cuda::to_host_async(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) cuda::copy_to_host_async(dst, src, bytes, copy_stream_after_ops(*state_));
@@ -433,39 +476,59 @@ void Cuda::to_device_async(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) cuda::copy_to_device_async(dst, src, bytes, copy_stream_after_ops(*state_));
 }
 
-uint64_t Cuda::copies_issued() {
+uint64_t Cuda::ops_issued() {
   State& s = *state_;
-  if (s.copy_stream == nullptr) return 0;
-  void* event = nullptr;
-  if (!s.spare_events.empty()) {
-    event = s.spare_events.back();
-    s.spare_events.pop_back();
-  } else {
-    event = cuda::event_create();
+  void* event = s.take_event();
+  cuda::event_record(event, kStream);
+  s.op_marks[++s.marks] = event;
+  return s.marks;
+}
+
+// The upload waits for the first mark at or after `ops` that is still kept (a later one waits for more:
+// still correct), and the marks before it are passed; with none, for every op so far.
+void Cuda::to_device_after(uint64_t ops, void* dst, const void* src, size_t bytes) {
+  State& s = *state_;
+  void* stream = stream_of(s.uploads);
+  if (ops > 0) {
+    const auto at = s.op_marks.lower_bound(ops);
+    if (at != s.op_marks.end()) {
+      cuda::stream_wait_event(stream, at->second);
+      for (auto it = s.op_marks.begin(); it != at;) {
+        s.spare_events.push_back(it->second);
+        it = s.op_marks.erase(it);
+      }
+    } else {
+      if (s.ops_done == nullptr) s.ops_done = cuda::event_create();
+      cuda::event_record(s.ops_done, kStream);
+      cuda::stream_wait_event(stream, s.ops_done);
+    }
   }
-  cuda::event_record(event, s.copy_stream);
-  s.ticket_events[++s.tickets] = event;
-  return s.tickets;
+  if (bytes > 0) cuda::copy_to_device_async(dst, src, bytes, stream);
+}
+
+uint64_t Cuda::copies_issued() { return issue_ticket(*state_, state_->copies); }
+
+uint64_t Cuda::uploads_issued() {
+  const uint64_t ticket = issue_ticket(*state_, state_->uploads);
+  return ticket == 0 ? 0 : ticket | kUploadTicket;
 }
 
 void Cuda::wait_copies(uint64_t ticket) {
   State& s = *state_;
-  const auto at = s.ticket_events.find(ticket);
-  if (ticket <= s.done_ticket || at == s.ticket_events.end()) return;
-  cuda::event_synchronize(at->second);
-  // The copy stream runs in order: every earlier ticket is done too.
-  for (auto it = s.ticket_events.begin(); it != s.ticket_events.end() && it->first <= ticket;) {
+  State::CopyStream* c = ticket_stream(s, ticket);
+  if (c == nullptr) return;
+  cuda::event_synchronize(c->events.at(ticket));
+  // A stream runs in order: its earlier tickets are done too.
+  for (auto it = c->events.begin(); it != c->events.end() && it->first <= ticket;) {
     s.spare_events.push_back(it->second);
-    it = s.ticket_events.erase(it);
+    it = c->events.erase(it);
   }
-  s.done_ticket = ticket;
+  c->done = ticket;
 }
 
 void Cuda::ops_after_copies(uint64_t ticket) {
-  State& s = *state_;
-  const auto at = s.ticket_events.find(ticket);
-  if (ticket <= s.done_ticket || at == s.ticket_events.end()) return;
-  cuda::stream_wait_event(kStream, at->second);
+  State::CopyStream* c = ticket_stream(*state_, ticket);
+  if (c != nullptr) cuda::stream_wait_event(kStream, c->events.at(ticket));
 }
 
 bool Cuda::pin_host(void* p, size_t bytes, std::string& why) { return cuda::host_pin(p, bytes, why); }

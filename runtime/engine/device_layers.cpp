@@ -31,7 +31,8 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
     max_params = std::max(max_params, l.param_floats);
   }
   if (shared_workspace_) workspaces_.push_back(allocate(max_ws));
-  if (!keep_params) params_.push_back(allocate(max_params * sizeof(float)));
+  if (!keep_params)  // two, so that a layer's upload overlaps the previous layer's ops
+    for (int k = 0; k < 2; ++k) params_.push_back(allocate(max_params * sizeof(float)));
   params_kept_.assign(keep_params ? layers_.size() : 0, false);
   kept_views_.resize(params_kept_.size());
   halves_.resize(params_kept_.size());
@@ -101,18 +102,42 @@ std::vector<ds_tensor> DeviceLayers::stage(const std::vector<ds_tensor>& host, c
                                            const std::vector<bool>* zeroed) {
   std::vector<ds_tensor> out = views_in(host, staging);
   for (size_t k = 0; k < host.size(); ++k) {
-    if (zeroed && (*zeroed)[k]) {
-      device_.zero(out[k].data, bytes_of(host[k].shape));
-    } else if (host[k].dtype == DS_F32) {
-      device_.to_device(out[k].data, host[k].data, bytes_of(host[k].shape));
-    } else {  // 16-bit parameters (stage 3): their bits cross, and the device widens them into the fp32 view
-      const size_t n = static_cast<size_t>(shape_numel(host[k].shape));
-      uint16_t* half = half_beside(staged_halves_, staging, out[k].data);
-      device_.to_device(half, host[k].data, n * sizeof(uint16_t));
-      device_.widen(host[k].dtype == DS_BF16 ? amp::Half::BF16 : amp::Half::F16, half, static_cast<float*>(out[k].data), n);
-    }
+    if (host[k].dtype != DS_F32) throw std::logic_error("DeviceLayers: 16-bit tensors are uploaded by upload_staged");
+    if (zeroed && (*zeroed)[k]) device_.zero(out[k].data, bytes_of(host[k].shape));
+    else device_.to_device(out[k].data, host[k].data, bytes_of(host[k].shape));
   }
   return out;
+}
+
+std::vector<ds_tensor> DeviceLayers::upload_staged(const std::vector<ds_tensor>& host) {
+  const size_t b = next_param_staging_;
+  next_param_staging_ = 1 - b;
+  std::vector<ds_tensor> out = views_in(host, params_[b]);
+  std::vector<Widening> widenings;
+  for (size_t k = 0; k < host.size(); ++k) {
+    const size_t n = static_cast<size_t>(shape_numel(host[k].shape));
+    if (host[k].dtype == DS_F32) {
+      device_.to_device_after(staging_reads_[b], out[k].data, host[k].data, n * sizeof(float));
+      continue;
+    }
+    // 16-bit parameters: their bits cross, and the device widens them into the fp32 view
+    uint16_t* half = half_beside(staged_halves_[b], params_[b], out[k].data);
+    device_.to_device_after(staging_reads_[b], half, host[k].data, n * sizeof(uint16_t));
+    widenings.push_back({host[k].dtype == DS_BF16 ? amp::Half::BF16 : amp::Half::F16, half,
+                         static_cast<float*>(out[k].data), n});
+  }
+  staged_upload_ = device_.uploads_issued();
+  staged_buffer_ = b;
+  device_.ops_after_copies(staged_upload_);
+  for (const Widening& w : widenings) device_.widen(w.type, w.half, w.out, w.n);
+  return out;
+}
+
+void DeviceLayers::finish_staged_call() {
+  if (staged_upload_ == 0) return;
+  staging_reads_[staged_buffer_] = device_.ops_issued();  // this call's ops were the buffer's last readers
+  device_.wait_copies(staged_upload_);  // the engine may release the host values now
+  staged_upload_ = 0;
 }
 
 std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds_tensor>* host) {
@@ -123,7 +148,7 @@ std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds
     return kept_views_[i];
   }
   if (host == nullptr) throw std::logic_error("DeviceLayers: a layer's parameters are neither given nor on the device");
-  if (params_kept_.empty()) return stage(*host, params_[0]);
+  if (params_kept_.empty()) return upload_staged(*host);
   kept_views_[i] = stage(*host, params_[i]);
   params_kept_[i] = true;
   return kept_views_[i];
@@ -192,6 +217,7 @@ void DeviceLayers::forward(size_t i, const std::vector<ds_tensor>* params, const
   const ds_batch on_device = device_batch(batch);
   ds_tensor out{outputs_[i].data, DS_F32, output, dev};
   plugin_.forward(static_cast<int32_t>(i), views.data(), input_of(i, on_device), out, workspace(i), on_device);
+  finish_staged_call();
   if (i + 1 < layers_.size()) {  // the loss stays fp32
     if (rounding_) device_.round_to(*rounding_, static_cast<float*>(out.data), static_cast<size_t>(shape_numel(output)));
     return;
@@ -230,6 +256,7 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
   ds_tensor grad_input{grad_in->data, DS_F32, layers_[i].input, dev};
   plugin_.backward(static_cast<int32_t>(i), param_views.data(), input_of(i, on_device), output, grad_output,
                    i == 0 ? nullptr : &grad_input, const_cast<ds_tensor*>(grad_views.data()), workspace(i), on_device);
+  finish_staged_call();
   if (i > 0 && rounding_)
     device_.round_to(*rounding_, static_cast<float*>(grad_input.data), static_cast<size_t>(shape_numel(grad_input.shape)));
   if (!keep_grads_ || sync.last) {

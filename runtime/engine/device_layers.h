@@ -24,10 +24,12 @@
 // micro-batch. The engine prefetches them all at the pass's first forward (prefetch_params): the
 // uploads run on the copy stream, in the precision they are stored in (16-bit ones are widened to
 // fp32 on the device), while the layers before run, and each layer's ops wait for its own. Without
-// keep_params (stage 3, whose point is not to hold the whole model) one staging buffer of the
-// largest layer's size takes each layer's in turn, uploaded at its call, synchronously, in the
-// precision the engine gives them (16 bits in 16-bit training, except in a tied parameter's owner
-// layer), widened there.
+// keep_params (stage 3, whose point is not to hold the whole model) two staging buffers of the
+// largest layer's size take the layers' calls in turn: each call's upload, in the precision the
+// engine gives them (16 bits in 16-bit training, except in a tied parameter's owner layer, widened
+// there), waits only for the ops of the call two before (the buffer's last readers), on the device's
+// upload stream, so it runs while the previous call's ops do; the call returns once its upload is
+// done (the engine then releases the gathered values).
 //
 // The buffers are fp32. In 16-bit training the parameters are widened to fp32 (on the device, or by
 // the engine for a tied parameter's owner layer) and the gradients come back in fp32, as for the
@@ -35,7 +37,7 @@
 // device, as the CPU path rounds them, so the values crossing layers are the 16-bit ones (the engine
 // also sets the device's 16-bit products, Device::set_half_matmuls). The device's memory holds every
 // layer's output and workspace (one shared workspace with activation checkpointing), the parameters
-// (every layer's, or the staging buffer, with their 16-bit uploads beside them in 16-bit training), the gradients
+// (every layer's, or the two staging buffers, with their 16-bit uploads beside them in 16-bit training), the gradients
 // (every layer's, or two staging buffers of the largest layer's size), and the batch.
 #pragma once
 #include <cstddef>
@@ -109,9 +111,14 @@ class DeviceLayers {
   Buffer allocate(size_t bytes);
   // Device views of host tensors `host` laid out one after another in `buffer`, each 16-byte aligned.
   std::vector<ds_tensor> views_in(const std::vector<ds_tensor>& host, const Buffer& buffer) const;
-  // The same views, with the host values copied there (those that `zeroed` marks are zeroed instead).
+  // The same views, with the host fp32 values copied there (those that `zeroed` marks are zeroed instead).
   std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging,
                                const std::vector<bool>* zeroed = nullptr);
+  // Without keep_params: `host` (fp32 or 16-bit) into the next staging buffer, on the upload stream
+  // after the ops that last read it; the layer's ops wait for it (and widen the 16-bit ones).
+  std::vector<ds_tensor> upload_staged(const std::vector<ds_tensor>& host);
+  // After a layer call's ops: marks them as the staging buffer's readers and waits for its upload.
+  void finish_staged_call();
   // Where the 16-bit upload of the fp32 tensor at `view` in `fp32` goes: the same place in `halves`, a
   // buffer of half fp32's size (allocated at the first use).
   uint16_t* half_beside(Buffer& halves, const Buffer& fp32, const void* view);
@@ -130,7 +137,7 @@ class DeviceLayers {
   int64_t micro_batch_;
   std::optional<amp::Half> rounding_;
   std::vector<Buffer> outputs_, workspaces_;
-  std::vector<Buffer> params_;     // keep_params: one per layer; else one staging buffer
+  std::vector<Buffer> params_;     // keep_params: one per layer; else two staging buffers, in turn
   std::vector<bool> params_kept_;  // keep_params: layer i's parameters are on the device
   std::vector<std::vector<ds_tensor>> kept_views_;  // and their device views
   struct Widening {  // a prefetched 16-bit tensor, widened at the layer's first use
@@ -140,7 +147,11 @@ class DeviceLayers {
     size_t n;
   };
   std::vector<Buffer> halves_;                   // keep_params: per layer, its 16-bit uploads (when any)
-  Buffer staged_halves_;                         // else: the staging buffer's 16-bit uploads (when any)
+  Buffer staged_halves_[2];                      // else: the staging buffers' 16-bit uploads (when any)
+  uint64_t staging_reads_[2] = {0, 0};           // per staging buffer: a mark of the ops that last read it
+  size_t next_param_staging_ = 0;                // the staging buffer the next call uses
+  uint64_t staged_upload_ = 0;                   // the call under way: its upload's ticket (0: none)
+  size_t staged_buffer_ = 0;                     // and its staging buffer
   std::vector<std::vector<Widening>> widenings_;  // per layer, still to do
   std::vector<uint64_t> upload_tickets_;         // per layer: its prefetch
   uint64_t last_upload_ = 0;

@@ -112,3 +112,34 @@ TEST_CASE("to_device_async (emulated CUDA): ops see the values after ops_after_c
   cuda.release(half);
   cuda.release(wide);
 }
+
+TEST_CASE("to_device_after (emulated CUDA): uploads on a stream of their own, with tickets of their own") {
+  ds::backend::Cuda cuda(0);
+  float* src = device_values(cuda, 3, 5.0f);
+  float* dst = static_cast<float*>(cuda.allocate(4 * sizeof(float)));
+  std::vector<float> down(3, 0.0f), up{1, 2, 3, 4}, back(4, 0.0f);
+  cuda.to_host_async(down.data(), src, down.size() * sizeof(float));  // queued on the copy stream
+  const uint64_t mark = cuda.ops_issued();
+  CHECK(mark > 0);
+  cuda.to_device_after(mark, dst, up.data(), up.size() * sizeof(float));
+  const uint64_t upload = cuda.uploads_issued();
+  CHECK(upload != cuda.copies_issued());
+  cuda.ops_after_copies(upload);  // the ops wait for the upload only
+  cuda.to_host(back.data(), dst, back.size() * sizeof(float));
+  CHECK(back == up);
+  CHECK(std::isnan(down[0]));  // the download queued before it is not held to, nor does it hold the upload back
+  cuda.wait_copies(cuda.copies_issued());
+  CHECK(down == std::vector<float>{5, 6, 7});
+  // Until waited for, the upload's destination holds NaNs; waiting for its ticket is enough.
+  up = {7, 8, 9, 10};
+  cuda.to_device_after(cuda.ops_issued(), dst, up.data(), up.size() * sizeof(float));
+  const uint64_t second = cuda.uploads_issued();
+  cuda.to_host(back.data(), dst, back.size() * sizeof(float));
+  CHECK(std::isnan(back[0]));  // read before it was waited for
+  cuda.wait_copies(second);
+  cuda.to_host(back.data(), dst, back.size() * sizeof(float));
+  CHECK(back == up);
+  cuda.wait_copies(upload);  // done already
+  cuda.release(src);
+  cuda.release(dst);
+}

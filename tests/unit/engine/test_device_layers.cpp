@@ -48,6 +48,14 @@ class CountingDevice : public backend::Device {
     if (is_pinned(src, bytes)) uploaded_pinned += bytes;
     cuda_.to_device_async(dst, src, bytes);
   }
+  void to_device_after(uint64_t ops, void* dst, const void* src, size_t bytes) override {
+    uploaded += bytes;
+    uploaded_after += bytes;
+    if (is_pinned(src, bytes)) uploaded_pinned += bytes;
+    cuda_.to_device_after(ops, dst, src, bytes);
+  }
+  uint64_t ops_issued() override { return cuda_.ops_issued(); }
+  uint64_t uploads_issued() override { return cuda_.uploads_issued(); }
   uint64_t copies_issued() override { return cuda_.copies_issued(); }
   void wait_copies(uint64_t ticket) override { cuda_.wait_copies(ticket); }
   void ops_after_copies(uint64_t ticket) override { cuda_.ops_after_copies(ticket); }
@@ -66,6 +74,7 @@ class CountingDevice : public backend::Device {
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
   size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
   size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
+  size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes
 
  private:
@@ -222,8 +231,9 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
 }
 
 // Stage 3 uploads each layer's gathered parameters at each call (forward, activation checkpointing's second
-// forward, backward), in their stored precision: bf16 sends half fp32's bytes, which the device widens. The
-// same losses as the CPU's are the other tests'; here, the traffic.
+// forward, backward), in their stored precision: bf16 sends half fp32's bytes, which the device widens; all on
+// the upload stream (after the ops that last read their staging buffer, not after every op). The same losses as
+// the CPU's are the other tests'; here, the traffic.
 TEST_CASE("engine on the emulated CUDA device: stage 3 uploads 16-bit parameters as 16 bits") {
   DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                 {"optimizer", nlohmann::json::parse(kSgd)}},
@@ -243,9 +253,10 @@ TEST_CASE("engine on the emulated CUDA device: stage 3 uploads 16-bit parameters
       Engine engine = make_engine(e, *plugin, group, config);
       params = engine.gather_parameters().size();
       engine.step();
-      device.uploaded = 0;
+      device.uploaded = device.uploaded_after = 0;
       engine.step();
       param_bytes[precision] = device.uploaded - (4 * 12 + 4 + 1) * sizeof(float);  // inputs, targets, dloss
+      CHECK(device.uploaded_after == param_bytes[precision]);  // every parameter on the upload stream
     });
   }
   MESSAGE("stage 3 uploads per step: fp32 ", param_bytes[amp::Storage::F32], " bytes, bf16 ",
