@@ -181,9 +181,12 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   build_segments();
   init_parameters();
   pin_device_copies();
-  if (policy_.parameters)
+  if (policy_.parameters) {
+    std::function<void(std::span<std::byte>)> pin;  // the gathered units the device's uploads read
+    if (device_layers_ && config_.pin_memory) pin = [this](std::span<std::byte> b) { pin_for_device(b); };
     fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, *chunks_, config_.precision, config_.stage3,
-                                                    config_.grad_accum);
+                                                    config_.grad_accum, pin);
+  }
 }
 
 Engine::~Engine() = default;
@@ -342,7 +345,8 @@ void Engine::build_device_layers() {
 // are PageVectors, so that no two share a page, which would refuse the second pin): the
 // parameters at stages 0-2 (in their stored precision) or stage 3's 16-bit training's fp32 layer
 // scratch, the fp32 gradients (stages 0-1: the full buffer; 2-3: the pool's buckets, made now) or the
-// 16-bit scratch, and the tied parameters' copies. Stage 3's gathered units stay pageable.
+// 16-bit scratch, and the tied parameters' copies; and stage 3's gathered units, as the fetcher makes
+// them (pin_for_device).
 void Engine::pin_device_copies() {
   if (!device_layers_ || !config_.pin_memory) return;
   std::vector<std::span<std::byte>> ranges;
@@ -353,14 +357,16 @@ void Engine::pin_device_copies() {
     ranges.push_back(grads_->full_buffer());
     for (std::span<std::byte> bucket : grads_->reserve_buckets()) ranges.push_back(bucket);
   }
-  size_t refused = 0;
+  for (std::span<std::byte> r : ranges) pin_for_device(r);
+}
+
+void Engine::pin_for_device(std::span<std::byte> range) {
   std::string why;
-  for (std::span<std::byte> r : ranges)
-    if (!device_layers_->pin(r.data(), r.size(), why)) refused += r.size();
-  if (refused > 0)
-    device_note_ = fmt::format("{:.1f} MiB of the host buffers that the device's copies use could not be pinned "
-                               "({}); those copies run at pageable memory's speed",
-                               static_cast<double>(refused) / (1 << 20), why);
+  if (device_layers_->pin(range.data(), range.size(), why)) return;
+  unpinned_bytes_ += range.size();
+  device_note_ = fmt::format("{:.1f} MiB of the host buffers that the device's copies use could not be pinned "
+                             "({}); those copies run at pageable memory's speed",
+                             static_cast<double>(unpinned_bytes_) / (1 << 20), why);
 }
 
 // The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as

@@ -306,6 +306,7 @@ class Engine {
   void build_layers();
   void build_device_layers();
   void pin_device_copies();  // once the buffers exist
+  void pin_for_device(std::span<std::byte> range);  // page-locks it, or counts it in device_note_
   void build_partition();
   void init_parameters();
   void initial_values(size_t slot, std::vector<float>& values) const;  // [slot size]
@@ -470,6 +471,7 @@ class Engine {
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it (declared after
                                                    // the host buffers it pins: it unpins them first)
   std::string device_note_;                        // device_note()
+  size_t unpinned_bytes_ = 0;                      // of the host buffers the device's copies use
   ModelGroups model_groups_;                       // tensor and sequence parallelism: the plugin's groups
   ds_collectives collectives_{};                   // and their collectives (over model_groups_)
   int64_t steps_ = 0;    // optimizer steps taken, skipped ones included

@@ -6,6 +6,7 @@
 // are pooled, handed out and given back.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -23,9 +24,13 @@ class BufferPool {
   // Makes `count` more free buffers of n bytes, returning their storage (which stays theirs).
   std::vector<std::span<std::byte>> reserve(size_t n, size_t count);
   size_t bytes() const { return bytes_; }  // capacity of every buffer the pool made
+  // Called with the storage of every buffer the pool makes from now on (a device page-locks them).
+  void on_new_buffer(std::function<void(std::span<std::byte>)> hook) { on_new_ = std::move(hook); }
 
  private:
+  Buffer make(size_t n);
   std::vector<Buffer> free_;
+  std::function<void(std::span<std::byte>)> on_new_;
   size_t bytes_ = 0;
 };
 

@@ -22,13 +22,15 @@ std::vector<bool> ParamFetcher::persistent_layers(const PartitionLayout& layout,
 }
 
 ParamFetcher::ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, ChunkSource& chunks,
-                           amp::Storage storage, FetchLimits limits, int64_t micro_batches)
+                           amp::Storage storage, FetchLimits limits, int64_t micro_batches,
+                           std::function<void(std::span<std::byte>)> on_new_buffer)
     : layout_(layout),
       group_(group),
       chunks_(chunks),
       type_(collective_type(storage)),
       elem_(amp::storage_bytes(storage)),
       limits_(limits) {
+  pool_.on_new_buffer(on_new_buffer);
   const size_t layers = layout.units().size();
   for (int64_t m = 0; m < micro_batches; ++m) {
     for (size_t i = 0; i < layers; ++i) order_.push_back(i);
@@ -48,6 +50,8 @@ ParamFetcher::ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, C
     state_[i] = State::Persistent;
     buffer_[i].resize(layout.units()[i].padded() * elem_);
     persistent_bytes_ += buffer_[i].size();
+    if (on_new_buffer && buffer_[i].capacity() > 0)
+      on_new_buffer(std::span<std::byte>(buffer_[i].data(), buffer_[i].capacity()));
   }
   // A use gathers unless its layer is persistent or was used right before (kept): those gathers, in
   // order, are the reads of the chunks not in memory.

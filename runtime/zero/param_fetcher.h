@@ -21,7 +21,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "amp/storage.h"
@@ -43,8 +45,11 @@ class ParamFetcher {
  public:
   // `chunks` (this rank's chunks of `storage` elements, which the optimizer step writes) must outlive
   // the fetcher and hold the persistent layers' chunks in memory; gathers those (a collective).
+  // `on_new_buffer`, when set, is called with every host buffer the fetcher makes for gathered units
+  // (persistent ones included), before it is used: a device page-locks them for its uploads.
   ParamFetcher(const PartitionLayout& layout, ProcessGroup& group, ChunkSource& chunks, amp::Storage storage,
-               FetchLimits limits, int64_t micro_batches);
+               FetchLimits limits, int64_t micro_batches,
+               std::function<void(std::span<std::byte>)> on_new_buffer = {});
   ~ParamFetcher();
 
   // Which layers stay gathered for the whole run under these limits.

@@ -232,8 +232,9 @@ TEST_CASE("engine on the emulated CUDA device: stages 0-2 upload the parameters 
 
 // Stage 3 uploads each layer's gathered parameters at each call (forward, activation checkpointing's second
 // forward, backward), in their stored precision: bf16 sends half fp32's bytes, which the device widens; all on
-// the upload stream (after the ops that last read their staging buffer, not after every op). The same losses as
-// the CPU's are the other tests'; here, the traffic.
+// the upload stream (after the ops that last read their staging buffer, not after every op), from pinned memory
+// (the fetcher pins the buffers it gathers into). The same losses as the CPU's are the other tests'; here, the
+// traffic.
 TEST_CASE("engine on the emulated CUDA device: stage 3 uploads 16-bit parameters as 16 bits") {
   DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                 {"optimizer", nlohmann::json::parse(kSgd)}},
@@ -250,13 +251,18 @@ TEST_CASE("engine on the emulated CUDA device: stage 3 uploads 16-bit parameters
       e.recompute = true;
       e.precision = e.grad_storage = precision;
       e.device = &device;
-      Engine engine = make_engine(e, *plugin, group, config);
-      params = engine.gather_parameters().size();
-      engine.step();
-      device.uploaded = device.uploaded_after = 0;
-      engine.step();
-      param_bytes[precision] = device.uploaded - (4 * 12 + 4 + 1) * sizeof(float);  // inputs, targets, dloss
-      CHECK(device.uploaded_after == param_bytes[precision]);  // every parameter on the upload stream
+      {
+        Engine engine = make_engine(e, *plugin, group, config);
+        params = engine.gather_parameters().size();
+        engine.step();
+        device.uploaded = device.uploaded_after = device.uploaded_pinned = 0;
+        engine.step();
+        param_bytes[precision] = device.uploaded - (4 * 12 + 4 + 1) * sizeof(float);  // inputs, targets, dloss
+        CHECK(device.uploaded_after == param_bytes[precision]);  // every parameter on the upload stream,
+        CHECK(device.uploaded_pinned == param_bytes[precision]);  // from pinned memory (the fetcher's pool)
+        CHECK(engine.device_note().empty());
+      }
+      CHECK(device.pinned.empty());  // the engine unpinned the pool's buffers before they were freed
     });
   }
   MESSAGE("stage 3 uploads per step: fp32 ", param_bytes[amp::Storage::F32], " bytes, bf16 ",

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "zero/buffer_pool.h"
@@ -57,4 +58,24 @@ TEST_CASE("buffer pool: reserved buffers are whole pages and are the ones later 
   CHECK(storage.count(c.data()) == 1);
   CHECK(pool.bytes() == made);
   CHECK(pool.reserve(0, 3).empty());
+}
+
+// A device pins what the pool makes (stage 3's gathered units): the hook sees each new buffer's storage once,
+// reserved ones included, and not the reused ones.
+TEST_CASE("buffer pool: on_new_buffer sees every buffer it makes, once") {
+  BufferPool pool;
+  std::vector<std::span<std::byte>> seen;
+  pool.on_new_buffer([&](std::span<std::byte> b) { seen.push_back(b); });
+  auto a = pool.acquire(10000);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].data() == a.data());
+  CHECK(seen[0].size() == a.capacity());
+  pool.release(std::move(a));
+  auto b = pool.acquire(5000);  // reused: nothing new
+  CHECK(seen.size() == 1);
+  pool.reserve(3000, 2);
+  CHECK(seen.size() == 3);
+  auto c = pool.acquire(20000);  // larger than any free one
+  CHECK(seen.size() == 4);
+  CHECK(seen.back().data() == c.data());
 }
