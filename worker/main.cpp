@@ -158,6 +158,11 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
     throw std::runtime_error(fmt::format("DS_ACCELERATOR=cuda, but no GPU is visible (CUDA_VISIBLE_DEVICES={})",
                                          visible ? visible : "unset"));
   }
+  try {  // read at each attention call; a bad value is an error now rather than at the first layer
+    cuda::attention_kernel(1, 1, 1, amp::Half::BF16);
+  } catch (const std::exception& e) {
+    throw ConfigError(fmt::format("{} (from the environment)", e.what()));
+  }
   const char* local_rank = std::getenv("LOCAL_RANK");
   const int device = (local_rank ? std::atoi(local_rank) : 0) % gpus;
   auto cuda = std::make_unique<backend::Cuda>(device);

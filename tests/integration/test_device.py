@@ -85,3 +85,12 @@ def test_16_bit_training_on_the_emulated_cuda_device_multiplies_in_16_bits(dsrun
     assert on_device != on_cpu
     assert to_cpu <= 4 * to_fp32, (on_device, on_cpu, fp32)
     print(f"{precision} ({attention}): device to CPU {to_cpu:.3g}, CPU to fp32 {to_fp32:.3g}")
+
+
+def test_a_bad_attention_kernel_choice_is_an_error_at_start(dsrun, clean_env, tmp_path):
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(CONFIG))
+    r = run([dsrun, "--num_gpus", "1", DSWORKER_EMU, "--model", "gpt", "--config", str(path), "--steps", "1"],
+            dict(clean_env, DSRUN_LOCAL_SLOTS="1", DS_ACCELERATOR="cuda", DS_CUDA_ATTENTION="flash"), timeout=120)
+    assert r.returncode != 0
+    assert "DS_CUDA_ATTENTION='flash': expected fused or gemm (from the environment)" in r.stderr
