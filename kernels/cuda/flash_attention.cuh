@@ -4,7 +4,7 @@
 // The formulas, layouts and stats are kernels/cpu/attention.h's: qkv [B, T, 3, H, D] rows, out
 // [B, T, H, D], stats [B, H, T, 2] = (m, log l) with P_tj = exp(s_tj − m_t − log l_t), s = q·k/√D.
 //
-// Each block has kFlashThreads threads (4 warps) and one tile of kFlashRows rows of one head
+// Each block has kFlashThreads threads (4 warps; the sizes: launch_shape.h) and one tile of kFlashRows rows of one head
 // (grid: T/64 tiles × B·H heads); each warp owns 16 of the rows. D is padded with zeros to 16·DT
 // columns (DT = 1..4, so D ≤ 64). Causality skips the tiles above the diagonal.
 //   forward     per query tile, over the key tiles up to it: S = Q·Kᵀ, the online softmax (m, l, O
