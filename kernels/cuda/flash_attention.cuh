@@ -20,6 +20,8 @@
 #include <math.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "cuda/block_reduce.cuh"
@@ -320,6 +322,23 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
   float* rows = dqkv + b * T * 3 * C + h * D;
   flash::store_rows<DT>(dk, sw, scale, rows + C, 3 * C, key0, T, D);
   flash::store_rows<DT>(dv, sw, 1.0f, rows + 2 * C, 3 * C, key0, T, D);
+}
+
+// For the launchers: calls f(Elem{}, std::integral_constant<int, DT>{}) with the 16-bit type of `products`
+// and D's column tiles (1..4).
+template <class F>
+void with_flash_types(amp::Half products, int64_t D, F&& f) {
+  const auto tiles = [&](auto elem) {
+    switch (flash_column_tiles(D)) {
+      case 1: return f(elem, std::integral_constant<int, 1>{});
+      case 2: return f(elem, std::integral_constant<int, 2>{});
+      case 3: return f(elem, std::integral_constant<int, 3>{});
+      case 4: return f(elem, std::integral_constant<int, 4>{});
+      default: throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above 64");
+    }
+  };
+  if (products == amp::Half::BF16) tiles(__nv_bfloat16{});
+  else tiles(__half{});
 }
 
 }  // namespace ds::cuda

@@ -230,23 +230,6 @@ void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows,
 
 namespace {
 
-// Calls f.template operator()<Elem, DT>() with the 16-bit type and the column tiles of D (1..4).
-template <class F>
-void with_flash_types(amp::Half products, int64_t D, F&& f) {
-  const auto tiles = [&](auto elem) {
-    using Elem = decltype(elem);
-    switch (flash_column_tiles(D)) {
-      case 1: return f(Elem{}, std::integral_constant<int, 1>{});
-      case 2: return f(Elem{}, std::integral_constant<int, 2>{});
-      case 3: return f(Elem{}, std::integral_constant<int, 3>{});
-      case 4: return f(Elem{}, std::integral_constant<int, 4>{});
-      default: throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above 64");
-    }
-  };
-  if (products == amp::Half::BF16) tiles(__nv_bfloat16{});
-  else tiles(__half{});
-}
-
 // Shared memory above 48 KiB needs the kernel's opt-in.
 template <class Kernel>
 void allow_shared(Kernel kernel, unsigned bytes, const char* what) {

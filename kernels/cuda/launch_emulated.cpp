@@ -265,22 +265,6 @@ void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows,
 
 namespace {
 
-// Calls f(Elem{}, integral_constant<DT>) with the 16-bit type and the column tiles of D (1..4).
-template <class F>
-void with_flash_types(amp::Half products, int64_t D, F&& f) {
-  const auto tiles = [&](auto elem) {
-    switch (flash_column_tiles(D)) {
-      case 1: return f(elem, std::integral_constant<int, 1>{});
-      case 2: return f(elem, std::integral_constant<int, 2>{});
-      case 3: return f(elem, std::integral_constant<int, 3>{});
-      case 4: return f(elem, std::integral_constant<int, 4>{});
-      default: throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above 64");
-    }
-  };
-  if (products == amp::Half::BF16) tiles(__nv_bfloat16{});
-  else tiles(__half{});
-}
-
 simt::dim3 flash_grid(int64_t B, int64_t T, int64_t H) { return {flash_tiles(T), static_cast<unsigned>(B * H)}; }
 
 }  // namespace
