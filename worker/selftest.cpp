@@ -482,6 +482,8 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
     attention_shapes.push_back({1, 1024, 2, 64});  // GPT-2's context
     attention_shapes.push_back({1, 4096, 5, 8});   // 4 heads' scores per chunk: a second, partial chunk
     attention_shapes.push_back({2, 300, 3, 40});   // the fused kernel: a partial tile, D padded to 48
+    attention_shapes.push_back({1, 200, 2, 80});   // D padded to 96: its dK/dV columns in two blocks
+    attention_shapes.push_back({2, 1024, 4, 128}); // D = 128 (GPT-3's, Llama's heads)
   }
   for (const auto s : attention_shapes)
     add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D), [=](Check& c, std::mt19937& rng) {

@@ -72,7 +72,8 @@ void split_qkv(const float* qkv, const Workspace& w, int64_t B, int64_t T, int64
 bool fused(int64_t B, int64_t H, int64_t D, std::optional<amp::Half> products, std::optional<AttentionKernel> kernel) {
   if (kernel.value_or(attention_kernel(B, H, D, products)) == AttentionKernel::gemm) return false;
   if (!products || D > kFlashMaxHeadDim || B * H > kFlashMaxHeads)
-    throw std::invalid_argument("attention: the fused kernel needs 16-bit products, D <= 64 and B*H <= 65535 (D=" +
+    throw std::invalid_argument("attention: the fused kernel needs 16-bit products, D <= " +
+                                std::to_string(kFlashMaxHeadDim) + " and B*H <= 65535 (D=" +
                                 std::to_string(D) + ", B*H=" + std::to_string(B * H) + ")");
   return true;
 }

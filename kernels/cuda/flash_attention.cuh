@@ -6,13 +6,15 @@
 //
 // Each block has kFlashThreads threads (4 warps; the sizes: launch_shape.h) and one tile of kFlashRows rows of one head
 // (grid: T/64 tiles × B·H heads); each warp owns 16 of the rows. D is padded with zeros to 16·DT
-// columns (DT = 1..4, so D ≤ 64). Causality skips the tiles above the diagonal.
+// columns (DT = 1..4, 6 or 8, so D ≤ 128). Causality skips the tiles above the diagonal.
 //   forward     per query tile, over the key tiles up to it: S = Q·Kᵀ, the online softmax (m, l, O
 //               rescaled by exp(m_old − m_new)), O += P·V; at the end O/l and the stats.
 //   backward_dq per query tile, two passes over the key tiles: first Δ_t = Σ_j P_tj·dP_tj (dP =
 //               dO·Vᵀ), then dS = P∘(dP − Δ) and dQ = dS·K/√D; writes dQ and Δ.
 //   backward_dkdv per key tile, over the query tiles from it down: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, then
-//               dV += Pᵀ·dO and dK += dSᵀ·Q/√D with Δ from backward_dq.
+//               dV += Pᵀ·dO and dK += dSᵀ·Q/√D with Δ from backward_dq. Above D = 64 (DT > 4) the
+//               dK and dV columns are split between two blocks (grid z), each forming Sᵀ and dPᵀ in
+//               full: their accumulators would not fit a thread's 255 registers.
 // No atomics: every sum has one order, so results are deterministic. The dQ kernel recomputes S and
 // dP once more than a kernel that adds dQ with atomics would.
 // Written in the CUDA subset (cuda_subset.h, cuda_mma.h): nvcc compiles it, the SIMT emulator runs it.
@@ -74,12 +76,12 @@ DS_DEVICE inline const uint16_t* b_tile(const uint16_t* b, unsigned ldb, int kk,
 template <class Elem, int KT, int NT, class Layout>
 DS_DEVICE inline void warp_mma(Acc (&acc)[NT], const uint16_t* a, unsigned lda, const uint16_t* b, unsigned ldb) {
   DS_UNROLL
-  for (int nn = 0; nn < NT; ++nn) {
+  for (int kk = 0; kk < KT; ++kk) {  // one a fragment live at a time (each acc[nn] still sums in k's order)
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> fa;
+    wmma::load_matrix_sync(fa, reinterpret_cast<const Elem*>(a + kk * 16), lda);
     DS_UNROLL
-    for (int kk = 0; kk < KT; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> fa;
+    for (int nn = 0; nn < NT; ++nn) {
       wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, Layout> fb;
-      wmma::load_matrix_sync(fa, reinterpret_cast<const Elem*>(a + kk * 16), lda);
       wmma::load_matrix_sync(fb, reinterpret_cast<const Elem*>(b_tile<Layout>(b, ldb, kk, nn)), ldb);
       wmma::mma_sync(acc[nn], fa, fb, acc[nn]);
     }
@@ -101,19 +103,25 @@ DS_DEVICE inline void warp_product(const uint16_t* a, unsigned lda, const uint16
   for (int nn = 0; nn < NT; ++nn) wmma::store_matrix_sync(c + nn * 16, acc[nn], ldc, wmma::mem_row_major);
 }
 
-// rows[(row0 + r)·stride + d] = scale · acc's [16, 16·DT] tile for rows below T and d < D, through the
-// warp's fp32 scratch [16, kFlashRows].
-template <int DT>
-DS_DEVICE inline void store_rows(const Acc (&acc)[DT], float* scratch, float scale, float* rows, int64_t stride,
-                                 int64_t row0, int64_t T, int64_t D) {
-  DS_UNROLL
-  for (int nn = 0; nn < DT; ++nn) wmma::store_matrix_sync(scratch + nn * 16, acc[nn], kFlashRows, wmma::mem_row_major);
-  __syncwarp();
+// rows[(row0 + r)·stride + col0 + d] = scale · acc's [16, 16·NT] tile for rows below T and col0 + d < D,
+// through the warp's fp32 scratch [16, kFlashRows], 4 column tiles at a time.
+template <int NT>
+DS_DEVICE inline void store_rows(const Acc (&acc)[NT], float* scratch, float scale, float* rows, int64_t stride,
+                                 int64_t row0, int64_t T, int64_t col0, int64_t D) {
+  constexpr int kGroup = kFlashRows / 16;
   const int lane = threadIdx.x % 32;
-  for (int r = 0; r < 16; ++r)
-    if (row0 + r < T)
-      for (int d = lane; d < D; d += 32) rows[(row0 + r) * stride + d] = scratch[r * kFlashRows + d] * scale;
-  __syncwarp();
+  DS_UNROLL
+  for (int g = 0; g < NT; g += kGroup) {
+    DS_UNROLL
+    for (int nn = g; nn < NT && nn < g + kGroup; ++nn)
+      wmma::store_matrix_sync(scratch + (nn - g) * 16, acc[nn], kFlashRows, wmma::mem_row_major);
+    __syncwarp();
+    const int64_t c0 = col0 + 16 * g, cols = D - c0 < kFlashRows ? D - c0 : kFlashRows;
+    for (int r = 0; r < 16; ++r)
+      if (row0 + r < T)
+        for (int64_t d = lane; d < cols; d += 32) rows[(row0 + r) * stride + c0 + d] = scratch[r * kFlashRows + d] * scale;
+    __syncwarp();
+  }
 }
 
 }  // namespace flash
@@ -202,6 +210,8 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
   uint16_t* ds = v + R * Dp;                        // [R, R]
   float* s = reinterpret_cast<float*>(ds + R * R);  // [R, R]
   float* dp = s + R * R;                            // [R, R]
+  float* lse = dp + R * R;                          // [R] each: the rows' m + log l and Δ (shared memory
+  float* di = lse + R;                              // rather than registers: dQ's take them above D = 64)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tile = gridDim.x - 1 - blockIdx.x;
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, C = H * D, q0 = tile * R, row0 = q0 + warp * 16;
@@ -211,13 +221,14 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
   float* sw = s + warp * 16 * R;
   float* dpw = dp + warp * 16 * R;
   uint16_t* dsw = ds + warp * 16 * R;
-  float lse[16], di[16];  // the warp's rows' m + log l and Δ
-  DS_UNROLL
-  for (int r = 0; r < 16; ++r) {
-    const int64_t t = row0 + r;
-    lse[r] = t < T ? stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1] : 0.0f;
-    di[r] = 0.0f;
+  float* lsew = lse + warp * 16;  // the warp's rows'
+  float* diw = di + warp * 16;
+  if (lane < 16) {
+    const int64_t t = row0 + lane;
+    lsew[lane] = t < T ? stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1] : 0.0f;
+    diw[lane] = 0.0f;
   }
+  __syncwarp();
   flash::Acc dq[DT];
   DS_UNROLL
   for (int nn = 0; nn < DT; ++nn) wmma::fill_fragment(dq[nn], 0.0f);
@@ -231,33 +242,32 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
       flash::warp_product<Elem, DT, R / 16, wmma::col_major>(q + warp * 16 * Dp, Dp, k, Dp, sw, R, false);    // S
       flash::warp_product<Elem, DT, R / 16, wmma::col_major>(dO + warp * 16 * Dp, Dp, v, Dp, dpw, R, false);  // dP
       __syncwarp();
-      DS_UNROLL
       for (int r = 0; r < 16; ++r) {
         const int64_t t = row0 + r;
         float sum = 0.0f;
         for (int c = lane; c < R; c += 32) {
           const bool valid = t < T && k0 + c <= t;
-          const float pr = valid ? expf(sw[r * R + c] * scale - lse[r]) : 0.0f;
+          const float pr = valid ? expf(sw[r * R + c] * scale - lsew[r]) : 0.0f;
           if (pass == 0) sum += pr * dpw[r * R + c];
-          else dsw[r * R + c] = to_half_bits(type, pr * (dpw[r * R + c] - di[r]));
+          else dsw[r * R + c] = to_half_bits(type, pr * (dpw[r * R + c] - diw[r]));
         }
-        if (pass == 0) di[r] += flash::warp_sum(sum);
+        if (pass == 0) {
+          const float total = flash::warp_sum(sum);
+          if (lane == 0) diw[r] += total;
+        }
       }
       __syncwarp();
       if (pass == 1) flash::warp_mma<Elem, R / 16, DT, wmma::row_major>(dq, dsw, R, k, Dp);  // dQ += dS·K
       __syncwarp();
     }
   }
-  flash::store_rows<DT>(dq, sw, scale, dqkv + b * T * 3 * C + h * D, 3 * C, row0, T, D);
-  if (lane == 0) {
-    DS_UNROLL
-    for (int r = 0; r < 16; ++r)
-      if (row0 + r < T) delta[bh * T + row0 + r] = di[r];
-  }
+  flash::store_rows<DT>(dq, sw, scale, dqkv + b * T * 3 * C + h * D, 3 * C, row0, T, 0, D);
+  if (lane < 16 && row0 + lane < T) delta[bh * T + row0 + lane] = diw[lane];
 }
 
-// Backward, second kernel: dK and dV, after backward_dq (its Δ). Grid (key tiles, B·H),
-// kFlashThreads threads, flash_dkdv_shared_bytes(DT).
+// Backward, second kernel: dK and dV, after backward_dq (its Δ). Grid (key tiles, B·H,
+// kFlashDkdvSplits<DT>), kFlashThreads threads, flash_dkdv_shared_bytes(DT); block z accumulates
+// the NT = DT / splits column tiles from 16·NT·z.
 template <class Elem, int DT>
 DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, const float* dout, const float* delta,
                                           float* dqkv, int64_t T, int64_t H, int64_t D, float scale) {
@@ -275,6 +285,8 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
   float* dp = s + R * R;
   float* lse = dp + R * R;  // [R] each, the query tile's
   float* di = lse + R;
+  constexpr int NT = DT / kFlashDkdvSplits<DT>;
+  const int64_t col0 = 16 * NT * blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tiles = gridDim.x, tile = blockIdx.x;  // the longest (the first keys) first
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, C = H * D, k0 = tile * R, key0 = k0 + warp * 16;
@@ -285,9 +297,9 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
   float* dpw = dp + warp * 16 * R;
   uint16_t* pw = p + warp * 16 * R;
   uint16_t* dsw = ds + warp * 16 * R;
-  flash::Acc dk[DT], dv[DT];
+  flash::Acc dk[NT], dv[NT];
   DS_UNROLL
-  for (int nn = 0; nn < DT; ++nn) {
+  for (int nn = 0; nn < NT; ++nn) {
     wmma::fill_fragment(dk[nn], 0.0f);
     wmma::fill_fragment(dv[nn], 0.0f);
   }
@@ -316,16 +328,16 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
       }
     }
     __syncwarp();
-    flash::warp_mma<Elem, R / 16, DT, wmma::row_major>(dv, pw, R, dO, Dp);  // dV += Pᵀ·dO
-    flash::warp_mma<Elem, R / 16, DT, wmma::row_major>(dk, dsw, R, q, Dp);  // dK += dSᵀ·Q
+    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dv, pw, R, dO + col0, Dp);  // dV += Pᵀ·dO
+    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dk, dsw, R, q + col0, Dp);  // dK += dSᵀ·Q
   }
   float* rows = dqkv + b * T * 3 * C + h * D;
-  flash::store_rows<DT>(dk, sw, scale, rows + C, 3 * C, key0, T, D);
-  flash::store_rows<DT>(dv, sw, 1.0f, rows + 2 * C, 3 * C, key0, T, D);
+  flash::store_rows<NT>(dk, sw, scale, rows + C, 3 * C, key0, T, col0, D);
+  flash::store_rows<NT>(dv, sw, 1.0f, rows + 2 * C, 3 * C, key0, T, col0, D);
 }
 
 // For the launchers: calls f(Elem{}, std::integral_constant<int, DT>{}) with the 16-bit type of `products`
-// and D's column tiles (1..4).
+// and D's column tiles (flash_column_tiles: 1..4, 6 or 8).
 template <class F>
 void with_flash_types(amp::Half products, int64_t D, F&& f) {
   const auto tiles = [&](auto elem) {
@@ -334,7 +346,11 @@ void with_flash_types(amp::Half products, int64_t D, F&& f) {
       case 2: return f(elem, std::integral_constant<int, 2>{});
       case 3: return f(elem, std::integral_constant<int, 3>{});
       case 4: return f(elem, std::integral_constant<int, 4>{});
-      default: throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above 64");
+      case 6: return f(elem, std::integral_constant<int, 6>{});
+      case 8: return f(elem, std::integral_constant<int, 8>{});
+      default:
+        throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above " +
+                                    std::to_string(kFlashMaxHeadDim));
     }
   };
   if (products == amp::Half::BF16) tiles(__nv_bfloat16{});

@@ -273,7 +273,8 @@ void flash_attention_backward_dkdv(const float* qkv, const float* stats, const f
     constexpr int DT = decltype(tiles)::value;
     const auto kernel = flash_backward_dkdv_kernel<decltype(elem), DT>;
     allow_shared(kernel, flash_dkdv_shared_bytes(DT), "flash attention backward (dk, dv): shared memory");
-    kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H)), kFlashThreads, flash_dkdv_shared_bytes(DT),
+    kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H), kFlashDkdvSplits<DT>), kFlashThreads,
+             flash_dkdv_shared_bytes(DT),
              static_cast<cudaStream_t>(stream)>>>(qkv, stats, dout, delta, dqkv, T, H, D,
                                                   1.0f / std::sqrt(static_cast<float>(D)));
   });

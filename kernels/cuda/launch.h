@@ -98,7 +98,7 @@ inline int64_t attention_chunk_heads(int64_t B, int64_t T, int64_t H) {  // T×T
   return fit < 1 ? 1 : fit > heads ? heads : fit;
 }
 //
-// With 16-bit products and D ≤ kFlashMaxHeadDim (64), a fused kernel (flash attention,
+// With 16-bit products and D ≤ kFlashMaxHeadDim (128), a fused kernel (flash attention,
 // flash_attention.cuh) does the same products on the tensor cores without the T×T scores in memory;
 // its workspace is Δ [B·H, T]. DS_CUDA_ATTENTION=gemm keeps the GEMMs (=fused, the default, uses
 // the fused kernel where it applies); `kernel` chooses for one call.
@@ -118,7 +118,7 @@ void attention_backward(const float* qkv, const float* stats, const float* dout,
                         int64_t B, int64_t T, int64_t H, int64_t D, void* stream,
                         std::optional<amp::Half> products = std::nullopt,
                         std::optional<AttentionKernel> kernel = std::nullopt);
-// The fused kernels (flash_attention.cuh), for attention.cpp: D ≤ 64, B·H ≤ 65535.
+// The fused kernels (flash_attention.cuh), for attention.cpp: D ≤ 128, B·H ≤ 65535.
 void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
                              amp::Half products, void* stream);
 void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,

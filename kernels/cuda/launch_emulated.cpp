@@ -265,7 +265,9 @@ void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows,
 
 namespace {
 
-simt::dim3 flash_grid(int64_t B, int64_t T, int64_t H) { return {flash_tiles(T), static_cast<unsigned>(B * H)}; }
+simt::dim3 flash_grid(int64_t B, int64_t T, int64_t H, unsigned splits = 1) {
+  return {flash_tiles(T), static_cast<unsigned>(B * H), splits};
+}
 
 }  // namespace
 
@@ -299,7 +301,7 @@ void flash_attention_backward_dkdv(const float* qkv, const float* stats, const f
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   with_flash_types(products, D, [&](auto elem, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
-    simt::launch(flash_grid(B, T, H), kFlashThreads, {flash_dkdv_shared_bytes(DT)}, [&] {
+    simt::launch(flash_grid(B, T, H, kFlashDkdvSplits<DT>), kFlashThreads, {flash_dkdv_shared_bytes(DT)}, [&] {
       flash_backward_dkdv_kernel<decltype(elem), DT>(qkv, stats, dout, delta, dqkv, T, H, D, scale);
     });
   });

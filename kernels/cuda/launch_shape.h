@@ -35,19 +35,22 @@ inline unsigned sum_squares_blocks(int64_t n) {
 
 // The fused attention kernels (flash_attention.cuh): tiles of kFlashRows rows (queries or keys) of one
 // head, kFlashThreads threads (4 warps of 16 rows), grid (tiles, B·H); head dimensions up to
-// kFlashMaxHeadDim, padded to DT tiles of 16 columns.
+// kFlashMaxHeadDim, padded to DT tiles of 16 columns: 1 to 4 tiles up to 64, then 6 (96) or 8 (128);
+// above 4 tiles the dK/dV kernel splits the columns between kFlashDkdvSplits blocks (grid z).
 constexpr int kFlashRows = 64;
 constexpr unsigned kFlashThreads = 128;
-constexpr int64_t kFlashMaxHeadDim = 64;
+constexpr int64_t kFlashMaxHeadDim = 128;
 constexpr int64_t kFlashMaxHeads = 65535;  // gridDim.y
 inline unsigned flash_tiles(int64_t T) { return static_cast<unsigned>((T + kFlashRows - 1) / kFlashRows); }
-inline int flash_column_tiles(int64_t D) { return static_cast<int>((D + 15) / 16); }
+inline int flash_column_tiles(int64_t D) { return D <= 64 ? static_cast<int>((D + 15) / 16) : D <= 96 ? 6 : 8; }
+template <int DT>
+constexpr unsigned kFlashDkdvSplits = DT > 4 ? 2 : 1;
 // Each kernel's dynamic shared memory, in bytes.
 constexpr unsigned flash_forward_shared_bytes(int DT) {  // q, k, v (16-bit), p (16-bit), s, o
   return 3 * kFlashRows * 16 * DT * 2 + kFlashRows * kFlashRows * (2 + 4) + kFlashRows * 16 * DT * 4;
 }
-constexpr unsigned flash_dq_shared_bytes(int DT) {  // q, dO, k, v (16-bit), dS (16-bit), s, dP
-  return 4 * kFlashRows * 16 * DT * 2 + kFlashRows * kFlashRows * (2 + 4 + 4);
+constexpr unsigned flash_dq_shared_bytes(int DT) {  // q, dO, k, v (16-bit), dS (16-bit), s, dP, lse, Δ
+  return 4 * kFlashRows * 16 * DT * 2 + kFlashRows * kFlashRows * (2 + 4 + 4) + 2 * kFlashRows * 4;
 }
 constexpr unsigned flash_dkdv_shared_bytes(int DT) {  // k, v, q, dO (16-bit), p, dS (16-bit), s, dP, lse, Δ
   return 4 * kFlashRows * 16 * DT * 2 + kFlashRows * kFlashRows * (2 + 2 + 4 + 4) + 2 * kFlashRows * 4;

@@ -608,7 +608,7 @@ TEST_CASE("the CUDA backend (emulated) with 16-bit matmuls: attention within the
   }
 }
 
-TEST_CASE("attention picks the fused kernel for 16-bit products up to D = 64, DS_CUDA_ATTENTION=gemm keeps the GEMMs") {
+TEST_CASE("attention picks the fused kernel for 16-bit products up to D = 128, DS_CUDA_ATTENTION=gemm keeps the GEMMs") {
   using ds::amp::Half;
   using ds::cuda::AttentionKernel;
   using ds::cuda::attention_kernel;
@@ -616,7 +616,9 @@ TEST_CASE("attention picks the fused kernel for 16-bit products up to D = 64, DS
   CHECK(attention_kernel(8, 12, 64, Half::BF16) == AttentionKernel::fused);
   CHECK(attention_kernel(8, 12, 64, Half::F16) == AttentionKernel::fused);
   CHECK(attention_kernel(8, 12, 64, std::nullopt) == AttentionKernel::gemm);  // fp32: no TF32 on the tensor cores
-  CHECK(attention_kernel(8, 12, 80, Half::BF16) == AttentionKernel::gemm);
+  CHECK(attention_kernel(8, 12, 80, Half::BF16) == AttentionKernel::fused);
+  CHECK(attention_kernel(8, 12, 128, Half::F16) == AttentionKernel::fused);
+  CHECK(attention_kernel(8, 12, 129, Half::BF16) == AttentionKernel::gemm);
   CHECK(attention_kernel(70000, 1, 64, Half::BF16) == AttentionKernel::gemm);  // more heads than gridDim.y takes
   CHECK(ds::cuda::attention_workspace_floats(8, 1024, 12, 64, Half::BF16) == 8 * 12 * 1024);  // Δ only
   env.set("DS_CUDA_ATTENTION", "gemm");
@@ -624,8 +626,8 @@ TEST_CASE("attention picks the fused kernel for 16-bit products up to D = 64, DS
   env.set("DS_CUDA_ATTENTION", "flash");
   CHECK_THROWS_WITH(attention_kernel(8, 12, 64, Half::BF16), "DS_CUDA_ATTENTION='flash': expected fused or gemm");
   env.set("DS_CUDA_ATTENTION", nullptr);
-  Floats qkv(3 * 80), out(80), stats(2), ws(100);
-  CHECK_THROWS_WITH(ds::cuda::attention_forward(qkv.data(), out.data(), stats.data(), ws.data(), 1, 1, 1, 80, nullptr,
+  Floats qkv(3 * 160), out(160), stats(2), ws(100);
+  CHECK_THROWS_WITH(ds::cuda::attention_forward(qkv.data(), out.data(), stats.data(), ws.data(), 1, 1, 1, 160, nullptr,
                                                 Half::BF16, AttentionKernel::fused),
-                    "attention: the fused kernel needs 16-bit products, D <= 64 and B*H <= 65535 (D=80, B*H=1)");
+                    "attention: the fused kernel needs 16-bit products, D <= 128 and B*H <= 65535 (D=160, B*H=1)");
 }

@@ -1,7 +1,7 @@
 // The fused attention kernels (flash_attention.cuh) on the SIMT emulator: against the CPU's double
 // reference within the 16-bit products' rounding, in both thread orders (bit for bit: no atomics, no
 // missing barrier), at shapes that cut tiles (T not a multiple of 64, one row, several tiles) and head
-// dimensions padded to 16. Against the GEMM path: backend/test_backend_ops.cpp.
+// dimensions padded to 16, to 96 and to 128 (the dK/dV columns split between two blocks). Against the GEMM path: backend/test_backend_ops.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -27,40 +27,33 @@ struct Result {
   Floats out, stats, dqkv, delta;
 };
 
-// The three kernels as the launchers run them, in `order`.
-template <class Elem, int DT>
-Result run_kernels(const Shape& s, const Floats& qkv, const Floats& dout, Order order) {
+// The three kernels as the launchers run them (the launchers' dispatch of the type and column tiles), in `order`.
+Result run_kernels(Half type, const Shape& s, const Floats& qkv, const Floats& dout, Order order) {
   const int64_t n = s.B * s.T * s.H * s.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   Result r{Floats(n, NAN), Floats(2 * s.B * s.H * s.T, NAN), Floats(3 * n, NAN), Floats(s.B * s.H * s.T, NAN)};
-  const ds::simt::dim3 grid(ds::cuda::flash_tiles(s.T), static_cast<unsigned>(s.B * s.H));
-  LaunchOptions o;
-  o.order = order;
-  o.dynamic_shared_bytes = ds::cuda::flash_forward_shared_bytes(DT);
-  ds::simt::launch(grid, ds::cuda::kFlashThreads, o, [&] {
-    ds::cuda::flash_forward_kernel<Elem, DT>(qkv.data(), r.out.data(), r.stats.data(), s.T, s.H, s.D, scale);
-  });
-  o.dynamic_shared_bytes = ds::cuda::flash_dq_shared_bytes(DT);
-  ds::simt::launch(grid, ds::cuda::kFlashThreads, o, [&] {
-    ds::cuda::flash_backward_dq_kernel<Elem, DT>(qkv.data(), r.stats.data(), dout.data(), r.dqkv.data(),
-                                                 r.delta.data(), s.T, s.H, s.D, scale);
-  });
-  o.dynamic_shared_bytes = ds::cuda::flash_dkdv_shared_bytes(DT);
-  ds::simt::launch(grid, ds::cuda::kFlashThreads, o, [&] {
-    ds::cuda::flash_backward_dkdv_kernel<Elem, DT>(qkv.data(), r.stats.data(), dout.data(), r.delta.data(),
-                                                   r.dqkv.data(), s.T, s.H, s.D, scale);
+  ds::cuda::with_flash_types(type, s.D, [&](auto elem, auto tiles) {
+    using Elem = decltype(elem);
+    constexpr int DT = decltype(tiles)::value;
+    const ds::simt::dim3 grid(ds::cuda::flash_tiles(s.T), static_cast<unsigned>(s.B * s.H));
+    LaunchOptions o;
+    o.order = order;
+    o.dynamic_shared_bytes = ds::cuda::flash_forward_shared_bytes(DT);
+    ds::simt::launch(grid, ds::cuda::kFlashThreads, o, [&] {
+      ds::cuda::flash_forward_kernel<Elem, DT>(qkv.data(), r.out.data(), r.stats.data(), s.T, s.H, s.D, scale);
+    });
+    o.dynamic_shared_bytes = ds::cuda::flash_dq_shared_bytes(DT);
+    ds::simt::launch(grid, ds::cuda::kFlashThreads, o, [&] {
+      ds::cuda::flash_backward_dq_kernel<Elem, DT>(qkv.data(), r.stats.data(), dout.data(), r.dqkv.data(),
+                                                   r.delta.data(), s.T, s.H, s.D, scale);
+    });
+    o.dynamic_shared_bytes = ds::cuda::flash_dkdv_shared_bytes(DT);
+    ds::simt::launch({grid.x, grid.y, ds::cuda::kFlashDkdvSplits<DT>}, ds::cuda::kFlashThreads, o, [&] {
+      ds::cuda::flash_backward_dkdv_kernel<Elem, DT>(qkv.data(), r.stats.data(), dout.data(), r.delta.data(),
+                                                     r.dqkv.data(), s.T, s.H, s.D, scale);
+    });
   });
   return r;
-}
-
-template <class Elem>
-Result run_kernels(const Shape& s, const Floats& qkv, const Floats& dout, Order order) {
-  switch (ds::cuda::flash_column_tiles(s.D)) {
-    case 1: return run_kernels<Elem, 1>(s, qkv, dout, order);
-    case 2: return run_kernels<Elem, 2>(s, qkv, dout, order);
-    case 3: return run_kernels<Elem, 3>(s, qkv, dout, order);
-    default: return run_kernels<Elem, 4>(s, qkv, dout, order);
-  }
 }
 
 // max |got − want| relative to want's largest value.
@@ -80,7 +73,7 @@ TEST_CASE("flash attention on the emulator: within 16-bit rounding of the refere
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const Shape s : {Shape{1, 1, 1, 1}, Shape{2, 37, 3, 16}, Shape{1, 70, 2, 24}, Shape{1, 64, 1, 40},
-                        Shape{1, 130, 1, 64}}) {
+                        Shape{1, 130, 1, 64}, Shape{1, 70, 1, 80}, Shape{1, 65, 1, 128}}) {
     CAPTURE(s.B);
     CAPTURE(s.T);
     CAPTURE(s.H);
@@ -95,10 +88,7 @@ TEST_CASE("flash attention on the emulator: within 16-bit rounding of the refere
                                           s.D);
     for (const Half type : {Half::BF16, Half::F16}) {
       CAPTURE((type == Half::BF16));
-      const auto run = [&](Order order) {
-        return type == Half::BF16 ? run_kernels<__nv_bfloat16>(s, qkv, dout, order)
-                                  : run_kernels<__half>(s, qkv, dout, order);
-      };
+      const auto run = [&](Order order) { return run_kernels(type, s, qkv, dout, order); };
       const Result fwd = run(Order::forward), rev = run(Order::reverse);
       CHECK(fwd.out == rev.out);
       CHECK(fwd.stats == rev.stats);
