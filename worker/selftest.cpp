@@ -452,6 +452,60 @@ void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
                 differing(d_v.to_host(), static_cast<const float*>(state[1].data));
 }
 
+// Three steps of LAMB over `sizes` tensors against the CPU optimizer: the moments bit for bit, the
+// parameters bit for bit but for a last bit where a trust ratio's sums, added in another order, rounded
+// to its neighbour (the note counts them).
+void lamb(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
+  std::vector<TensorRange> tensors;
+  size_t n = 0;
+  for (size_t size : sizes) {
+    tensors.push_back({n, size});
+    n += size;
+  }
+  std::vector<float> p = random_floats(rng, n, 0.0f, 1.0f), cpu_p = p;
+  LambParams params;
+  params.weight_decay = 0.01;
+  auto cpu_lamb = optim::make_lamb(params, n, nullptr, amp::Storage::F32);
+  const cpu::LambArgs args = optim::lamb_args(params);
+  const std::vector<float> zeros(n, 0.0f);
+  DeviceArray<float> d_p(p), d_m(zeros), d_v(zeros);
+  DeviceArray<double> d_partial(std::vector<double>(2 * cuda::kSumSquaresBlocks, 0.0));
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> g = random_floats(rng, n, 0.0f, 1.0f);
+    const double lr = 1e-2;
+    Segment segment{cpu_p.data(), g.data(), n};
+    cpu_lamb->step(std::span<const Segment>(&segment, 1), tensors, lr, step);
+    DeviceArray<float> d_g(g);
+    DeviceArray<double> d_sums(std::vector<double>(2 * tensors.size(), 0.0));
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const size_t at = tensors[t].offset;
+      cuda::lamb_moments(d_p.get() + at, d_g.get() + at, d_m.get() + at, d_v.get() + at,
+                         static_cast<int64_t>(tensors[t].size), args, d_sums.get() + 2 * t, d_partial.get(), nullptr);
+    }
+    const std::vector<double> sums = d_sums.to_host();
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const size_t at = tensors[t].offset;
+      const float scale =
+          optim::lamb_step_size(params, lr, step) * optim::lamb_trust_ratio(params, sums[2 * t], sums[2 * t + 1]);
+      cuda::lamb_apply(d_p.get() + at, d_m.get() + at, d_v.get() + at, static_cast<int64_t>(tensors[t].size), args,
+                       scale, nullptr);
+    }
+    cuda::synchronize();
+  }
+  const auto state = cpu_lamb->state();
+  const std::vector<float> got_p = d_p.to_host();
+  size_t last_bit = 0;
+  for (size_t i = 0; i < n; ++i) {
+    c.worst_error = std::max<double>(c.worst_error, std::fabs(got_p[i] - cpu_p[i]));
+    if (got_p[i] == cpu_p[i]) continue;
+    if (std::nextafter(got_p[i], cpu_p[i]) == cpu_p[i]) ++last_bit;
+    else ++c.differing;
+  }
+  c.differing += differing(d_m.to_host(), static_cast<const float*>(state[0].data)) +
+                 differing(d_v.to_host(), static_cast<const float*>(state[1].data));
+  c.note = fmt::format("{} of {} parameters differ in their last bit", last_bit, n);
+}
+
 // The checks, each with its shape.
 std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks(int device, const SelftestNccl& nccl) {
   std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> all;
@@ -557,6 +611,8 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
     for (size_t n : {size_t{1037}, size_t{65'539}})
       add(decoupled ? "adamw" : "adam", fmt::format("{} x 3 steps", n),
           [=](Check& c, std::mt19937& rng) { adam(c, n, decoupled, rng); }, true);
+  const std::vector<size_t> lamb_tensors{65'539, 1, 4097};
+  add("lamb", "65539+1+4097 x 3 steps", [=](Check& c, std::mt19937& rng) { lamb(c, lamb_tensors, rng); }, true);
   // A GPT trained on this device and on the CPU: the gpt plugin's layers on the CUDA backend, then AdamW.
   const bool small = cuda::emulated();
   const std::string gpt = small ? R"({"n_layer": 2, "n_head": 2, "n_embd": 16, "seq_len": 8, "vocab_size": 29})"
@@ -635,7 +691,8 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
   std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
   std::printf("(of bound: the worst element's share of atol + rtol*|ref| (GEMMs: of fp32 rounding relative to sum "
-              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, NCCL: elements that differ, bit for bit; "
+              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, LAMB (a parameter's last bit aside), "
+              "NCCL: elements that differ, bit for bit; "
               "train: every step's loss and gradients within 1e-5 relative of the CPU's, from the same state)\n");
   std::mt19937 rng(2024);
   nlohmann::json report = {{"device", device}, {"device_name", name}, {"emulated", cuda::emulated()}, {"checks", nlohmann::json::array()}};

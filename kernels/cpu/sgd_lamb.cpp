@@ -55,22 +55,17 @@ void sgd_range(P* p, const G* g, S* buf, size_t n, const SgdArgs& a) {
   }
 }
 
-inline float lamb_update(float p, float m, float v, const LambArgs& a) {
-  const float denom = a.eps_inside_sqrt ? std::sqrt(v + a.eps) : std::sqrt(v) + a.eps;
-  return m / denom + a.weight_decay * p;
-}
-
 // The moments' update over one range, and Σp², Σu² added in order into sums (u from the stored m and v,
 // as lamb_apply recomputes it: identical bits).
 template <class P, class G, class S>
 DS_KERNEL_CLONES void lamb_moments_range(const P* __restrict p, const G* __restrict g, S* __restrict m,
                                          S* __restrict v, size_t n, LambArgs a, LambSums& sums) {
-  const float one_minus_beta1 = 1.0f - a.beta1, one_minus_beta2 = 1.0f - a.beta2;
   double p_sq = sums.p_sq, u_sq = sums.u_sq;
   for (size_t i = 0; i < n; ++i) {
-    const float grad = load(g[i]);
-    store(m[i], a.beta1 * load(m[i]) + one_minus_beta1 * grad);
-    store(v[i], a.beta2 * load(v[i]) + one_minus_beta2 * grad * grad);
+    float mi = load(m[i]), vi = load(v[i]);
+    lamb_moments_element(load(g[i]), mi, vi, a);
+    store(m[i], mi);
+    store(v[i], vi);
     const float param = load(p[i]);
     const float u = lamb_update(param, load(m[i]), load(v[i]), a);
     p_sq += static_cast<double>(param) * param;
@@ -157,9 +152,10 @@ LambSums lamb_moments_reference(const LambArrays& x, const LambArgs& a) {
     const G* g = typed_at<G>(x.grads, 0);
     S *m = typed_at<S>(x.exp_avg, 0), *v = typed_at<S>(x.exp_avg_sq, 0);
     for (size_t i = 0; i < x.n; ++i) {
-      const float grad = load(g[i]);
-      store(m[i], a.beta1 * load(m[i]) + (1.0f - a.beta1) * grad);
-      store(v[i], a.beta2 * load(v[i]) + (1.0f - a.beta2) * grad * grad);
+      float mi = load(m[i]), vi = load(v[i]);
+      lamb_moments_element(load(g[i]), mi, vi, a);
+      store(m[i], mi);
+      store(v[i], vi);
       const float param = load(p[i]), u = lamb_update(param, load(m[i]), load(v[i]), a);
       sums.p_sq += static_cast<double>(param) * param;
       sums.u_sq += static_cast<double>(u) * u;

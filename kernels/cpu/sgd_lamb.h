@@ -5,7 +5,8 @@
 // SGD as torch.optim.SGD:
 //   d ← g + wd·p;  with momentum μ ≠ 0: buf ← d on the first step, else μ·buf + (1 − dampening)·d,
 //   d ← d + μ·buf (nesterov) or buf;  p ← p − lr·d
-// LAMB as DeepSpeed's FusedLamb (csrc/lamb/fused_lamb_cuda_kernel.cu), per tensor, in two passes:
+// LAMB as DeepSpeed's FusedLamb (csrc/lamb/fused_lamb_cuda_kernel.cu), per tensor, in two passes (the
+// element bodies: lamb_element.h, shared with the GPU's kernels):
 //   lamb_moments: m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g², and the sums Σp², Σu² of
 //                 u = m / (sqrt(v) + eps) + wd·p  (sqrt(v + eps) with eps_inside_sqrt), in double;
 //   lamb_apply:   p ← p − scale·u, scale = step size × the clamped trust ratio ‖p‖/‖u‖ the caller forms
@@ -18,6 +19,7 @@
 #include <cstddef>
 
 #include "amp/storage.h"
+#include "cpu/lamb_element.h"
 
 namespace ds::cpu {
 
@@ -33,11 +35,6 @@ void sgd_step(void* params, amp::Storage param_type, const void* grads, amp::Sto
               amp::Storage state_type, size_t n, const SgdArgs& args);
 void sgd_step_reference(void* params, amp::Storage param_type, const void* grads, amp::Storage grad_type, void* buf,
                         amp::Storage state_type, size_t n, const SgdArgs& args);
-
-struct LambArgs {
-  float beta1, beta2, eps, weight_decay;
-  bool eps_inside_sqrt;
-};
 
 struct LambArrays {
   void* params;        // [n] of param_type

@@ -17,6 +17,7 @@
 #include "cuda/elementwise.cuh"
 #include "cuda/flash_attention.cuh"
 #include "cuda/gelu.cuh"
+#include "cuda/lamb.cuh"
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
@@ -445,6 +446,26 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   if (decoupled) adam_kernel<true><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
   else adam_kernel<false><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
   check(cudaGetLastError(), "adam_step launch");
+}
+
+void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,
+                  double* sums, double* partial, void* stream) {
+  if (n <= 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = sum_squares_blocks(n);
+  lamb_moments_kernel<<<blocks, kReduceThreads, 0, s>>>(p, g, m, v, n, args, partial);
+  check(cudaGetLastError(), "lamb_moments launch");
+  sum_partials_kernel<<<1, kReduceThreads, 0, s>>>(partial, blocks, sums);
+  sum_partials_kernel<<<1, kReduceThreads, 0, s>>>(partial + blocks, blocks, sums + 1);
+  check(cudaGetLastError(), "lamb_moments (sums) launch");
+}
+
+void lamb_apply(float* p, const float* m, const float* v, int64_t n, const cpu::LambArgs& args, float scale,
+                void* stream) {
+  if (n <= 0) return;
+  lamb_apply_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, m, v, n, args,
+                                                                                                 scale);
+  check(cudaGetLastError(), "lamb_apply launch");
 }
 
 }  // namespace ds::cuda

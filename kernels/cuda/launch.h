@@ -13,6 +13,7 @@
 
 #include "amp/half.h"
 #include "cpu/adam_element.h"
+#include "cpu/lamb_element.h"
 
 namespace ds::cuda {
 
@@ -188,5 +189,14 @@ void find_nonfinite(const float* x, int64_t n, int32_t* flag, void* stream);
 // One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cpu::AdamArgs& args, bool decoupled,
                void* stream);
+
+// LAMB over one tensor (lamb.cuh), fp32 in place: lamb_moments updates m, v [n] from g [n] and adds
+// (Σp², Σu²) into sums[0], sums[1] (partial: scratch of 2·kSumSquaresBlocks doubles; all in device
+// memory); the caller forms scale = step size × trust ratio from them (optim::lamb_trust_ratio) and
+// lamb_apply moves p [n] by −scale·u.
+void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,
+                  double* sums, double* partial, void* stream);
+void lamb_apply(float* p, const float* m, const float* v, int64_t n, const cpu::LambArgs& args, float scale,
+                void* stream);
 
 }  // namespace ds::cuda

@@ -24,6 +24,7 @@
 #include "cuda/elementwise.cuh"
 #include "cuda/flash_attention.cuh"
 #include "cuda/gelu.cuh"
+#include "cuda/lamb.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
@@ -441,6 +442,20 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
     if (decoupled) adam_kernel<true>(p, g, m, v, n, args);
     else adam_kernel<false>(p, g, m, v, n, args);
   });
+}
+
+void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,
+                  double* sums, double* partial, void*) {
+  if (n <= 0) return;
+  const unsigned blocks = sum_squares_blocks(n);
+  simt::launch(blocks, kReduceThreads, {}, [&] { lamb_moments_kernel(p, g, m, v, n, args, partial); });
+  simt::launch(1, kReduceThreads, {}, [&] { sum_partials_kernel(partial, blocks, sums); });
+  simt::launch(1, kReduceThreads, {}, [&] { sum_partials_kernel(partial + blocks, blocks, sums + 1); });
+}
+
+void lamb_apply(float* p, const float* m, const float* v, int64_t n, const cpu::LambArgs& args, float scale, void*) {
+  if (n <= 0) return;
+  simt::launch(element_blocks(n), kElementThreads, {}, [&] { lamb_apply_kernel(p, m, v, n, args, scale); });
 }
 
 }  // namespace ds::cuda

@@ -210,6 +210,14 @@ void adam_step(float*, const float*, float*, float*, int64_t, const cpu::AdamArg
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }
 
+void lamb_moments(const float*, const float*, float*, float*, int64_t, const cpu::LambArgs&, double*, double*, void*) {
+  throw std::runtime_error("cuda: lamb_moments: dsrun was built without CUDA");
+}
+
+void lamb_apply(float*, const float*, const float*, int64_t, const cpu::LambArgs&, float, void*) {
+  throw std::runtime_error("cuda: lamb_apply: dsrun was built without CUDA");
+}
+
 void gemm(const void*, const void*, void*, int64_t, int64_t, int64_t, bool, bool, GemmType, GemmType, float, float,
           int64_t, int64_t, int64_t, int64_t, void*) {
   throw std::runtime_error("cuda: gemm: dsrun was built without CUDA");

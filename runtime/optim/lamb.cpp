@@ -24,9 +24,7 @@ class Lamb final : public Optimizer {
     const size_t n = check_step_args("Lamb", segments, exp_avg_.size(), step);
     const std::vector<TensorPlace> places = place_tensors("Lamb", segments, tensors, n);
     std::vector<double> sums(2 * places.size(), 0.0);  // per tensor: Σp², Σu²
-    const cpu::LambArgs args{static_cast<float>(params_.beta1), static_cast<float>(params_.beta2),
-                             static_cast<float>(params_.eps), static_cast<float>(params_.weight_decay),
-                             params_.eps_inside_sqrt};
+    const cpu::LambArgs args = lamb_args(params_);
     for (size_t t = 0; t < places.size(); ++t) {
       if (places[t].size == 0) continue;
       const cpu::LambSums s = cpu::lamb_moments(arrays(places[t]), args);
@@ -35,14 +33,10 @@ class Lamb final : public Optimizer {
     }
     if (reduce_) reduce_(sums);
 
-    const float beta1 = args.beta1, beta2 = args.beta2;
-    const float step_size = params_.bias_correction ? static_cast<float>(lr) *
-                                                          std::sqrt(bias_correction(beta2, step)) /
-                                                          bias_correction(beta1, step)
-                                                    : static_cast<float>(lr);
+    const float step_size = lamb_step_size(params_, lr, step);
     for (size_t t = 0; t < places.size(); ++t)
       if (places[t].size > 0)
-        cpu::lamb_apply(arrays(places[t]), args, step_size * trust_ratio(sums[2 * t], sums[2 * t + 1]));
+        cpu::lamb_apply(arrays(places[t]), args, step_size * lamb_trust_ratio(params_, sums[2 * t], sums[2 * t + 1]));
   }
 
   std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
@@ -68,12 +62,6 @@ class Lamb final : public Optimizer {
     return a;
   }
 
-  float trust_ratio(double p_sq, double u_sq) const {
-    const double p_norm = std::sqrt(p_sq), u_norm = std::sqrt(u_sq);
-    if (p_norm == 0.0 || u_norm == 0.0) return 1.0f;
-    return static_cast<float>(std::clamp(p_norm / u_norm, params_.min_coeff, params_.max_coeff));
-  }
-
   LambParams params_;
   NormReducer reduce_;
   StateBuffer exp_avg_;     // m [n]
@@ -81,6 +69,24 @@ class Lamb final : public Optimizer {
 };
 
 }  // namespace
+
+cpu::LambArgs lamb_args(const LambParams& params) {
+  return {static_cast<float>(params.beta1), static_cast<float>(params.beta2), static_cast<float>(params.eps),
+          static_cast<float>(params.weight_decay), params.eps_inside_sqrt};
+}
+
+float lamb_step_size(const LambParams& params, double lr, int64_t step) {
+  const auto beta1 = static_cast<float>(params.beta1), beta2 = static_cast<float>(params.beta2);
+  return params.bias_correction
+             ? static_cast<float>(lr) * std::sqrt(bias_correction(beta2, step)) / bias_correction(beta1, step)
+             : static_cast<float>(lr);
+}
+
+float lamb_trust_ratio(const LambParams& params, double p_sq, double u_sq) {
+  const double p_norm = std::sqrt(p_sq), u_norm = std::sqrt(u_sq);
+  if (p_norm == 0.0 || u_norm == 0.0) return 1.0f;
+  return static_cast<float>(std::clamp(p_norm / u_norm, params.min_coeff, params.max_coeff));
+}
 
 std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms, amp::Storage state) {
   return std::make_unique<Lamb>(params, n, std::move(reduce_norms), state);

@@ -1,5 +1,6 @@
 // Internal to ds_optim: one factory per optimizer family, and the bias-correction term they share.
 #pragma once
+#include "cpu/lamb_element.h"
 #include "optim/optimizer.h"
 
 namespace ds::optim {
@@ -14,6 +15,13 @@ std::unique_ptr<Optimizer> make_onebit_lamb(const OneBitLambParams& params, size
 // 1 - beta^step for the fp32 beta the element loop uses, as DeepSpeed's FusedAdam/FusedLamb host
 // code computes it (so the fp32 rounding of 1 - beta cancels in the bias-corrected moments).
 float bias_correction(float beta, int64_t step);
+
+// LAMB's numbers per step and tensor (lamb.cpp; the GPU's self-test steps its kernels with them): the
+// element arguments; the step size, lr·sqrt(1−β2^t)/(1−β1^t) in fp32 (lr without bias correction); the
+// trust ratio ‖p‖/‖u‖ from Σp² and Σu², clamped to [min_coeff, max_coeff] (1 if either norm is 0).
+cpu::LambArgs lamb_args(const LambParams& params);
+float lamb_step_size(const LambParams& params, double lr, int64_t step);
+float lamb_trust_ratio(const LambParams& params, double p_sq, double u_sq);
 
 // The state() entry of an fp32 buffer.
 inline StateView f32_state(std::string name, std::vector<float>& buffer) {

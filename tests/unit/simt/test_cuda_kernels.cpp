@@ -18,9 +18,11 @@
 #include "cuda/attention.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/gelu.cuh"
+#include "cuda/lamb.cuh"
 #include "cuda/launch.h"
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
+#include "cuda/norm.cuh"
 #include "optim/optimizers.h"
 
 using ds::simt::LaunchOptions;
@@ -135,6 +137,59 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
     const auto state = adam->state();
     CHECK(std::equal(gpu_m, gpu_m + n, static_cast<const float*>(state[0].data)));
     CHECK(std::equal(gpu_v, gpu_v + n, static_cast<const float*>(state[1].data)));
+  }
+}
+
+TEST_CASE("cuda lamb on the emulator: the CPU optimizer's moments bit for bit, its parameters to the last bit") {
+  // Three tensors (one of a single element), several blocks' partial sums, grids smaller than the
+  // tensors (grid-stride loops); both places of eps.
+  const std::vector<ds::TensorRange> tensors{{0, 1037}, {1037, 1}, {1038, 3000}};
+  const size_t n = 4038;
+  for (bool inside : {false, true}) {
+    CAPTURE(inside);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> cpu_p(n), g(n);
+    for (auto& v : cpu_p) v = normal(rng);
+    std::vector<float> gpu_p = cpu_p, gpu_m(n, 0.0f), gpu_v(n, 0.0f);
+    ds::LambParams params;
+    params.weight_decay = 0.01;
+    params.eps_inside_sqrt = inside;
+    params.eps = 1e-6;
+    auto lamb = ds::optim::make_lamb(params, n, nullptr, ds::amp::Storage::F32);
+    const ds::cpu::LambArgs args = ds::optim::lamb_args(params);
+    size_t last_bit = 0;
+    for (int64_t step = 1; step <= 3; ++step) {
+      for (auto& v : g) v = normal(rng);
+      const double lr = 1e-2;
+      ds::Segment segment{cpu_p.data(), g.data(), n};
+      lamb->step(std::span<const ds::Segment>(&segment, 1), tensors, lr, step);
+      for (const ds::TensorRange& t : tensors) {
+        const auto size = static_cast<int64_t>(t.size);
+        float *p = gpu_p.data() + t.offset, *m = gpu_m.data() + t.offset, *v = gpu_v.data() + t.offset;
+        const unsigned blocks = 5;
+        std::vector<double> partial(2 * blocks, NAN), sums(2, 0.0);
+        ds::simt::launch(blocks, 64, {}, [&] {
+          ds::cuda::lamb_moments_kernel(p, g.data() + t.offset, m, v, size, args, partial.data());
+        });
+        ds::simt::launch(1, 64, {}, [&] { ds::cuda::sum_partials_kernel(partial.data(), blocks, &sums[0]); });
+        ds::simt::launch(1, 64, {}, [&] { ds::cuda::sum_partials_kernel(partial.data() + blocks, blocks, &sums[1]); });
+        const float scale = ds::optim::lamb_step_size(params, lr, step) *
+                            ds::optim::lamb_trust_ratio(params, sums[0], sums[1]);
+        ds::simt::launch(3, 64, {}, [&] { ds::cuda::lamb_apply_kernel(p, m, v, size, args, scale); });
+      }
+    }
+    const auto state = lamb->state();
+    CHECK(std::equal(gpu_m.begin(), gpu_m.end(), static_cast<const float*>(state[0].data)));
+    CHECK(std::equal(gpu_v.begin(), gpu_v.end(), static_cast<const float*>(state[1].data)));
+    // The sums add in another order: a trust ratio may round to its neighbour, moving a parameter by at
+    // most a unit in its last place.
+    for (size_t i = 0; i < n; ++i) {
+      if (gpu_p[i] == cpu_p[i]) continue;
+      ++last_bit;
+      CHECK(std::nextafter(gpu_p[i], cpu_p[i]) == cpu_p[i]);
+    }
+    MESSAGE("lamb on the emulator: ", last_bit, " of ", n, " parameters differ in their last bit");
   }
 }
 
