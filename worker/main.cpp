@@ -407,8 +407,9 @@ int train(const WorkerOptions& o) {
                                         config.bf16.optimizer_states ? amp::Storage::BF16 : amp::Storage::F32);
                 },
                 make_lr_schedule(config.scheduler, config.optimizer.lr), data.train.get());
-  if (!engine.device_note().empty())
-    std::fprintf(stderr, "dsworker: warning: rank %d: device: %s\n", env.rank, engine.device_note().c_str());
+  std::string device_noted = engine.device_note();  // said once, and again when the engine adds to it (below)
+  if (!device_noted.empty())
+    std::fprintf(stderr, "dsworker: warning: rank %d: device: %s\n", env.rank, device_noted.c_str());
   std::optional<SampleConfig> sample;
   if (!config.sample.empty()) {
     sample = parse_sample_config(config.sample);
@@ -547,6 +548,10 @@ int train(const WorkerOptions& o) {
   double schedule_seconds = 0.0, compute_seconds = 0.0;  // pipeline: this stage's, over the steps after the first
   for (int64_t s = first_step; s < steps; ++s) {
     StepStats stats = engine.step();
+    if (engine.device_note() != device_noted) {  // e.g. stage 3's pool pinned a buffer made during the step
+      device_noted = engine.device_note();
+      std::fprintf(stderr, "dsworker: warning: rank %d: device: %s\n", env.rank, device_noted.c_str());
+    }
     if (s > first_step) {
       schedule_seconds += stats.schedule_seconds;
       compute_seconds += stats.compute_seconds;

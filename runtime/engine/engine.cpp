@@ -364,9 +364,11 @@ void Engine::pin_for_device(std::span<std::byte> range) {
   std::string why;
   if (device_layers_->pin(range.data(), range.size(), why)) return;
   unpinned_bytes_ += range.size();
-  device_note_ = fmt::format("{:.1f} MiB of the host buffers that the device's copies use could not be pinned "
+  const bool small = unpinned_bytes_ < (size_t{1} << 20);
+  device_note_ = fmt::format("{:.1f} {} of the host buffers that the device's copies use could not be pinned "
                              "({}); those copies run at pageable memory's speed",
-                             static_cast<double>(unpinned_bytes_) / (1 << 20), why);
+                             static_cast<double>(unpinned_bytes_) / (small ? 1 << 10 : 1 << 20), small ? "KiB" : "MiB",
+                             why);
 }
 
 // The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as

@@ -60,6 +60,10 @@ class CountingDevice : public backend::Device {
   void wait_copies(uint64_t ticket) override { cuda_.wait_copies(ticket); }
   void ops_after_copies(uint64_t ticket) override { cuda_.ops_after_copies(ticket); }
   bool pin_host(void* p, size_t bytes, std::string& why) override {
+    if (refuse_pins) {
+      why = "cudaErrorMemoryAllocation: out of memory";  // as a system that locks no more memory answers
+      return false;
+    }
     if (!cuda_.pin_host(p, bytes, why)) return false;
     pinned[p] = bytes;
     return true;
@@ -76,6 +80,7 @@ class CountingDevice : public backend::Device {
   size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes
+  bool refuse_pins = false;              // pin_host refuses everything
 
  private:
   bool is_pinned(const void* p, size_t bytes) const {
@@ -269,6 +274,33 @@ TEST_CASE("engine on the emulated CUDA device: stage 3 uploads 16-bit parameters
           param_bytes[amp::Storage::BF16], " bytes, for ", params, " parameters");
   CHECK(param_bytes[amp::Storage::F32] >= 2 * 4 * params);  // at least a forward's and a backward's copy
   CHECK(param_bytes[amp::Storage::BF16] * 2 == param_bytes[amp::Storage::F32]);
+}
+
+// Where the system refuses to pin, the engine says how much stays pageable (dsworker prints the note at
+// start), and again when stage 3's pool makes buffers during training (dsworker prints it after the step).
+TEST_CASE("engine on the emulated CUDA device: memory that could not be pinned is in the device note, as it grows") {
+  DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
+                                                {"optimizer", nlohmann::json::parse(kSgd)}},
+                                 "test", 1);
+  run_ranks(1, [&](ProcessGroup& group) {
+    CountingDevice device;
+    device.refuse_pins = true;
+    auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+    EngineConfig e;
+    e.micro_batch = 4;
+    e.zero_stage = 3;
+    e.stage3.persistence = 0;  // every layer gathered into the pool's buffers, which the first step makes
+    e.device = &device;
+    Engine engine = make_engine(e, *plugin, group, config);
+    const std::string at_start = engine.device_note();
+    CHECK(at_start.find("could not be pinned (cudaErrorMemoryAllocation: out of memory)") != std::string::npos);
+    engine.step();
+    const std::string after_step = engine.device_note();
+    CHECK(after_step != at_start);  // the pool's buffers for the gathered layers came during the step
+    MESSAGE("at start: ", at_start, "; after the first step: ", after_step);
+    engine.step();
+    CHECK(engine.device_note() == after_step);  // the pool has all it needs
+  });
 }
 
 // 16-bit training on the device: the engine widens the parameters and takes the gradients back in
