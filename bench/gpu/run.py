@@ -2,7 +2,8 @@
 """GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,gpt,gpt_bf16,gpt_fp16] [--reps 3] [--steps 20] [--json PATH]
+    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16] [--reps 3] [--steps 20]
+                             [--json PATH]
 
 adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
            (bit-identical to the CPU optimizer), the peer torch.optim.AdamW(fused=True). An fp32 AdamW step reads
@@ -15,6 +16,8 @@ attention  causal self-attention at GPT-2's shape (batch 8, context 1024, 12 hea
            forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention;
            also both with bf16 products (ours: the fused kernel, kernels/cuda/flash_attention.cuh, and bf16 GEMMs
            between fp32 softmax rows; torch: flash attention).
+attention128 the same with heads of 128 (6 of them: GPT-3's and Llama's head size), where the fused kernel pads
+           nothing and splits its dK/dV columns between two blocks.
 gpt        GPT-2 124M (12 layers x 768, context 1024, vocabulary 50257, batch --gpt_batch) training steps in fp32:
            ours the gpt plugin on the CUDA backend with AdamW (worker/device_model.h), the peer the same model in
            torch (TF32 off, fused AdamW): tokens/s and the model's TFLOP/s (6·Ψ + 12·L·T·C per token).
@@ -39,11 +42,17 @@ def options(a, bench):
     if bench in ("gpt", "gpt_bf16", "gpt_fp16"):
         return ["--batch", str(a.gpt_batch), "--seq", "1024", "--layers", "12", "--heads", "12", "--embd", "768",
                 "--vocab", "50257", "--steps", str(min(a.steps, 10))]
-    return ["--batch", "8", "--seq", "1024", "--heads", "12", "--head_dim", "64", "--steps", str(a.steps)]
+    heads, head_dim = attention_heads(bench)
+    return ["--batch", "8", "--seq", "1024", "--heads", str(heads), "--head_dim", str(head_dim), "--steps", str(a.steps)]
+
+
+def attention_heads(bench):  # (heads, head size) of an attention bench
+    return (6, 128) if bench == "attention128" else (12, 64)
 
 
 def run_side(a, bench, side):
-    argv = ([a.ours] if side == "ours" else [a.python, os.path.join(HERE, "peer_torch.py")]) + [bench] + options(a, bench)
+    command = "attention" if bench.startswith("attention") else bench
+    argv = ([a.ours] if side == "ours" else [a.python, os.path.join(HERE, "peer_torch.py")]) + [command] + options(a, bench)
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         return {"side": side, "bench": bench, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
@@ -96,7 +105,9 @@ def report(a, bench, samples):
         if ours and torch:
             print(f"  ours / torch (tokens/s): {ours / torch:.2f}x")
     else:
-        print(f"causal attention fp32, batch 8 x context 1024 x 12 heads x 64, mean of {a.steps} passes, median of {a.reps} runs")
+        heads, head_dim = attention_heads(bench)
+        print(f"causal attention fp32, batch 8 x context 1024 x {heads} heads x {head_dim}, mean of {a.steps} passes, "
+              f"median of {a.reps} runs")
         for side in ("ours", "torch"):
             f, fb = median(samples, side, "forward_ms"), median(samples, side, "forward_backward_ms")
             if f:
@@ -116,7 +127,7 @@ def report(a, bench, samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,linears,attention,gpt,gpt_bf16,gpt_fp16")
+    p.add_argument("--benches", default="adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16")
     p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
