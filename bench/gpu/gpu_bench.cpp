@@ -5,6 +5,7 @@
 //   gpu_bench linears --batch B --seq T --embd C --steps S
 //   gpu_bench attention --batch B --seq T --heads H --head_dim D --steps S
 //   gpu_bench gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
+//   gpu_bench nccl --bytes N --steps S [--ranks R]
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
 // parameter), against a device-to-device copy of 14·N bytes (the same 28·N bytes moved).
 // gemm: an N x N x N bf16 product (fp32 accumulation, bf16 out) through kernels/cuda/gemm.h: TFLOP/s.
@@ -17,8 +18,14 @@
 // through the backend's ops, then AdamW), fp32: tokens/s and the model's TFLOP/s (nanoGPT's count,
 // 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product). gpt_bf16, gpt_fp16: the
 // same with the backend's 16-bit products (set_half_matmuls: matmuls and attention), as torch.autocast's.
+// nccl: runtime/comm's NCCL group (nccl_group.h) over R GPUs (default: every visible one), one thread rank
+// per GPU: all-reduce, reduce-scatter, all-gather and broadcast of N-byte fp32 buffers (nccl-tests' sizes: the
+// whole buffer; a reduce-scatter's input, an all-gather's output), S calls issued back to back, then waited for;
+// the slowest rank's mean time per call; algbw = N / time, busbw = algbw × 2(R−1)/R (all-reduce), (R−1)/R
+// (reduce-scatter, all-gather) or 1 (broadcast), as nccl-tests define them.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,9 +35,12 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
+#include "comm/nccl_group.h"
+#include "comm/store.h"
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
 #include "device_model.h"
@@ -222,11 +232,80 @@ int gpt(const std::string& bench, long long B, long long T, long long layers, lo
   return 0;
 }
 
+// One rank of the NCCL bench: each collective's mean seconds per call into seconds[collective].
+void nccl_rank(std::shared_ptr<ds::Store> store, int rank, int ranks, size_t bytes, int steps, double* seconds) {
+  ds::cuda::set_device(rank);
+  auto group = ds::make_nccl_group(ds::real_nccl_api(), std::move(store), rank, ranks, "bench",
+                                   std::chrono::seconds(300), rank);
+  const size_t count = bytes / 4, share = count / static_cast<size_t>(ranks);
+  void *a, *b;
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  check(cudaMemset(a, 0, bytes), "cudaMemset");
+  const std::function<std::unique_ptr<ds::Work>()> calls[] = {
+      [&] { return group->allreduce_async(a, count, ds::DataType::F32, ds::ReduceOp::Sum); },
+      [&] { return group->reduce_scatter_async(a, b, share, ds::DataType::F32, ds::ReduceOp::Sum); },
+      [&] { return group->allgather_async(a, b, share, ds::DataType::F32); },
+      [&] { return group->broadcast_async(a, count, ds::DataType::F32, 0); },
+  };
+  for (size_t c = 0; c < 4; ++c) {
+    for (int i = 0; i < 3; ++i) calls[c]()->wait();
+    group->barrier();
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<ds::Work>> works;
+    for (int i = 0; i < steps; ++i) works.push_back(calls[c]());
+    for (auto& w : works) w->wait();
+    seconds[c] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+  }
+  check(cudaFree(a), "cudaFree");
+  check(cudaFree(b), "cudaFree");
+}
+
+int nccl(long long bytes, int steps, int ranks) {
+  if (ranks == 0) ranks = ds::cuda::device_count();
+  std::vector<std::vector<double>> seconds(static_cast<size_t>(ranks), std::vector<double>(4, 0.0));
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  auto store = ds::make_memory_store();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        nccl_rank(store, r, ranks, static_cast<size_t>(bytes), steps, seconds[static_cast<size_t>(r)].data());
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r)
+    if (!errors[static_cast<size_t>(r)].empty()) {
+      std::fprintf(stderr, "gpu_bench: rank %d: %s\n", r, errors[static_cast<size_t>(r)].c_str());
+      return 1;
+    }
+  const char* names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+  const double n = ranks, factors[] = {2 * (n - 1) / n, (n - 1) / n, (n - 1) / n, 1.0};
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  // A reduce-scatter's input and an all-gather's output: R equal shares of the buffer (its whole when R divides it).
+  const double shared = 4.0 * static_cast<double>(static_cast<size_t>(bytes) / 4 / static_cast<size_t>(ranks)) * n,
+               moved[] = {static_cast<double>(bytes / 4 * 4), shared, shared, static_cast<double>(bytes / 4 * 4)};
+  std::string fields;
+  for (size_t c = 0; c < 4; ++c) {
+    double slowest = 0.0;
+    for (const auto& rank : seconds) slowest = std::max(slowest, rank[c]);
+    const double algbw = moved[c] / slowest / 1e9;
+    fields += ", \"" + std::string(names[c]) + "_us\": " + std::to_string(slowest * 1e6) + ", \"" + names[c] +
+              "_busbw\": " + std::to_string(algbw * factors[c]);
+  }
+  std::printf("{\"side\": \"ours\", \"bench\": \"nccl\", \"device\": \"%s\", \"ranks\": %d, \"bytes\": %lld%s}\n",
+              prop.name, ranks, bytes, fields.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   long long params = 124'000'000, size = 8192, batch = 8, seq = 1024, heads = 12, head_dim = 64, layers = 12,
-            embd = 768, vocab = 50257;
+            embd = 768, vocab = 50257, bytes = 256LL << 20, ranks = 0;
   int steps = 20;
   bool ok = argc >= 2;
   for (int i = 2; i + 1 < argc && ok; i += 2) {
@@ -242,6 +321,8 @@ int main(int argc, char** argv) {
     else if (option == "--layers") layers = value;
     else if (option == "--embd") embd = value;
     else if (option == "--vocab") vocab = value;
+    else if (option == "--bytes") bytes = value;
+    else if (option == "--ranks") ranks = value;
     else ok = false;
     ok = ok && value > 0;
   }
@@ -253,6 +334,7 @@ int main(int argc, char** argv) {
       if (bench == "attention") return attention(batch, seq, heads, head_dim, steps);
       if (bench == "gpt" || bench == "gpt_bf16" || bench == "gpt_fp16")
         return gpt(bench, batch, seq, layers, heads, embd, vocab, steps);
+      if (bench == "nccl") return nccl(bytes, steps, static_cast<int>(ranks));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpu_bench: %s\n", e.what());
       return 1;
@@ -262,6 +344,7 @@ int main(int argc, char** argv) {
                        "       gpu_bench linears [--batch B] [--seq T] [--embd C] [--steps S]\n"
                        "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n"
                        "       gpu_bench gpt|gpt_bf16|gpt_fp16 [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] "
-                       "[--vocab V] [--steps S]\n");
+                       "[--vocab V] [--steps S]\n"
+                       "       gpu_bench nccl [--bytes N] [--steps S] [--ranks R]\n");
   return 2;
 }

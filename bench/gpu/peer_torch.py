@@ -5,6 +5,7 @@
     peer_torch.py linears --batch B --seq T --embd C --steps S
     peer_torch.py attention --batch B --seq T --heads H --head_dim D --steps S
     peer_torch.py gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
+    peer_torch.py nccl --bytes N --steps S [--ranks R]
 adam: torch.optim.AdamW(fused=True) stepping N fp32 parameters, and torch's device-to-device copy of 14·N bytes
 (the 28·N bytes an fp32 AdamW step moves). gemm: torch.matmul of two N x N bf16 matrices. linears: GPT-2's four
 linear layers' forward products in fp32 (TF32 off), out.addmm_(x, w.t()) onto the bias already in out. attention:
@@ -14,9 +15,12 @@ untimed ones, by CUDA events. gpt: training steps of a GPT-2 written as the gpt 
 head, tanh GELU, causal SDPA), fp32 with TF32 off (ours never uses TF32), AdamW(fused=True), the loss read back each
 step as ours does: tokens/s. gpt_bf16: the same under torch.autocast("cuda", torch.bfloat16) (fp32 parameters,
 bf16 matmuls and flash attention), as ours multiplies with bf16 products; gpt_fp16 likewise with torch.float16
-(no GradScaler: a timing, and ours' bench has no loss scaling either).
+(no GradScaler: a timing, and ours' bench has no loss scaling either). nccl: torch.distributed's NCCL backend over
+R GPUs (default: every visible one), one process each: all_reduce, reduce_scatter_tensor, all_gather_into_tensor and
+broadcast of N-byte fp32 buffers, S calls back to back then a synchronize, the slowest rank's mean per call, busbw
+as gpu_bench computes it.
 """
-import argparse, json
+import argparse, json, os, socket, tempfile
 
 import torch
 
@@ -144,9 +148,70 @@ def gpt(a):
             "model_tflops": flops * tokens_per_step / ms / 1e9, "loss": last[0], "torch": torch.__version__}
 
 
+NCCL_OPS = ("allreduce", "reduce_scatter", "allgather", "broadcast")
+
+
+def nccl_rank(rank, ranks, port, a, out_path):
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
+                            device_id=torch.device("cuda", rank))
+    count = a.bytes // 4
+    share = count // ranks
+    x = torch.zeros(count, device="cuda")
+    y = torch.zeros(count, device="cuda")
+    calls = {"allreduce": lambda: dist.all_reduce(x),
+             "reduce_scatter": lambda: dist.reduce_scatter_tensor(y[:share], x[:share * ranks]),
+             "allgather": lambda: dist.all_gather_into_tensor(y[:share * ranks], x[:share]),
+             "broadcast": lambda: dist.broadcast(x, 0)}
+    seconds = []
+    for op in NCCL_OPS:
+        for _ in range(3):
+            calls[op]()
+        torch.cuda.synchronize()
+        dist.barrier()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(a.steps):
+            calls[op]()
+        stop.record()
+        stop.synchronize()
+        seconds.append(start.elapsed_time(stop) / 1e3 / a.steps)
+    slowest = torch.tensor(seconds, device="cuda")
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(slowest.tolist(), f)
+    dist.destroy_process_group()
+
+
+def nccl(a):
+    import torch.multiprocessing as mp
+    ranks = a.ranks or torch.cuda.device_count()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out_path = os.path.join(tmp, "seconds.json")
+        mp.spawn(nccl_rank, args=(ranks, port, a, out_path), nprocs=ranks)
+        with open(out_path) as f:
+            seconds = json.load(f)
+    count = a.bytes // 4
+    shared = 4 * (count // ranks) * ranks
+    moved = {"allreduce": 4 * count, "reduce_scatter": shared, "allgather": shared, "broadcast": 4 * count}
+    factor = {"allreduce": 2 * (ranks - 1) / ranks, "reduce_scatter": (ranks - 1) / ranks,
+              "allgather": (ranks - 1) / ranks, "broadcast": 1.0}
+    result = {"side": "torch", "bench": "nccl", "device": torch.cuda.get_device_name(), "ranks": ranks,
+              "bytes": a.bytes, "torch": torch.__version__}
+    for op, t in zip(NCCL_OPS, seconds):
+        result[f"{op}_us"] = t * 1e6
+        result[f"{op}_busbw"] = moved[op] / t / 1e9 * factor[op]
+    return result
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("bench", choices=("adam", "gemm", "linears", "attention", "gpt", "gpt_bf16", "gpt_fp16"))
+    p.add_argument("bench", choices=("adam", "gemm", "linears", "attention", "gpt", "gpt_bf16", "gpt_fp16", "nccl"))
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--batch", type=int, default=8)
@@ -157,8 +222,11 @@ def main():
     p.add_argument("--embd", type=int, default=768)
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--bytes", type=int, default=256 << 20)
+    p.add_argument("--ranks", type=int, default=0)
     a = p.parse_args()
-    print(json.dumps({"adam": adam, "gemm": gemm, "linears": linears, "attention": attention, "gpt": gpt, "gpt_bf16": gpt, "gpt_fp16": gpt}[a.bench](a)))
+    print(json.dumps({"adam": adam, "gemm": gemm, "linears": linears, "attention": attention, "gpt": gpt, "gpt_bf16": gpt, "gpt_fp16": gpt,
+                      "nccl": nccl}[a.bench](a)))
 
 
 if __name__ == "__main__":

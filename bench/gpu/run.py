@@ -2,8 +2,8 @@
 """GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16] [--reps 3] [--steps 20]
-                             [--json PATH]
+    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16,nccl] [--reps 3]
+                             [--steps 20] [--nccl_bytes N] [--json PATH]
 
 adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
            (bit-identical to the CPU optimizer), the peer torch.optim.AdamW(fused=True). An fp32 AdamW step reads
@@ -24,6 +24,9 @@ gpt        GPT-2 124M (12 layers x 768, context 1024, vocabulary 50257, batch --
 gpt_bf16   the same with bf16 products: ours the backend's bf16 matmuls and attention products (fp32 parameters),
            the peer under torch.autocast(bfloat16).
 gpt_fp16   the same with fp16 products (the peer: torch.autocast(float16)).
+nccl       bus bandwidth of all-reduce, reduce-scatter, all-gather and broadcast over every visible GPU, --nccl_bytes
+           fp32 buffers (256 MiB): ours runtime/comm's NCCL group (one thread rank per GPU), the peer
+           torch.distributed's NCCL backend (one process per GPU); busbw as nccl-tests define it (0 on one GPU).
 Each side a fresh process per repetition, interleaved; reported: the median over repetitions and ours / torch.
 """
 import argparse, json, os, statistics, subprocess, sys
@@ -39,6 +42,8 @@ def options(a, bench):
         return ["--batch", str(a.gpt_batch), "--seq", "1024", "--embd", "768", "--steps", str(a.steps)]
     if bench == "gemm":
         return ["--size", str(a.size), "--steps", str(a.steps)]
+    if bench == "nccl":
+        return ["--bytes", str(a.nccl_bytes), "--steps", str(a.steps)]
     if bench in ("gpt", "gpt_bf16", "gpt_fp16"):
         return ["--batch", str(a.gpt_batch), "--seq", "1024", "--layers", "12", "--heads", "12", "--embd", "768",
                 "--vocab", "50257", "--steps", str(min(a.steps, 10))]
@@ -94,6 +99,16 @@ def report(a, bench, samples):
             ours, torch = (median(samples, side, f"{name}_ms") for side in ("ours", "torch"))
             if ours and torch:
                 print(f"  {name:12} ours {ours:7.3f} ms  torch {torch:7.3f} ms  ours / torch (rate): {torch / ours:.2f}x")
+    elif bench == "nccl":
+        ranks = next((s["ranks"] for s in samples if "ranks" in s), "?")
+        print(f"NCCL collectives over {ranks} GPUs, {a.nccl_bytes} bytes fp32, mean of {a.steps} calls, median of "
+              f"{a.reps} runs; busbw GB/s (10^9 B/s)")
+        for op in ("allreduce", "reduce_scatter", "allgather", "broadcast"):
+            (ours_us, torch_us), (ours_bw, torch_bw) = ((median(samples, side, f"{op}_{key}") for side in ("ours", "torch"))
+                                                        for key in ("us", "busbw"))
+            if ours_us and torch_us:
+                print(f"  {op:15} ours {ours_us:9.1f} us {ours_bw:7.1f} GB/s   torch {torch_us:9.1f} us {torch_bw:7.1f} GB/s"
+                      f"   ours / torch (rate): {torch_us / ours_us:.2f}x")
     elif bench in ("gpt", "gpt_bf16", "gpt_fp16"):
         kind = "fp32" if bench == "gpt" else f"{bench[4:]} products (torch: autocast)"
         print(f"GPT-2 124M training steps, {kind}, batch {a.gpt_batch} x 1024 tokens, median of {a.reps} runs")
@@ -127,7 +142,8 @@ def report(a, bench, samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16")
+    p.add_argument("--benches", default="adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16,nccl")
+    p.add_argument("--nccl_bytes", type=int, default=256 << 20)
     p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
