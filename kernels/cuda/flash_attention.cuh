@@ -119,7 +119,8 @@ DS_DEVICE inline void store_rows(const Acc (&acc)[NT], float* scratch, float sca
     const int64_t c0 = col0 + 16 * g, cols = D - c0 < kFlashRows ? D - c0 : kFlashRows;
     for (int r = 0; r < 16; ++r)
       if (row0 + r < T)
-        for (int64_t d = lane; d < cols; d += 32) rows[(row0 + r) * stride + c0 + d] = scratch[r * kFlashRows + d] * scale;
+        for (int64_t d = lane; d < cols; d += 32)
+          rows[(row0 + r) * stride + c0 + d] = scratch[r * kFlashRows + d] * scale;
     __syncwarp();
   }
 }
