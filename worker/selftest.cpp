@@ -32,6 +32,7 @@
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
+#include "cpu/sgd_lamb.h"
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
 #include "cuda/launch_shape.h"
@@ -452,6 +453,25 @@ void adam(Check& c, size_t n, bool decoupled, std::mt19937& rng) {
                 differing(d_v.to_host(), static_cast<const float*>(state[1].data));
 }
 
+// Three SGD steps (the first starting the momentum buffer) against the CPU loop: parameters and buffer bit
+// for bit.
+void sgd(Check& c, size_t n, float momentum, bool nesterov, std::mt19937& rng) {
+  std::vector<float> p = random_floats(rng, n, 0.0f, 1.0f), cpu_p = p, cpu_buf(n, 0.0f);
+  DeviceArray<float> d_p(p), d_buf(cpu_buf);
+  for (int step = 1; step <= 3; ++step) {
+    const std::vector<float> g = random_floats(rng, n, 0.0f, 1.0f);
+    const cpu::SgdArgs args{0.05f, 0.01f, momentum, 0.75f, nesterov, step == 1};
+    cpu::sgd_step(cpu_p.data(), amp::Storage::F32, g.data(), amp::Storage::F32, cpu_buf.data(), amp::Storage::F32, n,
+                  args);
+    DeviceArray<float> d_g(g);
+    cuda::sgd_step(d_p.get(), d_g.get(), d_buf.get(), static_cast<int64_t>(n), args, nullptr);
+    cuda::synchronize();
+  }
+  const std::vector<float> got_p = d_p.to_host();
+  for (size_t i = 0; i < n; ++i) c.worst_error = std::max<double>(c.worst_error, std::fabs(got_p[i] - cpu_p[i]));
+  c.differing = differing(got_p, cpu_p.data()) + differing(d_buf.to_host(), cpu_buf.data());
+}
+
 // Three steps of LAMB over `sizes` tensors against the CPU optimizer: the moments bit for bit, the
 // parameters bit for bit but for a last bit where a trust ratio's sums, added in another order, rounded
 // to its neighbour (the note counts them).
@@ -611,6 +631,9 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
     for (size_t n : {size_t{1037}, size_t{65'539}})
       add(decoupled ? "adamw" : "adam", fmt::format("{} x 3 steps", n),
           [=](Check& c, std::mt19937& rng) { adam(c, n, decoupled, rng); }, true);
+  for (const auto& [momentum, nesterov] : {std::pair{0.0f, false}, std::pair{0.9f, false}, std::pair{0.9f, true}})
+    add("sgd", fmt::format("65539 x 3, {} {}", nesterov ? "nesterov" : "momentum", momentum),
+        [=](Check& c, std::mt19937& rng) { sgd(c, 65'539, momentum, nesterov, rng); }, true);
   const std::vector<size_t> lamb_tensors{65'539, 1, 4097};
   add("lamb", "65539+1+4097 x 3 steps", [=](Check& c, std::mt19937& rng) { lamb(c, lamb_tensors, rng); }, true);
   // A GPT trained on this device and on the CPU: the gpt plugin's layers on the CUDA backend, then AdamW.
@@ -691,8 +714,8 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
   std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
   std::printf("(of bound: the worst element's share of atol + rtol*|ref| (GEMMs: of fp32 rounding relative to sum "
-              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, LAMB (a parameter's last bit aside), "
-              "NCCL: elements that differ, bit for bit; "
+              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, SGD, LAMB (a parameter's last bit "
+              "aside), NCCL: elements that differ, bit for bit; "
               "train: every step's loss and gradients within 1e-5 relative of the CPU's, from the same state)\n");
   std::mt19937 rng(2024);
   nlohmann::json report = {{"device", device}, {"device_name", name}, {"emulated", cuda::emulated()}, {"checks", nlohmann::json::array()}};

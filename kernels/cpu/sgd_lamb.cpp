@@ -24,10 +24,11 @@ const T* typed_at(const void* base, size_t i) {
 }
 
 template <class P, class G>
-DS_KERNEL_CLONES void sgd_plain(P* __restrict p, const G* __restrict g, size_t n, float lr, float wd) {
+DS_KERNEL_CLONES void sgd_plain(P* __restrict p, const G* __restrict g, size_t n, SgdArgs a) {
   for (size_t i = 0; i < n; ++i) {
-    const float param = load(p[i]);
-    store(p[i], param - lr * (load(g[i]) + wd * param));
+    float param = load(p[i]), unused = 0.0f;
+    sgd_element<false, false, false>(param, load(g[i]), unused, a);
+    store(p[i], param);
   }
 }
 
@@ -35,17 +36,16 @@ template <bool kNesterov, bool kFirst, class P, class G, class S>
 DS_KERNEL_CLONES void sgd_momentum(P* __restrict p, const G* __restrict g, S* __restrict buf, size_t n,
                                    SgdArgs a) {
   for (size_t i = 0; i < n; ++i) {
-    const float param = load(p[i]);
-    const float d = load(g[i]) + a.weight_decay * param;
-    const float b = kFirst ? d : a.momentum * load(buf[i]) + a.keep * d;
+    float param = load(p[i]), b = kFirst ? 0.0f : load(buf[i]);
+    sgd_element<true, kNesterov, kFirst>(param, load(g[i]), b, a);
     store(buf[i], b);
-    store(p[i], param - a.lr * (kNesterov ? d + a.momentum * b : b));
+    store(p[i], param);
   }
 }
 
 template <class P, class G, class S>
 void sgd_range(P* p, const G* g, S* buf, size_t n, const SgdArgs& a) {
-  if (a.momentum == 0.0f) return sgd_plain(p, g, n, a.lr, a.weight_decay);
+  if (a.momentum == 0.0f) return sgd_plain(p, g, n, a);
   if (a.nesterov) {
     if (a.first) sgd_momentum<true, true>(p, g, buf, n, a);
     else sgd_momentum<true, false>(p, g, buf, n, a);

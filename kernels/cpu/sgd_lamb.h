@@ -5,6 +5,7 @@
 // SGD as torch.optim.SGD:
 //   d ← g + wd·p;  with momentum μ ≠ 0: buf ← d on the first step, else μ·buf + (1 − dampening)·d,
 //   d ← d + μ·buf (nesterov) or buf;  p ← p − lr·d
+// (the element body: sgd_element.h, shared with the GPU's kernel)
 // LAMB as DeepSpeed's FusedLamb (csrc/lamb/fused_lamb_cuda_kernel.cu), per tensor, in two passes (the
 // element bodies: lamb_element.h, shared with the GPU's kernels):
 //   lamb_moments: m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g², and the sums Σp², Σu² of
@@ -20,15 +21,9 @@
 
 #include "amp/storage.h"
 #include "cpu/lamb_element.h"
+#include "cpu/sgd_element.h"
 
 namespace ds::cpu {
-
-struct SgdArgs {
-  float lr, weight_decay, momentum;
-  float keep;  // 1 − dampening (rounded once from the config's double)
-  bool nesterov;
-  bool first;  // the first step: the buffer starts as d
-};
 
 // buf: [n] of state_type, unused (may be null) without momentum.
 void sgd_step(void* params, amp::Storage param_type, const void* grads, amp::Storage grad_type, void* buf,

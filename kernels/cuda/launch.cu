@@ -21,6 +21,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/sgd.cuh"
 #include "cuda/vocab_parallel.cuh"
 
 namespace ds::cuda {
@@ -446,6 +447,15 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   if (decoupled) adam_kernel<true><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
   else adam_kernel<false><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
   check(cudaGetLastError(), "adam_step launch");
+}
+
+void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void* stream) {
+  if (n <= 0) return;
+  with_sgd_kind(args, [&](auto momentum, auto nesterov, auto first) {
+    sgd_kernel<decltype(momentum)::value, decltype(nesterov)::value, decltype(first)::value>
+        <<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, g, buf, n, args);
+  });
+  check(cudaGetLastError(), "sgd_step launch");
 }
 
 void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,

@@ -14,6 +14,7 @@
 #include "amp/half.h"
 #include "cpu/adam_element.h"
 #include "cpu/lamb_element.h"
+#include "cpu/sgd_element.h"
 
 namespace ds::cuda {
 
@@ -189,6 +190,10 @@ void find_nonfinite(const float* x, int64_t n, int32_t* flag, void* stream);
 // One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cpu::AdamArgs& args, bool decoupled,
                void* stream);
+
+// One SGD step (sgd.cuh) over fp32 p [n] from g [n], in place; buf [n] is the momentum buffer (unused,
+// may be null, when args.momentum is 0).
+void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void* stream);
 
 // LAMB over one tensor (lamb.cuh), fp32 in place: lamb_moments updates m, v [n] from g [n] and adds
 // (Σp², Σu²) into sums[0], sums[1] (partial: scratch of 2·kSumSquaresBlocks doubles; all in device

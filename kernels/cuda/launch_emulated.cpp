@@ -29,6 +29,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/sgd.cuh"
 #include "cuda/vocab_parallel.cuh"
 #include "simt/simt.h"
 
@@ -441,6 +442,15 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   simt::launch(element_blocks(n), kElementThreads, {}, [&] {
     if (decoupled) adam_kernel<true>(p, g, m, v, n, args);
     else adam_kernel<false>(p, g, m, v, n, args);
+  });
+}
+
+void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void*) {
+  if (n <= 0) return;
+  with_sgd_kind(args, [&](auto momentum, auto nesterov, auto first) {
+    simt::launch(element_blocks(n), kElementThreads, {}, [&] {
+      sgd_kernel<decltype(momentum)::value, decltype(nesterov)::value, decltype(first)::value>(p, g, buf, n, args);
+    });
   });
 }
 

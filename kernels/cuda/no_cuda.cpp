@@ -210,6 +210,10 @@ void adam_step(float*, const float*, float*, float*, int64_t, const cpu::AdamArg
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }
 
+void sgd_step(float*, const float*, float*, int64_t, const cpu::SgdArgs&, void*) {
+  throw std::runtime_error("cuda: sgd_step: dsrun was built without CUDA");
+}
+
 void lamb_moments(const float*, const float*, float*, float*, int64_t, const cpu::LambArgs&, double*, double*, void*) {
   throw std::runtime_error("cuda: lamb_moments: dsrun was built without CUDA");
 }

@@ -14,6 +14,7 @@
 #include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
+#include "cpu/sgd_lamb.h"
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/cross_entropy.cuh"
@@ -23,6 +24,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/sgd.cuh"
 #include "optim/optimizers.h"
 
 using ds::simt::LaunchOptions;
@@ -137,6 +139,36 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
     const auto state = adam->state();
     CHECK(std::equal(gpu_m, gpu_m + n, static_cast<const float*>(state[0].data)));
     CHECK(std::equal(gpu_v, gpu_v + n, static_cast<const float*>(state[1].data)));
+  }
+}
+
+TEST_CASE("cuda sgd on the emulator gives the CPU loop's bits: plain, momentum, dampening, Nesterov, first step") {
+  const ds::cpu::SgdArgs cases[] = {{0.1f, 0.01f, 0.0f, 1.0f, false, false},
+                                    {0.1f, 0.01f, 0.9f, 0.75f, false, true},
+                                    {0.1f, 0.0f, 0.9f, 0.75f, false, false},
+                                    {0.05f, 0.01f, 0.9f, 1.0f, true, true},
+                                    {0.05f, 0.01f, 0.9f, 1.0f, true, false}};
+  const size_t n = 1037;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const ds::cpu::SgdArgs& a : cases) {
+    CAPTURE(a.momentum);
+    CAPTURE(a.nesterov);
+    CAPTURE(a.first);
+    std::vector<float> p(n), g(n), buf(n);
+    for (auto* v : {&p, &g, &buf})
+      for (float& x : *v) x = normal(rng);
+    std::vector<float> cpu_p = p, cpu_buf = buf;
+    ds::cpu::sgd_step(cpu_p.data(), ds::amp::Storage::F32, g.data(), ds::amp::Storage::F32, cpu_buf.data(),
+                      ds::amp::Storage::F32, n, a);
+    ds::cuda::with_sgd_kind(a, [&](auto momentum, auto nesterov, auto first) {
+      ds::simt::launch(3, 64, {}, [&] {  // a grid-stride loop: fewer threads than elements
+        ds::cuda::sgd_kernel<decltype(momentum)::value, decltype(nesterov)::value, decltype(first)::value>(
+            p.data(), g.data(), buf.data(), static_cast<int64_t>(n), a);
+      });
+    });
+    CHECK(p == cpu_p);
+    CHECK(buf == cpu_buf);  // untouched without momentum, as on the CPU
   }
 }
 
