@@ -10,13 +10,6 @@
 
 namespace ds {
 
-std::string format_bytes(size_t bytes) {
-  if (bytes >= (size_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
-  if (bytes >= (size_t{1} << 20)) return fmt::format("{:.1f} MiB", bytes / 1048576.0);
-  if (bytes >= 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
-  return fmt::format("{} B", bytes);
-}
-
 std::string format_rate(double per_sec) {
   return per_sec >= 1e4 ? fmt::format("{:.0f}", per_sec) : fmt::format("{:.1f}", per_sec);
 }

@@ -7,11 +7,11 @@
 #include <string>
 
 #include "comm/process_group.h"
+#include "core/format_bytes.h"
 #include "engine/engine.h"
 
 namespace ds {
 
-std::string format_bytes(size_t bytes);  // "21.5 KiB"
 std::string format_rate(double per_sec);  // "7618.0", "121912"
 std::string format_duration(double seconds);  // "45s", "3m05s", "1h02m"
 

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/format_bytes.h"
 #include "cpu/convert.h"
 #include "engine/rng.h"
 #include "zero/collective_type.h"
@@ -364,11 +365,9 @@ void Engine::pin_for_device(std::span<std::byte> range) {
   std::string why;
   if (device_layers_->pin(range.data(), range.size(), why)) return;
   unpinned_bytes_ += range.size();
-  const bool small = unpinned_bytes_ < (size_t{1} << 20);
-  device_note_ = fmt::format("{:.1f} {} of the host buffers that the device's copies use could not be pinned "
-                             "({}); those copies run at pageable memory's speed",
-                             static_cast<double>(unpinned_bytes_) / (small ? 1 << 10 : 1 << 20), small ? "KiB" : "MiB",
-                             why);
+  device_note_ = fmt::format("{} of the host buffers that the device's copies use could not be pinned ({}); those "
+                             "copies run at pageable memory's speed",
+                             format_bytes(unpinned_bytes_), why);
 }
 
 // The layout of the flat buffers, the buffers, and what the optimizer sees: this rank's chunks as
