@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
@@ -26,7 +28,8 @@ nlohmann::json small_tokenizer() {
 }
 
 std::string write(const nlohmann::json& spec) {
-  const std::string path = "/tmp/ds_test_bpe_tokenizer.json";
+  // One file per process: ctest runs this binary's test cases in parallel.
+  const std::string path = "/tmp/ds_test_bpe_tokenizer." + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << spec.dump();
   return path;
 }
@@ -85,5 +88,5 @@ TEST_CASE("bpe: what it does not support is an error naming the key") {
   CHECK_THROWS_WITH_AS(t.encode("abz"), doctest::Contains("the byte 0x7a has no token"), ds::ConfigError);
   CHECK_THROWS_WITH_AS(t.encode("ab\xff"), doctest::Contains("text: invalid UTF-8 at byte 2"), ds::ConfigError);
   CHECK_THROWS_WITH_AS(t.decode(Ids{9}), doctest::Contains("token id 9 is not in the vocabulary"), ds::ConfigError);
-  std::remove("/tmp/ds_test_bpe_tokenizer.json");
+  std::remove(write(small_tokenizer()).c_str());
 }
