@@ -125,8 +125,10 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     swap.allow_buffered = buffered_io_allowed();
     e.param_offload = swap;
   }
-  // On a GPU the engine's buffers stay on the host as ZeRO-Offload's do; offload's pin_memory (either
-  // block) says whether the ones the copies use are page-locked.
+  // On a GPU the optimizer steps there unless offload_optimizer sends it to the CPU (or the engine cannot:
+  // Engine::optimizer_place); offload's pin_memory (either block) says whether the host buffers the
+  // copies use are page-locked.
+  e.optimizer_on_device = !offload || offload->device == OffloadDevice::none;
   e.pin_memory = (!offload || offload->pin_memory) && (!params || params->pin_memory);
   e.recompute = c.activation_checkpointing.present || c.pipeline.activation_checkpoint_interval > 0;
   e.pipe_partitioned = c.pipeline.pipe_partitioned;
@@ -138,8 +140,8 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
 // DeepSpeed's DS_ACCELERATOR (dsrun sets it to cuda where the machine has a GPU): cpu (or unset), or
 // cuda, which needs a usable GPU (without one: an error naming CUDA's, exit 1); any other value is an
 // error naming it. With cuda, the layers run on the GPU that LOCAL_RANK names among the visible ones
-// (engine/device_layers.h: the parameters, gradients and optimizer stay on the CPU, as ZeRO-Offload
-// keeps them). In bf16 the matmuls multiply in bf16 (the engine sets the backend so); the other ops,
+// (engine/device_layers.h), and the optimizer there too where the engine can (device_step.h), else on
+// the CPU, as ZeRO-Offload keeps it. In bf16 the matmuls multiply in bf16 (the engine sets the backend so); the other ops,
 // and every op in fp16, compute in fp32 on 16-bit-rounded values, as the CPU's layers do. `note`
 // says where the layers run.
 std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note) {
@@ -169,8 +171,7 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
   const char* arithmetic = config.bf16.enabled   ? " (bf16 matmuls with fp32 accumulation, the other ops in fp32)"
                            : config.fp16.enabled ? " (fp16 matmuls with fp32 accumulation, the other ops in fp32)"
                                                  : "";
-  note = fmt::format("the layers run on cuda:{}, {}{}; the parameters, gradients and optimizer stay on the CPU", device,
-                     cuda->describe(), arithmetic);
+  note = fmt::format("the layers run on cuda:{}, {}{}", device, cuda->describe(), arithmetic);
   return cuda;
 }
 
@@ -407,6 +408,7 @@ int train(const WorkerOptions& o) {
                                         config.bf16.optimizer_states ? amp::Storage::BF16 : amp::Storage::F32);
                 },
                 make_lr_schedule(config.scheduler, config.optimizer.lr), data.train.get());
+  if (lead && device) std::fprintf(stderr, "dsworker: device: %s\n", engine.optimizer_place().c_str());
   std::string device_noted = engine.device_note();  // said once, and again when the engine adds to it (below)
   if (!device_noted.empty())
     std::fprintf(stderr, "dsworker: warning: rank %d: device: %s\n", env.rank, device_noted.c_str());

@@ -8,6 +8,9 @@
 #include <string>
 
 #include "amp/half.h"
+#include "cpu/adam_element.h"
+#include "cpu/lamb_element.h"
+#include "cpu/sgd_element.h"
 #include "plugin/ds_backend.h"
 
 namespace ds::backend {
@@ -63,6 +66,21 @@ class Device {
   // Linear and a 16-bit flash attention its products, and as DeepSpeed's fp16 and bf16 models
   // multiply. None (the default): fp32.
   virtual void set_half_matmuls(std::optional<amp::Half> type) = 0;
+
+  // The optimizer's step on the device (engine/device_step.h), in the ops' order; device memory. The
+  // element updates are the CPU loops' bodies (kernels/cpu/*_element.h), so they give the CPU's bits.
+  virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
+  virtual void accumulate(float* y, const float* x, size_t n) = 0;           // y[i] += x[i]
+  virtual void rescale(float* x, size_t n, double factor) = 0;          // x[i] = float(x[i]·factor), in double
+  virtual void add_sum_squares(const float* x, size_t n, double* total) = 0;  // total[0] += Σ x[i]², in double
+  virtual void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
+                         bool decoupled) = 0;  // Adam, or AdamW (decoupled)
+  virtual void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) = 0;
+  // LAMB over one tensor: the moments, adding (Σp², Σu²) into sums[0..1]; then p moved by −scale·u.
+  virtual void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
+                            double* sums) = 0;
+  virtual void lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args,
+                          float scale) = 0;
 };
 
 // A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
@@ -96,6 +114,16 @@ class Cuda : public Device {
   void round_to(amp::Half type, float* x, size_t n) override;
   void widen(amp::Half type, const uint16_t* in, float* out, size_t n) override;
   void set_half_matmuls(std::optional<amp::Half> type) override;
+  void copy_within(void* dst, const void* src, size_t bytes) override;
+  void accumulate(float* y, const float* x, size_t n) override;
+  void rescale(float* x, size_t n, double factor) override;
+  void add_sum_squares(const float* x, size_t n, double* total) override;
+  void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
+                 bool decoupled) override;
+  void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override;
+  void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
+                    double* sums) override;
+  void lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args, float scale) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
   void synchronize();
 

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
+#include "cuda/launch_shape.h"
 
 namespace ds::backend {
 
@@ -543,6 +544,38 @@ void Cuda::round_to(amp::Half type, float* x, size_t n) {
 
 void Cuda::widen(amp::Half type, const uint16_t* in, float* out, size_t n) {
   cuda::half_to_float(type, in, out, static_cast<int64_t>(n), kStream);
+}
+
+void Cuda::copy_within(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) cuda::copy_on_device(dst, src, bytes, kStream);
+}
+
+void Cuda::accumulate(float* y, const float* x, size_t n) { cuda::add_into(y, x, static_cast<int64_t>(n), kStream); }
+
+void Cuda::rescale(float* x, size_t n, double factor) { cuda::scale(x, static_cast<int64_t>(n), factor, kStream); }
+
+void Cuda::add_sum_squares(const float* x, size_t n, double* total) {
+  const Temp<double> partial(*state_, cuda::kSumSquaresBlocks);  // back in the cache: later users follow on the stream
+  cuda::sum_squares(x, static_cast<int64_t>(n), total, partial.get(), kStream);
+}
+
+void Cuda::adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
+                     bool decoupled) {
+  cuda::adam_step(p, g, m, v, static_cast<int64_t>(n), args, decoupled, kStream);
+}
+
+void Cuda::sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) {
+  cuda::sgd_step(p, g, buf, static_cast<int64_t>(n), args, kStream);
+}
+
+void Cuda::lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
+                        double* sums) {
+  const Temp<double> partial(*state_, 2 * cuda::kSumSquaresBlocks);
+  cuda::lamb_moments(p, g, m, v, static_cast<int64_t>(n), args, sums, partial.get(), kStream);
+}
+
+void Cuda::lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args, float scale) {
+  cuda::lamb_apply(p, m, v, static_cast<int64_t>(n), args, scale, kStream);
 }
 
 }  // namespace ds::backend

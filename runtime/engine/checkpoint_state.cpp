@@ -181,6 +181,11 @@ void Engine::restore(const TrainingState& state) {
   for (size_t k = 0; k < scalars.size(); ++k) *scalars[k].second = state.scalars[k].second;
   optimizer_->restored();
   if (fetcher_) fetcher_->end_step();
+  if (device_step_) {  // the host's values are the latest now
+    device_step_->forget();
+    host_stale_ = false;
+    device_layers_->forget_params();
+  }
 }
 
 }  // namespace ds

@@ -41,6 +41,7 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
   if (!keep_grads)  // two, so that a layer's download overlaps the next one's backward
     for (int k = 0; k < 2; ++k) grads_.push_back(allocate(max_params * sizeof(float)));
   grad_tickets_.assign(grads_.size(), 0);
+  kept_grad_views_.resize(keep_grads ? layers_.size() : 0);
   layer_tickets_.assign(layers_.size(), 0);
   grad_a_ = allocate(max_act);
   grad_b_ = allocate(max_act);
@@ -247,6 +248,7 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
     grad_views = stage(grads, grads_[buffer], &sync.zeroed);
   } else {
     grad_views = views_in(grads, grads_[i]);
+    kept_grad_views_[i] = grad_views;
     if (sync.first) device_.zero(grads_[i].data, grads_[i].bytes);
   }
   const ds_batch on_device = device_batch(batch);
@@ -265,6 +267,12 @@ void DeviceLayers::backward(size_t i, const std::vector<ds_tensor>* params, cons
     last_ticket_ = grad_tickets_[buffer] = layer_tickets_[i] = device_.copies_issued();
   }
   grad_next_ = grad_in;
+}
+
+const std::vector<ds_tensor>& DeviceLayers::device_grads(size_t i) const {
+  if (i >= kept_grad_views_.size() || kept_grad_views_[i].empty())
+    throw std::logic_error("DeviceLayers: a layer's gradients are not kept on the device");
+  return kept_grad_views_[i];
 }
 
 void DeviceLayers::wait_grads(size_t i) { device_.wait_copies(layer_tickets_[i]); }

@@ -99,6 +99,11 @@ class DeviceLayers {
   // forward has returned. holds_params(i) from then on.
   void prefetch_params(size_t i, const std::vector<ds_tensor>& host);
   bool keeps_params() const { return !params_kept_.empty(); }
+  // For an optimizer step on the device (device_step.h): layer i's parameter views there (keep_params,
+  // holds_params(i); the ops that follow wait for their upload) and its gradient views (keep_grads, after
+  // its first backward).
+  std::vector<ds_tensor> device_params(size_t i) { return layer_params(i, nullptr); }
+  const std::vector<ds_tensor>& device_grads(size_t i) const;
   // Page-locks host memory [p, p + bytes) that the copies use, until this object goes (which must be
   // before that memory is freed). False, with the reason in `why`, when the device's system refuses.
   bool pin(void* p, size_t bytes, std::string& why);
@@ -156,6 +161,7 @@ class DeviceLayers {
   std::vector<uint64_t> upload_tickets_;         // per layer: its prefetch
   uint64_t last_upload_ = 0;
   std::vector<Buffer> grads_;      // keep_grads: one per layer; else two staging buffers, in turn
+  std::vector<std::vector<ds_tensor>> kept_grad_views_;  // keep_grads: per layer, its views in grads_
   size_t next_staging_ = 0;        // the staging buffer the next backward uses
   std::vector<uint64_t> grad_tickets_;   // per grads_ buffer: the download that last read it
   std::vector<uint64_t> layer_tickets_;  // per layer: its last gradients' download

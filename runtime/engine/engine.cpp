@@ -170,7 +170,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     throw ConfigError("sequence parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
   if (config_.pipeline && config_.device != nullptr)
     throw ConfigError("pipeline parallelism runs on the CPU so far: set DS_ACCELERATOR=cpu");
-  build_layers();  // and build_device_layers()
+  build_layers();
   build_partition();
   NormReducer reducer;
   if (policy_.optimizer_state && group_.size() > 1)
@@ -180,6 +180,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   else
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
   build_segments();
+  if (config_.device != nullptr) build_device_layers();
   init_parameters();
   pin_device_copies();
   if (policy_.parameters) {
@@ -317,7 +318,6 @@ void Engine::build_layers() {
     }
     if (!last_stage()) m.grad_output.resize(elements(layers_.back().output_shape));
   }
-  if (config_.device != nullptr) build_device_layers();
 }
 
 // The layers' calls on config_.device: what the device holds, and the arithmetic it uses.
@@ -335,11 +335,67 @@ void Engine::build_device_layers() {
     rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
   config_.device->set_half_matmuls(rounding);  // as DeepSpeed's 16-bit models multiply
   const bool keep_params = !policy_.parameters;  // stage 3 holds only its partition
-  // Stages 0-1 sum the step's micro-batches in one fp32 host buffer: the device can sum them instead.
-  const bool keep_grads = !policy_.gradients && config_.grad_storage == amp::Storage::F32;
+  const std::string blocker = device_step_blocker();
+  // Stages 0-1 sum the step's micro-batches in one fp32 host buffer: the device can sum them instead, and
+  // keeps them there when it also steps the optimizer.
+  const bool keep_grads = (!policy_.gradients || blocker.empty()) && config_.grad_storage == amp::Storage::F32;
   device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params,
                                                   keep_grads, data_, config_.micro_batch,
                                                   predictions.ndim ? elements(predictions) : 0, rounding);
+  if (blocker.empty()) {
+    build_device_step();
+    optimizer_place_ = "the optimizer steps on the device: parameters, gradients and optimizer state stay there";
+  } else {
+    optimizer_place_ = "the optimizer steps on the CPU, with the fp32 parameters, gradients and optimizer state there "
+                       "(as ZeRO-Offload)";
+    if (config_.optimizer_on_device) optimizer_place_ += ": " + blocker;
+  }
+}
+
+std::string Engine::device_step_blocker() const {
+  if (!config_.optimizer_on_device) return "zero_optimization.offload_optimizer";
+  if (group_.size() > 1) return "with several ranks, ZeRO's reductions run on the host so far";
+  if (policy_.parameters) return "ZeRO stage 3 gathers the parameters on the host";
+  if (config_.grad_storage != amp::Storage::F32) return "16-bit gradient accumulation (grad_accum_dtype) runs on the host";
+  if (config_.low_precision_master) return "bf16 master weights (bf16_master_weights_and_grads) run on the host";
+  if (config_.nvme_offload || config_.param_offload) return "NVMe offload";
+  if (!optimizer_->device_update(0.0, 1)) return "this optimizer (or its bf16 state) runs on the host only";
+  return {};
+}
+
+// What the device's step updates: each tensor this rank holds (the optimizer's order is the
+// partition's), and the tied copies it refreshes.
+void Engine::build_device_step() {
+  std::vector<DeviceStep::Tensor> tensors;
+  std::vector<DeviceStep::Tie> ties;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (size_t k = 0; k < layers_[i].num_slots; ++k) {
+      const ParamSlot& slot = slots_[layers_[i].first_slot + k];
+      if (slot.owner >= 0) {
+        const auto owner = static_cast<size_t>(slot.owner);
+        const size_t owner_layer = static_cast<size_t>(
+            std::find_if(layers_.begin(), layers_.end(), [&](const Layer& l) { return owner < l.first_slot + l.num_slots; }) -
+            layers_.begin());
+        ties.push_back({i, k, owner_layer, owner - layers_[owner_layer].first_slot});
+        continue;
+      }
+      const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
+      float* host = config_.precision == amp::Storage::F32 ? reinterpret_cast<float*>(params_.data()) + slot.offset : nullptr;
+      tensors.push_back({i, k, mine.offset, slot.size, host});
+    }
+  std::optional<amp::Half> rounding;
+  if (config_.precision != amp::Storage::F32)
+    rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
+  device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(tensors), std::move(ties),
+                                              layout_->partition_size(), optimizer_->state().size(), rounding);
+}
+
+void Engine::sync_host() {
+  if (!device_step_ || !host_stale_) return;
+  device_step_->store(master_.empty() ? nullptr : master_.data(), optimizer_->state());
+  if (!master_.empty())
+    for (const zero::Unit& u : layout_->units()) put_params(u, 0, master_.data() + u.part_offset, u.chunk);
+  host_stale_ = false;
 }
 
 // The host buffers the device's copies read and write, page-locked (ZeRO-Offload's pin_memory; they
@@ -354,7 +410,7 @@ void Engine::pin_device_copies() {
   for (PageVector<float>* v : {&grad_scratch_[0], &grad_scratch_[1], &tied_values_, &tied_grads_})
     ranges.push_back(std::as_writable_bytes(std::span(*v)));
   ranges.push_back(policy_.parameters ? std::as_writable_bytes(std::span(param_scratch_)) : std::span(params_));
-  if (config_.grad_storage == amp::Storage::F32) {
+  if (config_.grad_storage == amp::Storage::F32 && !device_step_) {  // (with device_step_ they stay there)
     ranges.push_back(grads_->full_buffer());
     for (std::span<std::byte> bucket : grads_->reserve_buckets()) ranges.push_back(bucket);
   }
@@ -641,6 +697,8 @@ void Engine::release_params(size_t layer, bool training) {
 }
 
 float* Engine::layer_grads(size_t layer) {
+  if (device_step_)  // only their shapes matter: the device keeps them (the host's buffer, untouched)
+    return reinterpret_cast<float*>(layer_in_unit(grads_->owned_grads(layout_->unit_of_layer(layer)), layer, sizeof(float)));
   if (config_.grad_storage == amp::Storage::F32)
     return reinterpret_cast<float*>(layer_in_unit(grads_->unit_grads(layout_->unit_index(layer)), layer, sizeof(float)));
   PageVector<float>& scratch = grad_scratch(layer);
@@ -776,8 +834,8 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
       grad_sync_.zeroed.clear();
       for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s)
         grad_sync_.zeroed.push_back(fresh && slots_[s].owner < 0);
-      grad_sync_.first = grads_->fresh(unit);
-      grad_sync_.last = last_micro_batch;
+      grad_sync_.first = device_step_ ? micro_ == 0 : grads_->fresh(unit);
+      grad_sync_.last = last_micro_batch && !device_step_;  // the device's step reads them there
       device_layers_->backward(i, on_device ? nullptr : &param_views_, grad_views_, grad_sync_, loss_grad, batch);
     } else {
       plugin_.backward(plugin_layer(i), param_views_.data(), layer_input(i, batch), output, grad_output,
@@ -799,6 +857,7 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
 }
 
 void Engine::finish_backward(size_t layer, float* grads, bool last_micro_batch) {
+  if (device_step_) return;  // the gradients stay on the device
   if (device_layers_) device_layers_->wait_grads(layer);
   take_tied_grads(layer, grads);
   store_grads(layer);
@@ -818,7 +877,7 @@ double Engine::evaluate(Dataset& data, int64_t max_samples) {
     throw ConfigError(fmt::format("evaluation data: {} samples (at most {} used) are fewer than one micro-batch of {} "
                                   "on each of {} ranks", info.num_samples, max_samples, mb, world));
   buffer_ = 0;
-  if (device_layers_) device_layers_->forget_params();
+  if (device_layers_ && !device_step_) device_layers_->forget_params();  // (device_step_: updated there)
   MicroBatch& m = current();
   ds_tensor input{m.input.data(), data_.input_dtype, batched(mb, data_.input_shape), DS_DEVICE_CPU};
   ds_tensor target{m.target.data(), data_.target_dtype, batched(mb, data_.target_shape), DS_DEVICE_CPU};
@@ -870,7 +929,7 @@ std::vector<float> Engine::predict(const ds_tensor& input_batch) {
   ds_tensor predictions{out.data(), DS_F32, shape, DS_DEVICE_CPU};
   ds_batch batch{&input, &target, steps_, 0, &predictions};
   rows_ = rows;
-  if (device_layers_) device_layers_->forget_params();
+  if (device_layers_ && !device_step_) device_layers_->forget_params();  // (device_step_: updated there)
   try {
     if (config_.pipeline) pipeline_forward(batch);
     else forward(batch, false);
@@ -917,8 +976,10 @@ StepStats Engine::step() {
     throw std::logic_error("engine: an optimizer that averages its own gradients needs ZeRO stage 0");
   if (!averaged && config_.pipeline)
     throw ConfigError("optimizer: the 1-bit optimizers' own gradient exchange does not run with pipeline parallelism");
-  grads_->begin_step(averaged);
-  if (device_layers_) device_layers_->forget_params();  // updated since they were uploaded
+  if (!device_step_) {
+    grads_->begin_step(averaged);
+    if (device_layers_) device_layers_->forget_params();  // updated since they were uploaded
+  }
   if (swapper_) swapper_->prefetch();  // the update's first sub-groups, read during forward and backward
 
   double loss_sum = 0.0, schedule_seconds = 0.0, compute_seconds = 0.0;
@@ -929,6 +990,7 @@ StepStats Engine::step() {
   } else {
     ds_tensor input, target;
     for (int64_t m = 0; m < config_.grad_accum; ++m) {
+      micro_ = m;
       const ds_batch batch = load_micro_batch(epoch, within, m, input, target);
       const auto forward_start = Clock::now();
       forward(batch, true);
@@ -941,10 +1003,10 @@ StepStats Engine::step() {
   }
   const auto reduce_start = Clock::now();
   if (config_.pipeline) reduce_pipeline_gradients();
-  grads_->finish();
+  if (!device_step_) grads_->finish();
   phases.backward_allreduce = seconds_since(reduce_start);
   const auto update_start = Clock::now();
-  const double norm = gradient_norm(averaged) / scale;
+  const double norm = (device_step_ ? std::sqrt(device_step_->sum_squares()) : gradient_norm(averaged)) / scale;
   ++steps_;
   stats.step = steps_;
   stats.epoch = epoch;
@@ -1028,6 +1090,13 @@ double Engine::owned_sum_of_squares(const std::function<bool(const ParamSlot&)>&
 void Engine::update(double norm, double scale, double lr) {
   const double coef = config_.gradient_clipping > 0.0 ? std::min(1.0, config_.gradient_clipping / (norm + 1e-6)) : 1.0;
   const double factor = coef / scale;
+  if (device_step_) {  // the gradients, parameters and state are on the device
+    ++updates_;
+    if (!device_step_->loaded()) device_step_->load(master_.empty() ? nullptr : master_.data(), optimizer_->state());
+    device_step_->update(*optimizer_->device_update(lr, updates_), factor);
+    host_stale_ = true;
+    return;
+  }
   if (fused_update_) {
     for (Segment& s : segments_) s.grad_scale = factor;  // applied as the optimizer reads them
   } else if (grads32_.empty()) {

@@ -46,6 +46,7 @@
 #include "data/dataset.h"
 #include "backend/backend.h"
 #include "engine/device_layers.h"
+#include "engine/device_step.h"
 #include "engine/model_collectives.h"
 #include "engine/sampler.h"
 #include "engine/sequence_slice.h"
@@ -94,6 +95,10 @@ struct EngineConfig {
   backend::Device* device = nullptr;        // the layers run on this device (the plugin was created on its
                                             // backend); the engine's buffers stay on the host (device_layers.h).
                                             // nullptr: the CPU
+  bool optimizer_on_device = false;         // with a device: the optimizer steps there where it can (one rank,
+                                            // stages 0-2, fp32 gradients, Adam/AdamW, SGD or Lamb with fp32
+                                            // state: device_step.h); else on the host, as ZeRO-Offload.
+                                            // DeepSpeed's choice without offload_optimizer
   pipe::StageLinks* pipeline = nullptr;     // pipeline parallelism: this rank is stage pipeline->stage();
                                             // the groups to the other stages (see above)
   ProcessGroup* tensor_parallel = nullptr;  // tensor parallelism: the group the plugin was split over
@@ -274,6 +279,8 @@ class Engine {
   // With a device: what the user should know of the set-up, e.g. host memory that could not be pinned;
   // empty when nothing.
   const std::string& device_note() const { return device_note_; }
+  // With a device: where the optimizer steps, and if on the host although asked for the device, why.
+  const std::string& optimizer_place() const { return optimizer_place_; }
   // Bytes and seconds of the NVMe swap file's I/O so far; none without NVMe offload.
   std::optional<offload::SwapStats> swap_stats() const {
     return swapper_ ? std::optional(swapper_->stats()) : std::nullopt;
@@ -305,6 +312,11 @@ class Engine {
   };
   void build_layers();
   void build_device_layers();
+  // Why the optimizer cannot step on the device (device_step.h); empty when it can.
+  std::string device_step_blocker() const;
+  void build_device_step();
+  // The host's parameters, master and optimizer state brought up to date from the device's step.
+  void sync_host();
   void pin_device_copies();  // once the buffers exist
   void pin_for_device(std::span<std::byte> range);  // page-locks it, or counts it in device_note_
   void build_partition();
@@ -470,6 +482,10 @@ class Engine {
   std::vector<float> slices_;                      // pipeline x tensor parallelism: gather_slices' scratch
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it (declared after
                                                    // the host buffers it pins: it unpins them first)
+  std::unique_ptr<DeviceStep> device_step_;        // the optimizer on the device (after device_layers_)
+  bool host_stale_ = false;                        // device_step_ updated since the host's copies were synced
+  int64_t micro_ = 0;                              // the step's micro-batch under way
+  std::string optimizer_place_;                    // optimizer_place()
   std::string device_note_;                        // device_note()
   size_t unpinned_bytes_ = 0;                      // of the host buffers the device's copies use
   ModelGroups model_groups_;                       // tensor and sequence parallelism: the plugin's groups

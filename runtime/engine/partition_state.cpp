@@ -125,6 +125,7 @@ void Engine::update_swapped(double lr) {
 }
 
 void Engine::read_partition(std::vector<float>& master_p, std::vector<std::vector<float>>* state) {
+  sync_host();
   const size_t partition = layout_->partition_size();
   master_p.assign(partition, 0.0f);
   const std::vector<StateView> own = optimizer_->state();

@@ -28,6 +28,13 @@ class Adam final : public Optimizer {
   }
 
   std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
+  std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
+    if (exp_avg_.storage() != amp::Storage::F32) return std::nullopt;
+    DeviceUpdate u;
+    u.kind = params_.adam_w_mode ? DeviceUpdate::Kind::adamw : DeviceUpdate::Kind::adam;
+    u.adam = args(lr, step);
+    return u;
+  }
 
   void set_betas(double beta1, double beta2) override {
     params_.beta1 = beta1;
@@ -35,14 +42,18 @@ class Adam final : public Optimizer {
   }
 
  private:
-  // The segments' update with their moments in state[0] (m) and state[1] (v).
-  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+  // The element arguments of update number `step` at lr.
+  cpu::AdamArgs args(double lr, int64_t step) const {
     const float beta1 = static_cast<float>(params_.beta1), beta2 = static_cast<float>(params_.beta2);
     const float lr_f = static_cast<float>(lr), wd = static_cast<float>(params_.weight_decay);
     const float bc1 = params_.bias_correction ? bias_correction(beta1, step) : 1.0f;
     const float bc2 = params_.bias_correction ? bias_correction(beta2, step) : 1.0f;
-    const cpu::AdamArgs args{beta1, beta2, static_cast<float>(params_.eps), wd, -lr_f / bc1, 1.0f / std::sqrt(bc2),
-                             -lr_f * wd};
+    return {beta1, beta2, static_cast<float>(params_.eps), wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
+  }
+
+  // The segments' update with their moments in state[0] (m) and state[1] (v).
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+    const cpu::AdamArgs args = this->args(lr, step);
     const size_t state_bytes = amp::storage_bytes(state[0].storage);
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {

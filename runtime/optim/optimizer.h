@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -31,6 +32,9 @@
 #include "amp/storage.h"
 #include "comm/process_group.h"
 #include "config/ds_config.h"
+#include "cpu/adam_element.h"
+#include "cpu/lamb_element.h"
+#include "cpu/sgd_element.h"
 
 namespace ds {
 
@@ -72,6 +76,17 @@ struct StateView {
 // clipped to its partition (size 0 when the tensor lies elsewhere).
 using NormReducer = std::function<void(std::vector<double>& sums)>;
 
+// One update's arithmetic, for a device that runs the same element bodies as the CPU loops
+// (engine/device_step.h): the arguments of update number `step` at `lr`, as step() would use them.
+struct DeviceUpdate {
+  enum class Kind { adam, adamw, sgd, lamb } kind = Kind::adam;
+  cpu::AdamArgs adam{};  // adam, adamw
+  cpu::SgdArgs sgd{};    // sgd (no state without momentum)
+  cpu::LambArgs lamb{};  // lamb: the moments, then per tensor lamb_step_size · trust_ratio(Σp², Σu²)
+  float lamb_step_size = 0.0f;
+  std::function<float(double p_sq, double u_sq)> trust_ratio;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -105,6 +120,10 @@ class Optimizer {
   virtual bool fuses_mixed_precision() const { return false; }
   virtual void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
                                int64_t step);
+
+  // The update a device can run in its place, with state() as its state buffers in fp32 (Adam/AdamW,
+  // SGD, Lamb with fp32 state); none for the others.
+  virtual std::optional<DeviceUpdate> device_update(double /*lr*/, int64_t /*step*/) const { return std::nullopt; }
 
   // Replaces (beta1, beta2) from the next step on (OneCycle momentum cycling). All but SGD, which
   // throws std::logic_error.

@@ -30,13 +30,24 @@ class Sgd final : public Optimizer {
     return {momentum_buffer_.view("momentum_buffer")};
   }
 
+  std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
+    if (params_.momentum != 0.0 && momentum_buffer_.storage() != amp::Storage::F32) return std::nullopt;
+    DeviceUpdate u;
+    u.kind = DeviceUpdate::Kind::sgd;
+    u.sgd = args(lr, step);
+    return u;
+  }
+
  private:
+  cpu::SgdArgs args(double lr, int64_t step) const {
+    return {static_cast<float>(lr), static_cast<float>(params_.weight_decay), static_cast<float>(params_.momentum),
+            static_cast<float>(1.0 - params_.dampening), params_.nesterov, step == 1};
+  }
+
   // The segments' update, with the momentum buffer in state[0] (none without momentum).
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
     const amp::Storage storage = state.empty() ? amp::Storage::F32 : state[0].storage;
-    const cpu::SgdArgs args{static_cast<float>(lr), static_cast<float>(params_.weight_decay),
-                            static_cast<float>(params_.momentum), static_cast<float>(1.0 - params_.dampening),
-                            params_.nesterov, step == 1};
+    const cpu::SgdArgs args = this->args(lr, step);
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
       check_not_fp16(s.param_type, s.grad_type);

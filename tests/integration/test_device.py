@@ -33,13 +33,13 @@ def losses(path):
         return [d["loss"] for d in map(json.loads, f) if "loss" in d]  # training steps (not validation)
 
 
-def train(dsrun, env, tmp_path, name, worker, accelerator, cfg=CONFIG, steps=4, attention="fused"):
+def train(dsrun, env, tmp_path, name, worker, accelerator, cfg=CONFIG, steps=4, attention="fused", gpus=2):
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(cfg))
     metrics = tmp_path / f"{name}.jsonl"
-    r = run([dsrun, "--num_gpus", "2", worker, "--model", "gpt", "--config", str(path), "--steps", str(steps),
+    r = run([dsrun, "--num_gpus", str(gpus), worker, "--model", "gpt", "--config", str(path), "--steps", str(steps),
              "--metrics", str(metrics)],
-            dict(env, DSRUN_LOCAL_SLOTS="2", DS_ACCELERATOR=accelerator, DS_CUDA_ATTENTION=attention), timeout=300)
+            dict(env, DSRUN_LOCAL_SLOTS=str(gpus), DS_ACCELERATOR=accelerator, DS_CUDA_ATTENTION=attention), timeout=300)
     assert r.returncode == 0, r.stderr
     return r, losses(metrics)
 
@@ -51,11 +51,28 @@ def test_two_ranks_train_gpt_on_the_emulated_cuda_device_as_on_the_cpu(dsrun, cl
     r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda", cfg)
     assert "dsworker: device: the layers run on cuda:0, " in r.stderr
     assert ("emulated CUDA device (the CPU SIMT emulator)" in r.stderr) == EMULATED
+    assert "the optimizer steps on the CPU" in r.stderr and "with several ranks" in r.stderr  # so far
     _, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg)
     assert len(on_device) == len(on_cpu) == 4
     for a, b in zip(on_device, on_cpu):
         assert abs(a - b) <= 1e-5 * abs(b), (on_device, on_cpu)
     assert on_device[-1] < on_device[0]
+
+
+# One rank holding the whole model: the optimizer steps on the device (engine/device_step.h), unless
+# offload_optimizer keeps it on the CPU; both train as the CPU does.
+@pytest.mark.parametrize("offload", [False, True])
+def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clean_env, tmp_path, offload):
+    cfg = dict(CONFIG, zero_optimization={"stage": 2, **({"offload_optimizer": {"device": "cpu"}} if offload else {})})
+    r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda", cfg, gpus=1)
+    if offload:
+        assert "dsworker: device: the optimizer steps on the CPU" in r.stderr
+    else:
+        assert "dsworker: device: the optimizer steps on the device" in r.stderr
+    _, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg, gpus=1)
+    assert len(on_device) == len(on_cpu) == 4
+    for a, b in zip(on_device, on_cpu):
+        assert abs(a - b) <= 1e-5 * abs(b), (on_device, on_cpu)
 
 
 @pytest.mark.parametrize("attention", ["fused", "gemm"])

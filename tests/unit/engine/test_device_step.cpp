@@ -1,0 +1,237 @@
+// The optimizer's step on the device (engine/device_step.h), on the emulated CUDA backend: against the
+// same device's layers with the optimizer on the host (ZeRO-Offload's path) the parameters are the same
+// bits (the element bodies are the CPU loops'; only the norm's summation order differs, which matters
+// with clipping alone); a step moves no parameters or gradients between host and device; checkpoints
+// and restores see the device's values; tied parameters (GPT's embedding and head) stay one.
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "comm/thread_ranks.h"
+#include "counting_device.h"
+#include "data/token_dataset.h"
+#include "engine_test_util.h"
+
+using namespace ds;
+using namespace ds::test;
+
+namespace {
+
+std::unique_ptr<backend::Device> emulated_cuda() { return std::make_unique<backend::Cuda>(0); }
+
+const std::string kPlainAdam = R"({"type": "Adam", "params": {"lr": 0.01, "weight_decay": 0.01}})";
+const std::string kPlainSgd = R"({"type": "SGD", "params": {"lr": 0.05}})";
+
+// The same device's run with the optimizer on the host, and on the device.
+std::pair<Run, Run> host_and_device(RunSpec spec) {
+  spec.device = emulated_cuda;
+  const auto tweak = spec.tweak;
+  const Run host = run_training(spec);
+  spec.tweak = [tweak](EngineConfig& e) {
+    if (tweak) tweak(e);
+    e.optimizer_on_device = true;
+  };
+  return {host, run_training(spec)};
+}
+
+// The test config (Adam) for `world` ranks, and an engine config with the layers on `device`.
+DsConfig adam_config(int world) {
+  return parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4}, {"optimizer", nlohmann::json::parse(kAdam)}},
+                      "test", world);
+}
+EngineConfig on(backend::Device& device, bool optimizer_on_device) {
+  EngineConfig e;
+  e.micro_batch = 4;
+  e.device = &device;
+  e.optimizer_on_device = optimizer_on_device;
+  return e;
+}
+
+void set_precision(EngineConfig& e, amp::Storage p) {
+  e.precision = p;
+  if (p == amp::Storage::F16) e.loss_scaling = amp::LossScalerConfig{};
+}
+
+}  // namespace
+
+TEST_CASE("device step: Adam, AdamW, SGD and LAMB at stages 0 and 2 give the host optimizer's bits") {
+  for (const std::string& optimizer : {kAdam, kPlainAdam, kSgd, kPlainSgd, kLamb}) {
+    for (int stage : {0, 2}) {
+      CAPTURE(optimizer);
+      CAPTURE(stage);
+      RunSpec spec;
+      spec.gas = 2;
+      spec.stage = stage;
+      spec.optimizer = optimizer;
+      spec.steps = 4;
+      spec.every_step = true;  // the host's copies brought up to date between steps, which must not disturb them
+      const auto [host, device] = host_and_device(spec);
+      for (size_t s = 0; s < host.steps.size(); ++s) {
+        CAPTURE(s);
+        CHECK(device.steps[s].loss == host.steps[s].loss);
+        CHECK(device.steps[s].grad_norm == doctest::Approx(host.steps[s].grad_norm).epsilon(1e-12));
+      }
+      if (optimizer == kLamb) CHECK(relative_difference(device.params, host.params) < 1e-6);  // sums' order
+      else CHECK(device.params == host.params);
+    }
+  }
+}
+
+TEST_CASE("device step: fp16 with loss scaling and bf16 keep an fp32 master there") {
+  for (amp::Storage p : {amp::Storage::F16, amp::Storage::BF16}) {
+    CAPTURE(p == amp::Storage::F16 ? "fp16" : "bf16");
+    RunSpec spec;
+    spec.gas = 2;
+    spec.steps = 5;
+    spec.tweak = [p](EngineConfig& e) { set_precision(e, p); };
+    const auto [host, device] = host_and_device(spec);
+    for (size_t s = 0; s < host.steps.size(); ++s) {
+      CAPTURE(s);
+      CHECK(device.steps[s].loss == host.steps[s].loss);
+      CHECK(device.steps[s].loss_scale == host.steps[s].loss_scale);
+      CHECK(device.steps[s].skipped == host.steps[s].skipped);
+    }
+    CHECK(device.params == host.params);  // gather_parameters: the fp32 master
+  }
+}
+
+TEST_CASE("device step: clipping by the device's norm") {
+  RunSpec spec;
+  spec.gas = 3;
+  spec.clip = 0.05;  // below the norm: every step clips
+  spec.steps = 4;
+  const auto [host, device] = host_and_device(spec);
+  for (size_t s = 0; s < host.steps.size(); ++s) REQUIRE(host.steps[s].grad_norm > spec.clip);
+  CHECK(relative_difference(device.params, host.params) < 1e-6);
+  CHECK(device.params != device.initial);
+}
+
+// What crosses per step: the micro-batches up, each micro-batch's loss and the squared norm down.
+TEST_CASE("device step: a step moves no parameters or gradients between host and device") {
+  const DsConfig config = adam_config(1);
+  for (int stage : {0, 2}) {
+    for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16}) {
+      for (int64_t gas : {1, 3}) {
+        CAPTURE(stage);
+        CAPTURE(gas);
+        run_ranks(1, [&](ProcessGroup& group) {
+          CountingDevice device;
+          auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+          EngineConfig e = on(device, true);
+          e.grad_accum = gas;
+          e.zero_stage = stage;
+          e.precision = precision;
+          Engine engine = make_engine(e, *plugin, group, config);
+          CHECK(engine.optimizer_place().find("on the device") != std::string::npos);
+          engine.step();  // the parameters' first upload, and the master's and state's
+          device.uploaded = device.downloaded = 0;
+          engine.step();
+          const auto n = static_cast<size_t>(gas);
+          CHECK(device.uploaded == n * (4 * 12 + 4 + 1) * sizeof(float));  // inputs, targets, d(total)/d(loss)
+          CHECK(device.downloaded == n * sizeof(float) + sizeof(double));  // the losses, Σg²
+          CHECK(device.pinned.empty() == false);  // the parameters the first upload reads
+        });
+      }
+    }
+  }
+}
+
+// A checkpoint taken after device steps holds the device's values; restored into another engine, they
+// go back to the device, and training goes on as if never interrupted. Predictions read the updated
+// parameters on the device.
+TEST_CASE("device step: checkpoints, restores and predictions see the device's values") {
+  for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16}) {
+    CAPTURE(precision == amp::Storage::F32 ? "fp32" : "bf16");
+    const DsConfig config = adam_config(1);
+    run_ranks(1, [&](ProcessGroup& group) {
+      backend::Cuda cuda(0);
+      auto plugin = Plugin::load(plugin_path(), kModel, cuda.table());
+      EngineConfig e = on(cuda, false);
+      e.precision = precision;
+      Engine on_host = make_engine(e, *plugin, group, config);
+      e.optimizer_on_device = true;
+      Engine on_device = make_engine(e, *plugin, group, config);
+      Engine resumed = make_engine(e, *plugin, group, config);
+      for (int s = 0; s < 3; ++s) {
+        on_host.step();
+        on_device.step();
+      }
+      const TrainingState a = on_host.checkpoint_shard(), b = on_device.checkpoint_shard();
+      REQUIRE(a.tensors.size() == 3);  // master, exp_avg, exp_avg_sq
+      for (size_t k = 0; k < a.tensors.size(); ++k) {
+        CAPTURE(a.tensors[k].first);
+        CHECK(b.tensors[k] == a.tensors[k]);
+      }
+      resumed.step();  // its own values on the device, which the restore replaces
+      resumed.restore(b);
+      std::vector<float> x(3 * 12);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
+      const ds_tensor input{x.data(), DS_F32, {2, {3, 12}}, DS_DEVICE_CPU};
+      CHECK(resumed.predict(input) == on_host.predict(input));
+      CHECK(on_device.predict(input) == on_host.predict(input));
+      for (int s = 0; s < 2; ++s) {
+        const StepStats h = on_host.step(), r = resumed.step();
+        CHECK(r.loss == h.loss);
+        on_device.step();
+      }
+      CHECK(resumed.gather_parameters() == on_host.gather_parameters());
+      CHECK(on_device.gather_parameters() == on_host.gather_parameters());
+    });
+  }
+}
+
+// GPT ties its head to the token embedding: the head's gradient joins the embedding's before the norm
+// and the update, and the head's copy takes the updated values.
+TEST_CASE("device step: GPT's tied embedding and head") {
+  const std::string gpt = R"({"n_layer": 2, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 64})";
+  DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 2},
+                                                {"gradient_accumulation_steps", 2},
+                                                {"optimizer", nlohmann::json::parse(kAdam)}},
+                                 "test", 1);
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 8 * 64 + 1; ++i) tokens.push_back(static_cast<uint16_t>(i % 13 * 5 % 64));
+  run_ranks(1, [&](ProcessGroup& group) {
+    backend::Cuda cuda(0);
+    auto plugin = Plugin::load(std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_gpt.so", gpt, cuda.table());
+    TokenDataset data(tokens, 8, "train");
+    auto make = [&](bool on_device) {
+      EngineConfig e;
+      e.micro_batch = 2;
+      e.grad_accum = 2;
+      e.device = &cuda;
+      e.optimizer_on_device = on_device;
+      return Engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
+                    make_lr_schedule(config.scheduler, config.optimizer.lr), &data);
+    };
+    Engine host = make(false), device = make(true);
+    for (int s = 0; s < 4; ++s) {
+      const StepStats h = host.step(), d = device.step();
+      CHECK(d.loss == h.loss);
+    }
+    CHECK(device.gather_parameters() == host.gather_parameters());
+  });
+}
+
+TEST_CASE("device step: where it cannot, the optimizer stays on the host and the engine says why") {
+  const DsConfig config = adam_config(2);
+  run_ranks(2, [&](ProcessGroup& group) {
+    backend::Cuda cuda(0);
+    auto plugin = Plugin::load(plugin_path(), kModel, cuda.table());
+    Engine two_ranks = make_engine(on(cuda, true), *plugin, group, config);
+    CHECK(two_ranks.optimizer_place().find("on the CPU") != std::string::npos);
+    CHECK(two_ranks.optimizer_place().find("several ranks") != std::string::npos);
+  });
+  run_ranks(1, [&](ProcessGroup& group) {
+    backend::Cuda cuda(0);
+    auto plugin = Plugin::load(plugin_path(), kModel, cuda.table());
+    EngineConfig e = on(cuda, true);
+    e.zero_stage = 3;
+    CHECK(make_engine(e, *plugin, group, adam_config(1)).optimizer_place().find("stage 3") != std::string::npos);
+    e.zero_stage = 0;
+    e.optimizer_on_device = false;  // offload_optimizer: the user's choice, no reason given
+    CHECK(make_engine(e, *plugin, group, adam_config(1)).optimizer_place().find(':') == std::string::npos);
+  });
+}
