@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "comm/heartbeat.h"
+#include "comm/nccl_group.h"
 #include "comm/process_group.h"
 #include "comm/rendezvous.h"
 #include "comm/store.h"
@@ -143,8 +144,8 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
 // (engine/device_layers.h), and the optimizer there too where the engine can (device_step.h), else on
 // the CPU, as ZeRO-Offload keeps it. In bf16 the matmuls multiply in bf16 (the engine sets the backend so); the other ops,
 // and every op in fp16, compute in fp32 on 16-bit-rounded values, as the CPU's layers do. `note`
-// says where the layers run.
-std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note) {
+// says where the layers run, `index` which GPU.
+std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note, int& index) {
   const char* value = std::getenv("DS_ACCELERATOR");
   const std::string_view v = value ? value : "";
   if (v.empty() || v == "cpu") return nullptr;
@@ -167,6 +168,7 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
   }
   const char* local_rank = std::getenv("LOCAL_RANK");
   const int device = (local_rank ? std::atoi(local_rank) : 0) % gpus;
+  index = device;
   auto cuda = std::make_unique<backend::Cuda>(device);
   const char* arithmetic = config.bf16.enabled   ? " (bf16 matmuls with fp32 accumulation, the other ops in fp32)"
                            : config.fp16.enabled ? " (fp16 matmuls with fp32 accumulation, the other ops in fp32)"
@@ -340,7 +342,8 @@ int train(const WorkerOptions& o) {
   if (o.model.empty()) throw ConfigError("--model is required (a built-in name such as mlp, or a plugin .so path)");
   DsConfig config = load_worker_config(o, env.world_size, plugin);
   std::string device_note;
-  const std::unique_ptr<backend::Device> device = select_device(config, device_note);
+  int device_index = 0;
+  const std::unique_ptr<backend::Device> device = select_device(config, device_note, device_index);
   const bool lead = env.rank == 0;
   cpu::set_threads(kernel_threads_for());
   if (lead) {
@@ -401,6 +404,14 @@ int train(const WorkerOptions& o) {
     if (lead) std::fprintf(stderr, "%s", parallel_layout(topology, engine_settings.stage_bounds, *plugin).c_str());
   }
 
+  // Several data-parallel ranks on GPUs at stage 0: NCCL all-reduces the gradients in the GPUs' memory, so
+  // the optimizer can step there (engine/device_step.h). Not on the emulated device, whose memory NCCL cannot use.
+  std::unique_ptr<ProcessGroup> device_group;
+  if (device && group->size() > 1 && topology.world() == topology.data_size && engine_settings.optimizer_on_device &&
+      engine_settings.zero_stage == 0 && nccl_built() && !cuda::emulated())
+    device_group = make_nccl_group(real_nccl_api(), store, env.rank, env.world_size, "dp-nccl", env.comm_timeout,
+                                   device_index);
+  engine_settings.device_group = device_group.get();
   TrainingData data = load_training_data(config, *plugin);
   Engine engine(engine_settings, *plugin, *group,
                 [&](size_t n, NormReducer reducer) {

@@ -69,6 +69,7 @@ class Device {
 
   // The optimizer's step on the device (engine/device_step.h), in the ops' order; device memory. The
   // element updates are the CPU loops' bodies (kernels/cpu/*_element.h), so they give the CPU's bits.
+  virtual void synchronize() = 0;  // the host waits for every op so far (before another stream reads their results)
   virtual void copy_within(void* dst, const void* src, size_t bytes) = 0;
   virtual void accumulate(float* y, const float* x, size_t n) = 0;           // y[i] += x[i]
   virtual void rescale(float* x, size_t n, double factor) = 0;          // x[i] = float(x[i]·factor), in double
@@ -125,7 +126,7 @@ class Cuda : public Device {
                     double* sums) override;
   void lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args, float scale) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
-  void synchronize();
+  void synchronize() override;
 
   struct State;  // cuda_backend.cpp
 

@@ -46,12 +46,24 @@ void DeviceStep::load(const float* master, std::span<const StateView> state) {
   loaded_ = true;
 }
 
-double DeviceStep::sum_squares() {
+void DeviceStep::finish_gradients(ProcessGroup* group, double pre, double post) {
   for (const Tie& tie : ties_) {
     const ds_tensor& from = layers_.device_grads(tie.layer)[tie.index];
     device_.accumulate(static_cast<float*>(layers_.device_grads(tie.owner_layer)[tie.owner_index].data),
-                static_cast<const float*>(from.data), static_cast<size_t>(shape_numel(from.shape)));
+                       static_cast<const float*>(from.data), static_cast<size_t>(shape_numel(from.shape)));
   }
+  if (group == nullptr || group->size() == 1) return;
+  if (pre != 1.0)
+    for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, pre);
+  device_.synchronize();  // the group's stream reads what the ops wrote
+  std::vector<std::unique_ptr<Work>> sums;
+  for (const Tensor& t : tensors_) sums.push_back(group->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
+  for (auto& work : sums) work->wait();  // later ops are issued after: they see the sums
+  if (post != 1.0)
+    for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, post);
+}
+
+double DeviceStep::sum_squares() {
   device_.zero(sums_, sizeof(double));
   for (const Tensor& t : tensors_) device_.add_sum_squares(grad(t), t.size, sums_);
   double total = 0.0;

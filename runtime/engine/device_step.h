@@ -18,6 +18,7 @@
 
 #include "amp/half.h"
 #include "backend/backend.h"
+#include "comm/process_group.h"
 #include "engine/device_layers.h"
 #include "optim/optimizer.h"
 
@@ -46,7 +47,11 @@ class DeviceStep {
   // Host to device: the master copy ([n] fp32, 16-bit training; else nullptr) and the state buffers (fp32).
   void load(const float* master, std::span<const StateView> state);
   void forget() { loaded_ = false; }
-  // The tied gradients added into their owners', then Σg² over the tensors, in double.
+  // After the step's backward passes: the tied gradients added into their owners'; with a group (the
+  // data-parallel ranks over device memory), each tensor's gradients multiplied by `pre`, summed across
+  // the ranks and multiplied by `post` (GradientReducer's averaging).
+  void finish_gradients(ProcessGroup* group, double pre, double post);
+  // Σg² over the tensors, in double.
   double sum_squares();
   // One update: the gradients scaled by grad_scale (unscale and clipping), the optimizer's update, the
   // parameters rounded from the master (16-bit), the ties' copies refreshed. After sum_squares().

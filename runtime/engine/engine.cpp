@@ -354,7 +354,11 @@ void Engine::build_device_layers() {
 
 std::string Engine::device_step_blocker() const {
   if (!config_.optimizer_on_device) return "zero_optimization.offload_optimizer";
-  if (group_.size() > 1) return "with several ranks, ZeRO's reductions run on the host so far";
+  if (group_.size() > 1 && !config_.device_group) return "with several ranks, the gradients need a device group (NCCL)";
+  if (group_.size() > 1 && policy_.optimizer_state)
+    return "with several ranks, ZeRO stages 1-2 partition the optimizer on the host so far";
+  if (config_.device_group && config_.device_group->size() != group_.size())
+    throw std::invalid_argument("engine: the device group and the data-parallel group differ in size");
   if (policy_.parameters) return "ZeRO stage 3 gathers the parameters on the host";
   if (config_.grad_storage != amp::Storage::F32) return "16-bit gradient accumulation (grad_accum_dtype) runs on the host";
   if (config_.low_precision_master) return "bf16 master weights (bf16_master_weights_and_grads) run on the host";
@@ -1003,7 +1007,8 @@ StepStats Engine::step() {
   }
   const auto reduce_start = Clock::now();
   if (config_.pipeline) reduce_pipeline_gradients();
-  if (!device_step_) grads_->finish();
+  if (device_step_) device_step_->finish_gradients(config_.device_group, grads_->pre_scale(), grads_->post_scale());
+  else grads_->finish();
   phases.backward_allreduce = seconds_since(reduce_start);
   const auto update_start = Clock::now();
   const double norm = (device_step_ ? std::sqrt(device_step_->sum_squares()) : gradient_norm(averaged)) / scale;

@@ -99,6 +99,9 @@ struct EngineConfig {
                                             // stages 0-2, fp32 gradients, Adam/AdamW, SGD or Lamb with fp32
                                             // state: device_step.h); else on the host, as ZeRO-Offload.
                                             // DeepSpeed's choice without offload_optimizer
+  ProcessGroup* device_group = nullptr;     // with a device and several ranks: `group`'s ranks over the device's
+                                            // memory (NCCL), which the device step's gradients are all-reduced
+                                            // in (stage 0); without it the optimizer stays on the host
   pipe::StageLinks* pipeline = nullptr;     // pipeline parallelism: this rank is stage pipeline->stage();
                                             // the groups to the other stages (see above)
   ProcessGroup* tensor_parallel = nullptr;  // tensor parallelism: the group the plugin was split over

@@ -56,6 +56,9 @@ class GradientReducer {
   bool fresh(size_t unit) const { return policy_.gradients || !accumulated_[unit]; }
   // Backward is done with the unit for this micro-batch; `last` = the step's last micro-batch.
   void unit_done(size_t unit, bool last);
+  // The averaging's factors, applied before and after the sum across ranks (both 1 on one rank).
+  double pre_scale() const { return pre_; }
+  double post_scale() const { return post_; }
   // Waits for every reduction and finishes the averaging. Afterwards owned_grads(u) holds this
   // rank's averaged gradients of each unit's chunk (at stage 0 the whole unit).
   void finish();

@@ -69,6 +69,8 @@ struct RunSpec {
   OptimizerWrap wrap_optimizer;
   // Each rank's layers on this device's backend (made per rank; nullptr: the CPU).
   std::function<std::unique_ptr<backend::Device>()> device;
+  // With a device: the ranks' group over its memory (EngineConfig::device_group), made per rank.
+  std::function<std::unique_ptr<ProcessGroup>(std::shared_ptr<Store> store, int rank, int size)> device_group;
 };
 
 inline Run run_training(const RunSpec& spec) {
@@ -81,11 +83,14 @@ inline Run run_training(const RunSpec& spec) {
   std::vector<std::vector<std::vector<float>>> params(spec.world);  // [rank][check]
   Run run;
   std::mutex mutex;
-  run_ranks(spec.world, [&](ProcessGroup& group) {
+  run_ranks(spec.world, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
     const std::unique_ptr<backend::Device> device = spec.device ? spec.device() : nullptr;
+    const std::unique_ptr<ProcessGroup> device_group =
+        spec.device_group ? spec.device_group(store, group.rank(), group.size()) : nullptr;
     auto plugin = Plugin::load(plugin_path(), spec.model, device ? device->table() : nullptr);
     EngineConfig e;
     e.device = device.get();
+    e.device_group = device_group.get();
     e.micro_batch = config.train_micro_batch_size_per_gpu;
     e.grad_accum = config.gradient_accumulation_steps;
     e.gradient_clipping = config.gradient_clipping;

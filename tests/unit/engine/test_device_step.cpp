@@ -14,6 +14,10 @@
 #include "counting_device.h"
 #include "data/token_dataset.h"
 #include "engine_test_util.h"
+#ifdef DS_TEST_FAKE_NCCL
+#include "comm/nccl_group.h"
+#include "../nccl/fake_nccl.h"
+#endif
 
 using namespace ds;
 using namespace ds::test;
@@ -214,6 +218,42 @@ TEST_CASE("device step: GPT's tied embedding and head") {
     CHECK(device.gather_parameters() == host.gather_parameters());
   });
 }
+
+#ifdef DS_TEST_FAKE_NCCL
+// Two ranks at stage 0 (DeepSpeed's data parallelism without ZeRO): each tensor's gradients all-reduced in
+// device memory by the NCCL group (the fake: Gloo over host memory, which the emulated device's is), averaged
+// as the host's reducer averages them, then every rank steps its replica there. Sums of two addends do not
+// depend on their order: the same bits as the host's all-reduce and optimizer, replicas included (run_training
+// checks that the ranks agree).
+TEST_CASE("device step: two ranks at stage 0 all-reduce the gradients over NCCL in device memory") {
+  for (const std::string& optimizer : {kAdam, kSgd, kLamb}) {
+    for (bool prescale : {false, true}) {
+      CAPTURE(optimizer);
+      CAPTURE(prescale);
+      RunSpec spec;
+      spec.world = 2;
+      spec.gas = 2;
+      spec.steps = 3;
+      spec.optimizer = optimizer;
+      spec.tweak = [prescale](EngineConfig& e) {
+        e.prescale_gradients = prescale;
+        e.predivide_factor = 4.0;  // (without prescale: ×1/4 before the sum, ×4/2 after)
+      };
+      spec.device_group = [](std::shared_ptr<Store> store, int rank, int size) {
+        return make_nccl_group(fake_nccl_api(), std::move(store), rank, size, "dp-nccl", std::chrono::seconds(30), rank);
+      };
+      const auto [host, device] = host_and_device(spec);
+      for (size_t s = 0; s < host.steps.size(); ++s) {
+        CAPTURE(s);
+        CHECK(device.steps[s].loss == host.steps[s].loss);
+        CHECK(device.steps[s].grad_norm == doctest::Approx(host.steps[s].grad_norm).epsilon(1e-12));
+      }
+      if (optimizer == kLamb) CHECK(relative_difference(device.params, host.params) < 1e-6);
+      else CHECK(device.params == host.params);
+    }
+  }
+}
+#endif
 
 TEST_CASE("device step: where it cannot, the optimizer stays on the host and the engine says why") {
   const DsConfig config = adam_config(2);
