@@ -126,10 +126,10 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
     swap.allow_buffered = buffered_io_allowed();
     e.param_offload = swap;
   }
-  // On a GPU the optimizer steps there unless offload_optimizer sends it to the CPU (or the engine cannot:
-  // Engine::optimizer_place); offload's pin_memory (either block) says whether the host buffers the
-  // copies use are page-locked.
-  e.optimizer_on_device = !offload || offload->device == OffloadDevice::none;
+  // On a GPU the optimizer steps there unless offload_optimizer sends it to the CPU (stage 0 ignores it, as
+  // DeepSpeed does), or the engine cannot (Engine::optimizer_place); offload's pin_memory (either block) says
+  // whether the host buffers the copies use are page-locked.
+  e.optimizer_on_device = !offload || offload->device == OffloadDevice::none || e.zero_stage == 0;
   e.pin_memory = (!offload || offload->pin_memory) && (!params || params->pin_memory);
   e.recompute = c.activation_checkpointing.present || c.pipeline.activation_checkpoint_interval > 0;
   e.pipe_partitioned = c.pipeline.pipe_partitioned;
@@ -144,8 +144,8 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
 // (engine/device_layers.h), and the optimizer there too where the engine can (device_step.h), else on
 // the CPU, as ZeRO-Offload keeps it. In bf16 the matmuls multiply in bf16 (the engine sets the backend so); the other ops,
 // and every op in fp16, compute in fp32 on 16-bit-rounded values, as the CPU's layers do. `note`
-// says where the layers run, `index` which GPU.
-std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note, int& index) {
+// says where the layers run, `index` which GPU, `own_gpu` whether each of this host's ranks has a GPU of its own.
+std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::string& note, int& index, bool& own_gpu) {
   const char* value = std::getenv("DS_ACCELERATOR");
   const std::string_view v = value ? value : "";
   if (v.empty() || v == "cpu") return nullptr;
@@ -169,6 +169,8 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
   const char* local_rank = std::getenv("LOCAL_RANK");
   const int device = (local_rank ? std::atoi(local_rank) : 0) % gpus;
   index = device;
+  const char* local = std::getenv("LOCAL_SIZE");
+  own_gpu = (local && std::atoi(local) > 0 ? std::atoi(local) : 1) <= gpus;
   auto cuda = std::make_unique<backend::Cuda>(device);
   const char* arithmetic = config.bf16.enabled   ? " (bf16 matmuls with fp32 accumulation, the other ops in fp32)"
                            : config.fp16.enabled ? " (fp16 matmuls with fp32 accumulation, the other ops in fp32)"
@@ -343,7 +345,8 @@ int train(const WorkerOptions& o) {
   DsConfig config = load_worker_config(o, env.world_size, plugin);
   std::string device_note;
   int device_index = 0;
-  const std::unique_ptr<backend::Device> device = select_device(config, device_note, device_index);
+  bool own_gpu = false;
+  const std::unique_ptr<backend::Device> device = select_device(config, device_note, device_index, own_gpu);
   const bool lead = env.rank == 0;
   cpu::set_threads(kernel_threads_for());
   if (lead) {
@@ -404,11 +407,12 @@ int train(const WorkerOptions& o) {
     if (lead) std::fprintf(stderr, "%s", parallel_layout(topology, engine_settings.stage_bounds, *plugin).c_str());
   }
 
-  // Several data-parallel ranks on GPUs at stage 0: NCCL all-reduces the gradients in the GPUs' memory, so
-  // the optimizer can step there (engine/device_step.h). Not on the emulated device, whose memory NCCL cannot use.
+  // Several data-parallel ranks on GPUs at stages 0-2: NCCL all-reduces the gradients (and all-gathers the
+  // partitioned parameters) in the GPUs' memory, so the optimizer can step there (engine/device_step.h). Not on
+  // the emulated device, whose memory NCCL cannot use, nor where ranks share a GPU (NCCL refuses that).
   std::unique_ptr<ProcessGroup> device_group;
   if (device && group->size() > 1 && topology.world() == topology.data_size && engine_settings.optimizer_on_device &&
-      engine_settings.zero_stage == 0 && nccl_built() && !cuda::emulated())
+      engine_settings.zero_stage <= 2 && own_gpu && nccl_built() && !cuda::emulated())
     device_group = make_nccl_group(real_nccl_api(), store, env.rank, env.world_size, "dp-nccl", env.comm_timeout,
                                    device_index);
   engine_settings.device_group = device_group.get();

@@ -1,16 +1,29 @@
-// DeviceStep (device_step.h): the norm and the optimizer's update over the layers' device buffers.
+// DeviceStep (device_step.h): the gradients' reduction, the norm and the optimizer's update over the layers'
+// device buffers, and the partitioned parameters' gather.
 #include "engine/device_step.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace ds {
 
 DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors,
-                       std::vector<Tie> ties, size_t n, size_t state_buffers, std::optional<amp::Half> rounding)
-    : device_(device), layers_(layers), tensors_(std::move(tensors)), ties_(std::move(ties)), n_(n), rounding_(rounding) {
+                       std::vector<Tie> ties, size_t n, size_t state_buffers, std::optional<amp::Half> rounding,
+                       ProcessGroup* group, std::vector<Unit> units)
+    : device_(device), layers_(layers), tensors_(std::move(tensors)), ties_(std::move(ties)), n_(n), rounding_(rounding),
+      group_(group), units_(std::move(units)) {
   if (rounding_) master_ = static_cast<float*>(allocate(n_ * sizeof(float)));
   for (size_t k = 0; k < state_buffers; ++k) state_.push_back(static_cast<float*>(allocate(n_ * sizeof(float))));
   sums_ = static_cast<double*>(allocate(std::max<size_t>(1, 2 * tensors_.size()) * sizeof(double)));
+  size_t padded = 0, chunk = 0;
+  for (const Unit& u : units_) {
+    padded = std::max(padded, u.padded);
+    chunk = std::max(chunk, u.chunk);
+  }
+  if (!units_.empty()) {
+    unit_buffer_ = static_cast<float*>(allocate(padded * sizeof(float)));
+    chunk_buffer_ = static_cast<float*>(allocate(chunk * sizeof(float)));
+  }
 }
 
 DeviceStep::~DeviceStep() {
@@ -46,18 +59,18 @@ void DeviceStep::load(const float* master, std::span<const StateView> state) {
   loaded_ = true;
 }
 
-void DeviceStep::finish_gradients(ProcessGroup* group, double pre, double post) {
+void DeviceStep::finish_gradients(double pre, double post) {
   for (const Tie& tie : ties_) {
     const ds_tensor& from = layers_.device_grads(tie.layer)[tie.index];
     device_.accumulate(static_cast<float*>(layers_.device_grads(tie.owner_layer)[tie.owner_index].data),
                        static_cast<const float*>(from.data), static_cast<size_t>(shape_numel(from.shape)));
   }
-  if (group == nullptr || group->size() == 1) return;
+  if (group_ == nullptr || group_->size() == 1) return;
   if (pre != 1.0)
     for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, pre);
   device_.synchronize();  // the group's stream reads what the ops wrote
   std::vector<std::unique_ptr<Work>> sums;
-  for (const Tensor& t : tensors_) sums.push_back(group->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
+  for (const Tensor& t : tensors_) sums.push_back(group_->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
   for (auto& work : sums) work->wait();  // later ops are issued after: they see the sums
   if (post != 1.0)
     for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, post);
@@ -65,7 +78,8 @@ void DeviceStep::finish_gradients(ProcessGroup* group, double pre, double post) 
 
 double DeviceStep::sum_squares() {
   device_.zero(sums_, sizeof(double));
-  for (const Tensor& t : tensors_) device_.add_sum_squares(grad(t), t.size, sums_);
+  for (const Tensor& t : tensors_)
+    if (t.count > 0) device_.add_sum_squares(grad(t) + t.from, t.count, sums_);
   double total = 0.0;
   device_.to_host(&total, sums_, sizeof total);
   return total;
@@ -76,48 +90,78 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   using Kind = DeviceUpdate::Kind;
   const size_t states = u.kind == Kind::sgd ? (u.sgd.momentum != 0.0f ? 1u : 0u) : 2u;
   if (states != state_.size()) throw std::logic_error("DeviceStep: the update's state differs from the buffers held");
-  for (const Tensor& t : tensors_) {
-    if (grad_scale != 1.0) device_.rescale(grad(t), t.size, grad_scale);
-  }
-  auto p_of = [&](const Tensor& t) { return master_ ? master_ + t.offset : param(t); };
+  std::vector<const Tensor*> mine;  // the tensors with a part to update
+  for (const Tensor& t : tensors_)
+    if (t.count > 0) mine.push_back(&t);
+  if (grad_scale != 1.0)
+    for (const Tensor* t : mine) device_.rescale(grad(*t) + t->from, t->count, grad_scale);
+  auto p_of = [&](const Tensor& t) { return master_ ? master_ + t.offset : param(t) + t.from; };
+  auto g_of = [&](const Tensor& t) { return grad(t) + t.from; };
   auto state_at = [&](size_t k, const Tensor& t) { return state_[k] + t.offset; };
   if (u.kind == Kind::lamb) {  // the moments and the sums, then each tensor's trust ratio on the host
     device_.zero(sums_, 2 * tensors_.size() * sizeof(double));
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const Tensor& t = tensors_[i];
-      device_.lamb_moments(p_of(t), grad(t), state_at(0, t), state_at(1, t), t.size, u.lamb, sums_ + 2 * i);
+      if (t.count > 0) device_.lamb_moments(p_of(t), g_of(t), state_at(0, t), state_at(1, t), t.count, u.lamb, sums_ + 2 * i);
     }
     std::vector<double> sums(2 * tensors_.size());
     device_.to_host(sums.data(), sums_, sums.size() * sizeof(double));
+    if (u.reduce_sums) u.reduce_sums(sums);  // every rank lists every tensor, in one order
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const Tensor& t = tensors_[i];
-      device_.lamb_apply(p_of(t), state_at(0, t), state_at(1, t), t.size, u.lamb,
-                         u.lamb_step_size * u.trust_ratio(sums[2 * i], sums[2 * i + 1]));
+      if (t.count > 0)
+        device_.lamb_apply(p_of(t), state_at(0, t), state_at(1, t), t.count, u.lamb,
+                           u.lamb_step_size * u.trust_ratio(sums[2 * i], sums[2 * i + 1]));
     }
   } else {
-    for (const Tensor& t : tensors_) {
-      if (u.kind == Kind::sgd) device_.sgd_step(p_of(t), grad(t), states ? state_at(0, t) : nullptr, t.size, u.sgd);
-      else device_.adam_step(p_of(t), grad(t), state_at(0, t), state_at(1, t), t.size, u.adam, u.kind == Kind::adamw);
+    for (const Tensor* t : mine) {
+      if (u.kind == Kind::sgd) device_.sgd_step(p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count, u.sgd);
+      else device_.adam_step(p_of(*t), g_of(*t), state_at(0, *t), state_at(1, *t), t->count, u.adam, u.kind == Kind::adamw);
     }
   }
   if (master_)  // the parameters the layers read: the master's values at 16-bit precision
-    for (const Tensor& t : tensors_) {
-      device_.copy_within(param(t), master_ + t.offset, t.size * sizeof(float));
-      device_.round_to(*rounding_, param(t), t.size);
+    for (const Tensor* t : mine) {
+      device_.copy_within(param(*t) + t->from, master_ + t->offset, t->count * sizeof(float));
+      device_.round_to(*rounding_, param(*t) + t->from, t->count);
     }
+  if (!units_.empty()) gather_params();
   for (const Tie& tie : ties_) {
     const ds_tensor to = layers_.device_params(tie.layer)[tie.index];  // (a copy: the views come by value)
     device_.copy_within(to.data, layers_.device_params(tie.owner_layer)[tie.owner_index].data,
-                 static_cast<size_t>(shape_numel(to.shape)) * sizeof(float));
+                        static_cast<size_t>(shape_numel(to.shape)) * sizeof(float));
   }
 }
 
-void DeviceStep::store(float* master, std::span<const StateView> state) {
+// Unit by unit: this rank's updated parts into its chunk (zeros where the unit is padded), the chunks
+// all-gathered into the unit's flat buffer, and every tensor's values from there into its view.
+void DeviceStep::gather_params() {
+  const size_t rank = static_cast<size_t>(group_->rank());
+  for (size_t k = 0; k < units_.size(); ++k) {
+    const Unit& unit = units_[k];
+    if (unit.chunk == 0) continue;
+    device_.zero(chunk_buffer_, unit.chunk * sizeof(float));
+    for (const Tensor& t : tensors_)
+      if (t.unit == k && t.count > 0)
+        device_.copy_within(chunk_buffer_ + (t.in_unit + t.from - rank * unit.chunk), param(t) + t.from,
+                            t.count * sizeof(float));
+    device_.synchronize();  // the group's stream reads the chunk
+    group_->allgather_async(chunk_buffer_, unit_buffer_, unit.chunk, DataType::F32)->wait();
+    for (const Tensor& t : tensors_)
+      if (t.unit == k) device_.copy_within(param(t), unit_buffer_ + t.in_unit, t.size * sizeof(float));
+  }
+}
+
+void DeviceStep::store(float* master, std::span<const StateView> state,
+                       const std::function<void(const Tensor& tensor, const float* values)>& params) {
   if (!loaded_) return;  // the host's values are the latest
   if (master_) device_.to_host(master, master_, n_ * sizeof(float));
-  else
-    for (const Tensor& t : tensors_) device_.to_host(t.host_params, param(t), t.size * sizeof(float));
   for (size_t k = 0; k < state_.size(); ++k) device_.to_host(state[k].data, state_[k], n_ * sizeof(float));
+  std::vector<float> values;
+  for (const Tensor& t : tensors_) {
+    values.resize(t.size);
+    device_.to_host(values.data(), param(t), values.size() * sizeof(float));
+    params(t, values.data());
+  }
 }
 
 }  // namespace ds

@@ -354,9 +354,8 @@ void Engine::build_device_layers() {
 
 std::string Engine::device_step_blocker() const {
   if (!config_.optimizer_on_device) return "zero_optimization.offload_optimizer";
-  if (group_.size() > 1 && !config_.device_group) return "with several ranks, the gradients need a device group (NCCL)";
-  if (group_.size() > 1 && policy_.optimizer_state)
-    return "with several ranks, ZeRO stages 1-2 partition the optimizer on the host so far";
+  if (group_.size() > 1 && !config_.device_group)
+    return "with several ranks, the gradients need a device group (NCCL, one GPU per rank)";
   if (config_.device_group && config_.device_group->size() != group_.size())
     throw std::invalid_argument("engine: the device group and the data-parallel group differ in size");
   if (policy_.parameters) return "ZeRO stage 3 gathers the parameters on the host";
@@ -383,22 +382,39 @@ void Engine::build_device_step() {
         ties.push_back({i, k, owner_layer, owner - layers_[owner_layer].first_slot});
         continue;
       }
+      const size_t unit_index = layout_->unit_index(i);
+      const zero::Unit& unit = layout_->units()[unit_index];
       const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
-      float* host = config_.precision == amp::Storage::F32 ? reinterpret_cast<float*>(params_.data()) + slot.offset : nullptr;
-      tensors.push_back({i, k, mine.offset, slot.size, host});
+      DeviceStep::Tensor t;
+      t.layer = i;
+      t.index = k;
+      t.size = slot.size;
+      t.count = mine.size;
+      t.offset = mine.offset;
+      // where this rank's part starts in the full buffer: its chunk's start, and the part's place in the chunk
+      if (mine.size > 0) t.from = layout_->owned_begin(unit) + (mine.offset - unit.part_offset) - slot.offset;
+      t.unit = unit_index;
+      t.in_unit = slot.offset - unit.begin;
+      t.host = slot.offset;
+      tensors.push_back(t);
     }
   std::optional<amp::Half> rounding;
   if (config_.precision != amp::Storage::F32)
     rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
+  std::vector<DeviceStep::Unit> units;  // partitioned: every rank updates its chunks, then gathers the rest
+  if (policy_.optimizer_state && group_.size() > 1)
+    for (const zero::Unit& u : layout_->units()) units.push_back({u.padded(), u.chunk});
   device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(tensors), std::move(ties),
-                                              layout_->partition_size(), optimizer_->state().size(), rounding);
+                                              layout_->partition_size(), optimizer_->state().size(), rounding,
+                                              config_.device_group, std::move(units));
 }
 
 void Engine::sync_host() {
   if (!device_step_ || !host_stale_) return;
-  device_step_->store(master_.empty() ? nullptr : master_.data(), optimizer_->state());
-  if (!master_.empty())
-    for (const zero::Unit& u : layout_->units()) put_params(u, 0, master_.data() + u.part_offset, u.chunk);
+  device_step_->store(master_.empty() ? nullptr : master_.data(), optimizer_->state(),
+                      [&](const DeviceStep::Tensor& t, const float* values) {
+                        cpu::from_float(config_.precision, values, params_.data() + t.host * elem_, t.size);
+                      });
   host_stale_ = false;
 }
 
@@ -1007,11 +1023,18 @@ StepStats Engine::step() {
   }
   const auto reduce_start = Clock::now();
   if (config_.pipeline) reduce_pipeline_gradients();
-  if (device_step_) device_step_->finish_gradients(config_.device_group, grads_->pre_scale(), grads_->post_scale());
+  if (device_step_) device_step_->finish_gradients(grads_->pre_scale(), grads_->post_scale());
   else grads_->finish();
   phases.backward_allreduce = seconds_since(reduce_start);
   const auto update_start = Clock::now();
-  const double norm = (device_step_ ? std::sqrt(device_step_->sum_squares()) : gradient_norm(averaged)) / scale;
+  double norm = 0.0;
+  if (device_step_) {  // this rank's parts, summed across the ranks when partitioned (as gradient_norm)
+    double sum_sq = device_step_->sum_squares();
+    if (policy_.optimizer_state && group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
+    norm = std::sqrt(sum_sq) / scale;
+  } else {
+    norm = gradient_norm(averaged) / scale;
+  }
   ++steps_;
   stats.step = steps_;
   stats.epoch = epoch;

@@ -41,14 +41,14 @@ class Lamb final : public Optimizer {
 
   std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
 
-  // Without a reducer: a device's tensors are whole (one rank holds them).
   std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
-    if (exp_avg_.storage() != amp::Storage::F32 || reduce_) return std::nullopt;
+    if (exp_avg_.storage() != amp::Storage::F32) return std::nullopt;
     DeviceUpdate u;
     u.kind = DeviceUpdate::Kind::lamb;
     u.lamb = lamb_args(params_);
     u.lamb_step_size = lamb_step_size(params_, lr, step);
     u.trust_ratio = [params = params_](double p_sq, double u_sq) { return lamb_trust_ratio(params, p_sq, u_sq); };
+    u.reduce_sums = reduce_;
     return u;
   }
 

@@ -85,6 +85,7 @@ struct DeviceUpdate {
   cpu::LambArgs lamb{};  // lamb: the moments, then per tensor lamb_step_size · trust_ratio(Σp², Σu²)
   float lamb_step_size = 0.0f;
   std::function<float(double p_sq, double u_sq)> trust_ratio;
+  NormReducer reduce_sums;  // lamb on a partition: sums the per-tensor (Σp², Σu²) across ranks (may be empty)
 };
 
 class Optimizer {
