@@ -116,7 +116,9 @@ DS_DEVICE inline void store_rows(const Acc (&acc)[NT], float* scratch, float sca
     for (int nn = g; nn < NT && nn < g + kGroup; ++nn)
       wmma::store_matrix_sync(scratch + (nn - g) * 16, acc[nn], kFlashRows, wmma::mem_row_major);
     __syncwarp();
-    const int64_t c0 = col0 + 16 * g, cols = D - c0 < kFlashRows ? D - c0 : kFlashRows;
+    // the group's columns (fewer than kFlashRows when NT is not a multiple of kGroup), up to D
+    const int64_t c0 = col0 + 16 * g, group = 16 * (NT - g < kGroup ? NT - g : kGroup);
+    const int64_t cols = D - c0 < group ? D - c0 : group;
     for (int r = 0; r < 16; ++r)
       if (row0 + r < T)
         for (int64_t d = lane; d < cols; d += 32)

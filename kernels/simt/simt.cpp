@@ -349,12 +349,14 @@ void launch(dim3 grid, dim3 block, const LaunchOptions& options, const std::func
       for (Fiber& f : l.fibers) stack_pool.give(std::move(f.stack), l.options.stack_bytes);
     }
   } finish{l};
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        l.block_index = dim3(x, y, z);
-        run_block(l);
-      }
+  // Blocks one after another, in the launch's order too: two blocks writing the same place (a race on a
+  // GPU, where blocks run in any order) leave different values in the two orders.
+  const unsigned blocks = grid.count();
+  for (unsigned i = 0; i < blocks; ++i) {
+    const unsigned b = options.order == Order::forward ? i : blocks - 1 - i;
+    l.block_index = dim3(b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y));
+    run_block(l);
+  }
 }
 
 dim3 thread_idx() { return launch_state("threadIdx").current->index; }

@@ -2,7 +2,8 @@
 // without a GPU. Each CUDA thread of a block is a fiber on the calling thread; blocks run one after
 // another. A fiber runs until it reaches a block barrier (syncthreads), a warp collective (shuffles,
 // ballot, warp_sync) or its end; the scheduler then resumes the next fiber, in forward or reverse
-// thread order, so a kernel that misses a barrier gives different results in the two orders.
+// thread order, so a kernel that misses a barrier gives different results in the two orders. The
+// blocks run in the same order, so do two blocks that write the same output.
 //
 // What it checks, each an error (SimtError) naming the block, the thread and what went wrong:
 //   - barrier divergence: a thread ends while others of its block wait at a barrier, or threads
@@ -36,7 +37,7 @@ enum class Order { forward, reverse };
 
 struct LaunchOptions {
   size_t dynamic_shared_bytes = 0;       // extern __shared__ memory of each block
-  Order order = Order::forward;          // the order in which runnable threads are resumed
+  Order order = Order::forward;          // the order in which blocks run and runnable threads are resumed
   size_t stack_bytes = 256 * 1024;       // each thread's fiber stack
   size_t max_static_shared = 48 * 1024;  // as on the GPU without an opt-in
 };
