@@ -86,7 +86,7 @@ AttentionKernel attention_kernel(int64_t B, int64_t H, int64_t D, std::optional<
   if (!choice.empty() && choice != "fused" && choice != "gemm")
     throw std::runtime_error("DS_CUDA_ATTENTION='" + choice + "': expected fused or gemm");
   const bool applies = products && D <= kFlashMaxHeadDim && B * H <= kFlashMaxHeads;
-  return applies && choice != "gemm" ? AttentionKernel::fused : AttentionKernel::gemm;
+  return applies && choice == "fused" ? AttentionKernel::fused : AttentionKernel::gemm;
 }
 
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,

@@ -102,8 +102,8 @@ inline int64_t attention_chunk_heads(int64_t B, int64_t T, int64_t H) {  // T×T
 //
 // With 16-bit products and D ≤ kFlashMaxHeadDim (128), a fused kernel (flash attention,
 // flash_attention.cuh) does the same products on the tensor cores without the T×T scores in memory;
-// its workspace is Δ [B·H, T]. DS_CUDA_ATTENTION=gemm keeps the GEMMs (=fused, the default, uses
-// the fused kernel where it applies); `kernel` chooses for one call.
+// its workspace is Δ [B·H, T]. DS_CUDA_ATTENTION=fused chooses it where it applies; the default
+// (=gemm) keeps the GEMMs, which measured faster on an H100; `kernel` chooses for one call.
 enum class AttentionKernel { gemm, fused };
 AttentionKernel attention_kernel(int64_t B, int64_t H, int64_t D, std::optional<amp::Half> products);
 inline int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64_t D,
