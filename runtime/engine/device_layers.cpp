@@ -155,6 +155,11 @@ std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds
   return kept_views_[i];
 }
 
+const std::vector<ds_tensor>& DeviceLayers::device_params(size_t i) {
+  layer_params(i, nullptr);  // waits for the upload (and widens) when one is pending
+  return kept_views_[i];
+}
+
 void DeviceLayers::forget_params() { std::fill(params_kept_.begin(), params_kept_.end(), false); }
 
 void DeviceLayers::prefetch_params(size_t i, const std::vector<ds_tensor>& host) {

@@ -101,8 +101,8 @@ class DeviceLayers {
   bool keeps_params() const { return !params_kept_.empty(); }
   // For an optimizer step on the device (device_step.h): layer i's parameter views there (keep_params,
   // holds_params(i); the ops that follow wait for their upload) and its gradient views (keep_grads, after
-  // its first backward).
-  std::vector<ds_tensor> device_params(size_t i) { return layer_params(i, nullptr); }
+  // its first backward). The references stay valid until the layer's parameters are uploaded again.
+  const std::vector<ds_tensor>& device_params(size_t i);
   const std::vector<ds_tensor>& device_grads(size_t i) const;
   // Page-locks host memory [p, p + bytes) that the copies use, until this object goes (which must be
   // before that memory is freed). False, with the reason in `why`, when the device's system refuses.

@@ -9,9 +9,9 @@ namespace ds {
 
 DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors,
                        std::vector<Tie> ties, size_t n, size_t state_buffers, std::optional<amp::Half> rounding,
-                       ProcessGroup* group, std::vector<Unit> units)
+                       std::optional<amp::Half> grad_rounding, ProcessGroup* group, std::vector<Unit> units)
     : device_(device), layers_(layers), tensors_(std::move(tensors)), ties_(std::move(ties)), n_(n), rounding_(rounding),
-      group_(group), units_(std::move(units)) {
+      grad_rounding_(grad_rounding), group_(group), units_(std::move(units)) {
   if (rounding_) master_ = static_cast<float*>(allocate(n_ * sizeof(float)));
   for (size_t k = 0; k < state_buffers; ++k) state_.push_back(static_cast<float*>(allocate(n_ * sizeof(float))));
   sums_ = static_cast<double*>(allocate(std::max<size_t>(1, 2 * tensors_.size()) * sizeof(double)));
@@ -59,12 +59,18 @@ void DeviceStep::load(const float* master, std::span<const StateView> state) {
   loaded_ = true;
 }
 
+void DeviceStep::round_gradients() {
+  if (grad_rounding_)
+    for (const Tensor& t : tensors_) device_.round_to(*grad_rounding_, grad(t), t.size);
+}
+
 void DeviceStep::finish_gradients(double pre, double post) {
   for (const Tie& tie : ties_) {
     const ds_tensor& from = layers_.device_grads(tie.layer)[tie.index];
     device_.accumulate(static_cast<float*>(layers_.device_grads(tie.owner_layer)[tie.owner_index].data),
                        static_cast<const float*>(from.data), static_cast<size_t>(shape_numel(from.shape)));
   }
+  if (!ties_.empty()) round_gradients();
   if (group_ == nullptr || group_->size() == 1) return;
   if (pre != 1.0)
     for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, pre);
@@ -74,6 +80,7 @@ void DeviceStep::finish_gradients(double pre, double post) {
   for (auto& work : sums) work->wait();  // later ops are issued after: they see the sums
   if (post != 1.0)
     for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, post);
+  round_gradients();
 }
 
 double DeviceStep::sum_squares() {
@@ -126,7 +133,7 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
     }
   if (!units_.empty()) gather_params();
   for (const Tie& tie : ties_) {
-    const ds_tensor to = layers_.device_params(tie.layer)[tie.index];  // (a copy: the views come by value)
+    const ds_tensor& to = layers_.device_params(tie.layer)[tie.index];
     device_.copy_within(to.data, layers_.device_params(tie.owner_layer)[tie.owner_index].data,
                         static_cast<size_t>(shape_numel(to.shape)) * sizeof(float));
   }

@@ -48,11 +48,12 @@ class DeviceStep {
     size_t owner_layer = 0, owner_index = 0;  // the owner's
   };
   // `n`: the optimizer's elements; `state_buffers`: its state() count; `rounding`: 16-bit training's
-  // parameter precision (then an fp32 master lives on the device), none in fp32. `group`: the ranks over
+  // parameter precision (then an fp32 master lives on the device), none in fp32; `grad_rounding`: 16-bit
+  // gradient accumulation's precision (grad_accum_dtype), none for fp32 sums. `group`: the ranks over
   // device memory (nullptr: one rank); `units`: partitioned, the layout's units (else empty).
   DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors, std::vector<Tie> ties,
-             size_t n, size_t state_buffers, std::optional<amp::Half> rounding, ProcessGroup* group,
-             std::vector<Unit> units);
+             size_t n, size_t state_buffers, std::optional<amp::Half> rounding, std::optional<amp::Half> grad_rounding,
+             ProcessGroup* group, std::vector<Unit> units);
   ~DeviceStep();
   DeviceStep(const DeviceStep&) = delete;
   DeviceStep& operator=(const DeviceStep&) = delete;
@@ -61,9 +62,12 @@ class DeviceStep {
   // Host to device: the master copy ([n] fp32, 16-bit training; else nullptr) and the state buffers (fp32).
   void load(const float* master, std::span<const StateView> state);
   void forget() { loaded_ = false; }
+  // After each micro-batch's backward: with 16-bit gradient accumulation, the sums so far rounded to it,
+  // as the host's 16-bit buffers hold them (the device sums in fp32 between the roundings).
+  void round_gradients();
   // After the step's backward passes: the tied gradients added into their owners'; with several ranks,
-  // each tensor's gradients multiplied by `pre`, summed across the ranks and multiplied by `post`
-  // (GradientReducer's averaging).
+  // each tensor's gradients multiplied by `pre`, summed across the ranks (in fp32) and multiplied by
+  // `post` (GradientReducer's averaging); rounded again with 16-bit accumulation.
   void finish_gradients(double pre, double post);
   // Σg² over the parts this rank updates, in double.
   double sum_squares();
@@ -86,7 +90,7 @@ class DeviceStep {
   std::vector<Tensor> tensors_;
   std::vector<Tie> ties_;
   size_t n_;
-  std::optional<amp::Half> rounding_;
+  std::optional<amp::Half> rounding_, grad_rounding_;
   ProcessGroup* group_;
   std::vector<Unit> units_;
   float* unit_buffer_ = nullptr;   // partitioned: [max padded], one unit gathered

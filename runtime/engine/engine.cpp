@@ -125,6 +125,8 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   if (plugin_.sequence_parallel().size != (config_.sequence_parallel ? config_.sequence_parallel->size() : 1) ||
       (config_.sequence_parallel && group_.rank() % config_.sequence_parallel->size() != config_.sequence_parallel->rank()))
     throw std::invalid_argument("engine: the plugin's sequence-parallel split, its group and the gradient group differ");
+  if (config_.device_group && config_.device_group->size() != group_.size())
+    throw std::invalid_argument("engine: the device group and the data-parallel group differ in size");
   const int64_t per_step = config_.micro_batch * config_.grad_accum;
   steps_per_epoch_ = sampler_.per_rank() / per_step;
   if (steps_per_epoch_ == 0)
@@ -337,8 +339,8 @@ void Engine::build_device_layers() {
   const bool keep_params = !policy_.parameters;  // stage 3 holds only its partition
   const std::string blocker = device_step_blocker();
   // Stages 0-1 sum the step's micro-batches in one fp32 host buffer: the device can sum them instead, and
-  // keeps them there when it also steps the optimizer.
-  const bool keep_grads = (!policy_.gradients || blocker.empty()) && config_.grad_storage == amp::Storage::F32;
+  // keeps them there when it also steps the optimizer (in any grad_accum_dtype: device_step.h rounds).
+  const bool keep_grads = blocker.empty() || (!policy_.gradients && config_.grad_storage == amp::Storage::F32);
   device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params,
                                                   keep_grads, data_, config_.micro_batch,
                                                   predictions.ndim ? elements(predictions) : 0, rounding);
@@ -356,10 +358,8 @@ std::string Engine::device_step_blocker() const {
   if (!config_.optimizer_on_device) return "zero_optimization.offload_optimizer";
   if (group_.size() > 1 && !config_.device_group)
     return "with several ranks, the gradients need a device group (NCCL, one GPU per rank)";
-  if (config_.device_group && config_.device_group->size() != group_.size())
-    throw std::invalid_argument("engine: the device group and the data-parallel group differ in size");
+  if (config_.pipeline || config_.tensor_parallel) return "pipeline and tensor parallelism step on the host";
   if (policy_.parameters) return "ZeRO stage 3 gathers the parameters on the host";
-  if (config_.grad_storage != amp::Storage::F32) return "16-bit gradient accumulation (grad_accum_dtype) runs on the host";
   if (config_.low_precision_master) return "bf16 master weights (bf16_master_weights_and_grads) run on the host";
   if (config_.nvme_offload || config_.param_offload) return "NVMe offload";
   if (!optimizer_->device_update(0.0, 1)) return "this optimizer (or its bf16 state) runs on the host only";
@@ -401,12 +401,15 @@ void Engine::build_device_step() {
   std::optional<amp::Half> rounding;
   if (config_.precision != amp::Storage::F32)
     rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
+  std::optional<amp::Half> grad_rounding;
+  if (config_.grad_storage != amp::Storage::F32)
+    grad_rounding = config_.grad_storage == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
   std::vector<DeviceStep::Unit> units;  // partitioned: every rank updates its chunks, then gathers the rest
   if (policy_.optimizer_state && group_.size() > 1)
     for (const zero::Unit& u : layout_->units()) units.push_back({u.padded(), u.chunk});
   device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(tensors), std::move(ties),
                                               layout_->partition_size(), optimizer_->state().size(), rounding,
-                                              config_.device_group, std::move(units));
+                                              grad_rounding, config_.device_group, std::move(units));
 }
 
 void Engine::sync_host() {
@@ -873,6 +876,7 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
   }
   if (pending) finish_backward(pending->first, pending->second, last_micro_batch);
+  if (device_step_) device_step_->round_gradients();  // 16-bit accumulation: as the host's buffers
   return first_stage() ? nullptr : static_cast<const float*>(grad_output.data);
 }
 
@@ -1027,14 +1031,7 @@ StepStats Engine::step() {
   else grads_->finish();
   phases.backward_allreduce = seconds_since(reduce_start);
   const auto update_start = Clock::now();
-  double norm = 0.0;
-  if (device_step_) {  // this rank's parts, summed across the ranks when partitioned (as gradient_norm)
-    double sum_sq = device_step_->sum_squares();
-    if (policy_.optimizer_state && group_.size() > 1) group_.allreduce(&sum_sq, 1, DataType::F64, ReduceOp::Sum);
-    norm = std::sqrt(sum_sq) / scale;
-  } else {
-    norm = gradient_norm(averaged) / scale;
-  }
+  const double norm = gradient_norm(averaged) / scale;
   ++steps_;
   stats.step = steps_;
   stats.epoch = epoch;
@@ -1078,7 +1075,7 @@ StepStats Engine::step() {
 // gradient, so every rank takes the same decision on overflow without another collective.
 // Unaveraged gradients: √(Σ_ranks ‖gᵣ‖² / W), one 8-byte all-reduce, for the same reason.
 double Engine::gradient_norm(bool averaged) {
-  double sum_sq = grads_->owned_sum_of_squares();
+  double sum_sq = device_step_ ? device_step_->sum_squares() : grads_->owned_sum_of_squares();
   if (config_.pipeline) sum_sq = std::max(0.0, sum_sq - owned_sum_of_squares([](const ParamSlot& s) { return s.replica; }));
   if (config_.tensor_parallel) {  // the shares summed over the group, the replicated parameters counted once
     double shares = owned_sum_of_squares([](const ParamSlot& s) { return s.shard.dim >= 0 && !s.replica; });

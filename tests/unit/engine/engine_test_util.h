@@ -57,6 +57,7 @@ struct Run {
   std::vector<float> initial;    // rank 0's fp32 parameters before the first step
   std::vector<float> params;     // rank 0's fp32 parameters at the end
   std::vector<StepStats> steps;  // rank 0's, one per step
+  std::string optimizer_place;   // Engine::optimizer_place()
 };
 
 struct RunSpec {
@@ -111,6 +112,7 @@ inline Run run_training(const RunSpec& spec) {
     if (group.rank() != 0) return;
     run.steps = std::move(stats);
     run.initial = std::move(initial);
+    run.optimizer_place = engine.optimizer_place();
   });
   for (int r = 1; r < spec.world; ++r) REQUIRE(params[r] == params[0]);  // replicas never drift apart
   run.params = params[0].back();

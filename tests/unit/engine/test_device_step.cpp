@@ -102,6 +102,49 @@ TEST_CASE("device step: fp16 with loss scaling and bf16 keep an fp32 master ther
   }
 }
 
+// The device sums a step's micro-batches in fp32 and rounds the sum to the 16-bit type after each (as the
+// host's 16-bit buffer holds it): stage 1 gives the host's bits. At stage 2 the host also rounds each
+// micro-batch's gradient before adding it (its reduction buckets are 16-bit, as DeepSpeed's): the same
+// bits with one micro-batch per step, within the type's rounding with several.
+TEST_CASE("device step: 16-bit gradient accumulation (DeepSpeed's default at ZeRO 1-2) as the host's buffers") {
+  struct Case {
+    int stage, gas;
+  };
+  for (amp::Storage p : {amp::Storage::F16, amp::Storage::BF16})
+    for (const std::string& optimizer : {kAdam, kPlainSgd})
+      for (const Case c : {Case{1, 3}, Case{2, 1}, Case{2, 3}}) {
+        CAPTURE(p == amp::Storage::F16 ? "fp16" : "bf16");
+        CAPTURE(optimizer);
+        CAPTURE(c.stage);
+        CAPTURE(c.gas);
+        RunSpec spec;
+        spec.gas = c.gas;
+        spec.steps = 5;
+        spec.stage = c.stage;
+        spec.optimizer = optimizer;
+        spec.tweak = [p](EngineConfig& e) {
+          set_precision(e, p);
+          e.grad_storage = p;
+        };
+        const auto [host, device] = host_and_device(spec);
+        REQUIRE(device.optimizer_place.find("on the device") != std::string::npos);
+        const bool exact = c.stage == 1 || c.gas == 1;
+        const double rounding = p == amp::Storage::BF16 ? 0x1p-8 : 0x1p-11;
+        for (size_t s = 0; s < host.steps.size(); ++s) {
+          CAPTURE(s);
+          if (exact) {
+            CHECK(device.steps[s].loss == host.steps[s].loss);
+            CHECK(device.steps[s].grad_norm == doctest::Approx(host.steps[s].grad_norm).epsilon(1e-12));
+          } else {
+            CHECK(device.steps[s].loss == doctest::Approx(host.steps[s].loss).epsilon(rounding));
+            CHECK(device.steps[s].grad_norm == doctest::Approx(host.steps[s].grad_norm).epsilon(rounding));
+          }
+        }
+        if (exact) CHECK(device.params == host.params);
+        else CHECK(relative_difference(device.params, host.params) < rounding);
+      }
+}
+
 TEST_CASE("device step: clipping by the device's norm") {
   RunSpec spec;
   spec.gas = 3;
@@ -261,6 +304,48 @@ TEST_CASE("device step: two ranks reduce the gradients and gather the partitions
       else CHECK(device.params == host.params);
     }
   }
+}
+
+// 16-bit gradient accumulation on two ranks: the host reduces the bf16 buffers, the device sums the
+// rounded sums in fp32 and rounds the result (the sum of two bf16 values is exact in fp32: the same bits).
+TEST_CASE("device step: two ranks with bf16 gradient accumulation") {
+  for (int stage : {0, 1}) {
+    CAPTURE(stage);
+    RunSpec spec;
+    spec.stage = stage;
+    spec.world = 2;
+    spec.gas = 2;
+    spec.steps = 5;
+    spec.tweak = [](EngineConfig& e) {
+      set_precision(e, amp::Storage::BF16);
+      e.grad_storage = amp::Storage::BF16;
+    };
+    spec.device_group = [](std::shared_ptr<Store> store, int rank, int size) {
+      return make_nccl_group(fake_nccl_api(), std::move(store), rank, size, "dp-nccl", std::chrono::seconds(30), rank);
+    };
+    const auto [host, device] = host_and_device(spec);
+    REQUIRE(device.optimizer_place.find("on the device") != std::string::npos);
+    for (size_t s = 0; s < host.steps.size(); ++s) {
+      CAPTURE(s);
+      CHECK(device.steps[s].loss == host.steps[s].loss);
+      CHECK(device.steps[s].grad_norm == doctest::Approx(host.steps[s].grad_norm).epsilon(1e-12));
+    }
+    CHECK(device.params == host.params);
+  }
+}
+
+TEST_CASE("device step: a device group of another size than the ranks' is refused when the engine is made") {
+  const DsConfig config = adam_config(2);
+  run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
+    backend::Cuda cuda(0);
+    auto plugin = Plugin::load(plugin_path(), kModel, cuda.table());
+    auto alone = make_nccl_group(fake_nccl_api(), store, 0, 1, "alone-" + std::to_string(group.rank()),
+                                 std::chrono::seconds(30), group.rank());
+    EngineConfig e = on(cuda, true);
+    e.device_group = alone.get();
+    CHECK_THROWS_WITH_AS(make_engine(e, *plugin, group, config),
+                         "engine: the device group and the data-parallel group differ in size", std::invalid_argument);
+  });
 }
 #endif
 
