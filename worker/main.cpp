@@ -130,6 +130,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   // DeepSpeed does), or the engine cannot (Engine::optimizer_place); offload's pin_memory (either block) says
   // whether the host buffers the copies use are page-locked.
   e.optimizer_on_device = !offload || offload->device == OffloadDevice::none || e.zero_stage == 0;
+  e.timed_phases = c.wall_clock_breakdown;
   e.pin_memory = (!offload || offload->pin_memory) && (!params || params->pin_memory);
   e.recompute = c.activation_checkpointing.present || c.pipeline.activation_checkpoint_interval > 0;
   e.pipe_partitioned = c.pipeline.pipe_partitioned;

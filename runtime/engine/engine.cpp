@@ -1022,6 +1022,7 @@ StepStats Engine::step() {
       phases.forward += seconds_since(forward_start);
       const auto backward_start = Clock::now();
       backward(batch, m == config_.grad_accum - 1, scale);
+      end_phase();
       phases.backward_inner += seconds_since(backward_start);
     }
   }
@@ -1029,6 +1030,7 @@ StepStats Engine::step() {
   if (config_.pipeline) reduce_pipeline_gradients();
   if (device_step_) device_step_->finish_gradients(grads_->pre_scale(), grads_->post_scale());
   else grads_->finish();
+  end_phase();
   phases.backward_allreduce = seconds_since(reduce_start);
   const auto update_start = Clock::now();
   const double norm = gradient_norm(averaged) / scale;
@@ -1065,9 +1067,14 @@ StepStats Engine::step() {
   stats.schedule_seconds = schedule_seconds;
   stats.compute_seconds = compute_seconds;
   stats.sent_bytes = group_.comms().sent_bytes() + (config_.pipeline ? config_.pipeline->sent_bytes() : 0) - sent_before;
+  end_phase();
   phases.step = seconds_since(update_start);
   stats.seconds = seconds_since(start);
   return stats;
+}
+
+void Engine::end_phase() {
+  if (config_.timed_phases && config_.device) config_.device->synchronize();
 }
 
 // The global L2 norm of the averaged (still loss-scaled) gradient: this rank's sum of squares over

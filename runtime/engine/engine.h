@@ -95,9 +95,12 @@ struct EngineConfig {
   backend::Device* device = nullptr;        // the layers run on this device (the plugin was created on its
                                             // backend); the engine's buffers stay on the host (device_layers.h).
                                             // nullptr: the CPU
-  bool optimizer_on_device = false;         // with a device: the optimizer steps there where it can (one rank,
-                                            // stages 0-2, fp32 gradients, Adam/AdamW, SGD or Lamb with fp32
-                                            // state: device_step.h); else on the host, as ZeRO-Offload.
+  bool optimizer_on_device = false;         // with a device: the optimizer steps there where it can (stages
+                                            // 0-2, Adam/AdamW, SGD or Lamb with fp32 state: device_step.h);
+                                            // else on the host, as ZeRO-Offload.
+  bool timed_phases = false;                // with a device: wait for it at the end of each of a step's
+                                            // phases (wall_clock_breakdown), so that StepStats::phases hold
+                                            // the device's time, not only the host's issuing of its work
                                             // DeepSpeed's choice without offload_optimizer
   ProcessGroup* device_group = nullptr;     // with a device and several ranks: `group`'s ranks over the device's
                                             // memory (NCCL), which the device step's gradients are all-reduced
@@ -320,6 +323,8 @@ class Engine {
   void build_device_step();
   // The host's parameters, master and optimizer state brought up to date from the device's step.
   void sync_host();
+  // timed_phases: waits for the device's work so far (the phase's end, as DeepSpeed's timers' events).
+  void end_phase();
   void pin_device_copies();  // once the buffers exist
   void pin_for_device(std::span<std::byte> range);  // page-locks it, or counts it in device_note_
   void build_partition();

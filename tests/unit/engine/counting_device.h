@@ -66,7 +66,10 @@ class CountingDevice : public backend::Device {
   void round_to(amp::Half type, float* x, size_t n) override { cuda_.round_to(type, x, n); }
   void widen(amp::Half type, const uint16_t* in, float* out, size_t n) override { cuda_.widen(type, in, out, n); }
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
-  void synchronize() override { cuda_.synchronize(); }
+  void synchronize() override {
+    ++synchronized;
+    cuda_.synchronize();
+  }
   void copy_within(void* dst, const void* src, size_t bytes) override { cuda_.copy_within(dst, src, bytes); }
   void accumulate(float* y, const float* x, size_t n) override { cuda_.accumulate(y, x, n); }
   void rescale(float* x, size_t n, double factor) override { cuda_.rescale(x, n, factor); }
@@ -86,6 +89,7 @@ class CountingDevice : public backend::Device {
     cuda_.lamb_apply(p, m, v, n, args, scale);
   }
   size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
+  size_t synchronized = 0;  // synchronize() calls
   size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes

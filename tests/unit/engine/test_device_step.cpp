@@ -186,6 +186,28 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
   }
 }
 
+// wall_clock_breakdown: the engine waits for the device at the end of the backward passes, the reduction
+// and the update, so each phase's time holds the device's work (the forward's end already waits: its loss
+// comes back); without it, the step issues work without waiting.
+TEST_CASE("device step: timed phases wait for the device at each phase's end") {
+  const DsConfig config = adam_config(1);
+  for (bool timed : {false, true}) {
+    CAPTURE(timed);
+    run_ranks(1, [&](ProcessGroup& group) {
+      CountingDevice device;
+      auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+      EngineConfig e = on(device, true);
+      e.grad_accum = 3;
+      e.timed_phases = timed;
+      Engine engine = make_engine(e, *plugin, group, config);
+      engine.step();
+      const size_t before = device.synchronized;
+      engine.step();
+      CHECK(device.synchronized - before == (timed ? 3u + 2u : 0u));  // each backward, the reduction, the update
+    });
+  }
+}
+
 // A checkpoint taken after device steps holds the device's values; restored into another engine, they
 // go back to the device, and training goes on as if never interrupted. Predictions read the updated
 // parameters on the device.
