@@ -74,13 +74,39 @@ void DeviceStep::finish_gradients(double pre, double post) {
   if (group_ == nullptr || group_->size() == 1) return;
   if (pre != 1.0)
     for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, pre);
-  device_.synchronize();  // the group's stream reads what the ops wrote
-  std::vector<std::unique_ptr<Work>> sums;
-  for (const Tensor& t : tensors_) sums.push_back(group_->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
-  for (auto& work : sums) work->wait();  // later ops are issued after: they see the sums
-  if (post != 1.0)
-    for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, post);
-  round_gradients();
+  if (units_.empty()) {  // replicas: every rank needs every sum
+    device_.synchronize();  // the group's stream reads what the ops wrote
+    std::vector<std::unique_ptr<Work>> sums;
+    for (const Tensor& t : tensors_) sums.push_back(group_->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
+    for (auto& work : sums) work->wait();  // later ops are issued after: they see the sums
+  } else {
+    reduce_scatter_grads();
+  }
+  for (const Tensor& t : tensors_) {  // the parts this rank updates (replicas: the whole tensors)
+    if (t.count == 0) continue;
+    if (post != 1.0) device_.rescale(grad(t) + t.from, t.count, post);
+    if (grad_rounding_) device_.round_to(*grad_rounding_, grad(t) + t.from, t.count);
+  }
+}
+
+// Unit by unit, as gather_params backwards: every tensor's gradients into the unit's flat buffer (zeros
+// where the unit is padded), reduce-scattered into this rank's chunk, and the chunk's sums into the parts
+// this rank updates. The other parts keep this rank's own sums, which nothing reads.
+void DeviceStep::reduce_scatter_grads() {
+  const size_t rank = static_cast<size_t>(group_->rank());
+  for (size_t k = 0; k < units_.size(); ++k) {
+    const Unit& unit = units_[k];
+    if (unit.chunk == 0) continue;
+    device_.zero(unit_buffer_, unit.padded * sizeof(float));
+    for (const Tensor& t : tensors_)
+      if (t.unit == k) device_.copy_within(unit_buffer_ + t.in_unit, grad(t), t.size * sizeof(float));
+    device_.synchronize();  // the group's stream reads the unit
+    group_->reduce_scatter_async(unit_buffer_, chunk_buffer_, unit.chunk, DataType::F32, ReduceOp::Sum)->wait();
+    for (const Tensor& t : tensors_)
+      if (t.unit == k && t.count > 0)
+        device_.copy_within(grad(t) + t.from, chunk_buffer_ + (t.in_unit + t.from - rank * unit.chunk),
+                            t.count * sizeof(float));
+  }
 }
 
 double DeviceStep::sum_squares() {

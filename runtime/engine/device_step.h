@@ -6,8 +6,8 @@
 // nothing model-sized between host and device: the squared norm comes back as one number (and LAMB's
 // per-tensor sums). The updates are the CPU loops' element bodies.
 // With several ranks (a group over device memory: NCCL) the gradients are all-reduced there; at stages
-// 1-2 each rank updates its partition's part of each tensor and the updated parameters are all-gathered
-// there, unit by unit, through a flat buffer in the host's unit layout.
+// 1-2 they are reduce-scattered, each rank updates its partition's part of each tensor, and the updated
+// parameters are all-gathered there, both unit by unit through a flat buffer in the host's unit layout.
 // Tied parameters, as on the host: the users' gradients are added into the owner's before the norm,
 // and after the update the users' copies take the owner's values.
 // The host's copies (parameters, master, state) go stale with the first update: store() brings them up
@@ -66,8 +66,9 @@ class DeviceStep {
   // as the host's 16-bit buffers hold them (the device sums in fp32 between the roundings).
   void round_gradients();
   // After the step's backward passes: the tied gradients added into their owners'; with several ranks,
-  // each tensor's gradients multiplied by `pre`, summed across the ranks (in fp32) and multiplied by
-  // `post` (GradientReducer's averaging); rounded again with 16-bit accumulation.
+  // each tensor's gradients multiplied by `pre`, summed across the ranks (in fp32: all-reduced for
+  // replicas, reduce-scattered unit by unit when partitioned, so each rank sums the parts it updates)
+  // and multiplied by `post` (GradientReducer's averaging); rounded again with 16-bit accumulation.
   void finish_gradients(double pre, double post);
   // Σg² over the parts this rank updates, in double.
   double sum_squares();
@@ -83,7 +84,8 @@ class DeviceStep {
   float* param(const Tensor& t);
   float* grad(const Tensor& t) const;
   void* allocate(size_t bytes);
-  void gather_params();  // partitioned: every rank's updated parts into every rank's views
+  void gather_params();         // partitioned: every rank's updated parts into every rank's views
+  void reduce_scatter_grads();  // partitioned: the sums of the parts this rank updates
 
   backend::Device& device_;
   DeviceLayers& layers_;

@@ -356,6 +356,31 @@ TEST_CASE("device step: two ranks with bf16 gradient accumulation") {
   }
 }
 
+// Partitioned, each rank needs the sums of its parts only: the gradients are reduce-scattered (each rank
+// sends half of the model's bytes at two ranks) and the updated parameters all-gathered (the other half),
+// where all-reducing them would send one and a half times that.
+TEST_CASE("device step: partitioned, the gradients are reduce-scattered, not all-reduced") {
+  const DsConfig config = adam_config(2);
+  run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
+    backend::Cuda cuda(0);
+    auto plugin = Plugin::load(plugin_path(), kModel, cuda.table());
+    auto nccl = make_nccl_group(fake_nccl_api(), store, group.rank(), group.size(), "dp-nccl", std::chrono::seconds(30),
+                                group.rank());
+    EngineConfig e = on(cuda, true);
+    e.zero_stage = 1;
+    e.device_group = nccl.get();
+    Engine engine = make_engine(e, *plugin, group, config);
+    REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
+    engine.step();
+    const uint64_t before = nccl->comms().sent_bytes();
+    engine.step();
+    const double sent = static_cast<double>(nccl->comms().sent_bytes() - before);
+    const double model = static_cast<double>(engine.gather_parameters().size() * sizeof(float));
+    CHECK(sent >= model);  // the units' padding aside, one model's bytes
+    CHECK(sent < 1.25 * model);
+  });
+}
+
 TEST_CASE("device step: a device group of another size than the ranks' is refused when the engine is made") {
   const DsConfig config = adam_config(2);
   run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
