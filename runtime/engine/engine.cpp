@@ -20,6 +20,12 @@
 namespace ds {
 namespace {
 
+// The 16-bit type values in `storage` are rounded to; none for fp32.
+std::optional<amp::Half> half_of(amp::Storage storage) {
+  if (storage == amp::Storage::F32) return std::nullopt;
+  return storage == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
+}
+
 size_t elements(const ds_shape& s) {
   size_t n = 1;
   for (int d = 0; d < s.ndim; ++d) n *= static_cast<size_t>(s.dims[d]);
@@ -332,9 +338,7 @@ void Engine::build_device_layers() {
     shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape), floats});
   }
   const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
-  std::optional<amp::Half> rounding;
-  if (config_.precision != amp::Storage::F32)
-    rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
+  const std::optional<amp::Half> rounding = half_of(config_.precision);
   config_.device->set_half_matmuls(rounding);  // as DeepSpeed's 16-bit models multiply
   const bool keep_params = !policy_.parameters;  // stage 3 holds only its partition
   const std::string blocker = device_step_blocker();
@@ -398,18 +402,13 @@ void Engine::build_device_step() {
       t.host = slot.offset;
       tensors.push_back(t);
     }
-  std::optional<amp::Half> rounding;
-  if (config_.precision != amp::Storage::F32)
-    rounding = config_.precision == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
-  std::optional<amp::Half> grad_rounding;
-  if (config_.grad_storage != amp::Storage::F32)
-    grad_rounding = config_.grad_storage == amp::Storage::BF16 ? amp::Half::BF16 : amp::Half::F16;
   std::vector<DeviceStep::Unit> units;  // partitioned: every rank updates its chunks, then gathers the rest
   if (policy_.optimizer_state && group_.size() > 1)
     for (const zero::Unit& u : layout_->units()) units.push_back({u.padded(), u.chunk});
   device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(tensors), std::move(ties),
-                                              layout_->partition_size(), optimizer_->state().size(), rounding,
-                                              grad_rounding, config_.device_group, std::move(units));
+                                              layout_->partition_size(), optimizer_->state().size(),
+                                              half_of(config_.precision), half_of(config_.grad_storage),
+                                              config_.device_group, std::move(units));
 }
 
 void Engine::sync_host() {
