@@ -193,11 +193,13 @@ class NcclGroup final : public ProcessGroup {
     cuda(api_.memset_async(flag_, 0, sizeof(int32_t), stream_), "clearing the barrier's flag");
   }
 
+  // The stream before the flag: its work may still write the flag (a group made and dropped at once: the
+  // flag's clearing), and its destruction lets that work finish first.
   void release() {
     if (comm_) api_.comm_destroy(comm_);  // an aborted communicator is already gone (comm_ null)
     comm_ = nullptr;
-    if (flag_) api_.free(flag_);
     if (stream_) api_.stream_destroy(stream_);
+    if (flag_) api_.free(flag_);
   }
 
   uint64_t ring_share(uint64_t bytes) const { return bytes / size_ * (size_ - 1); }
