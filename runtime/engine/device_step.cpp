@@ -41,7 +41,7 @@ void* DeviceStep::allocate(size_t bytes) {
   return owned_.back();
 }
 
-float* DeviceStep::param(const Tensor& t) { return static_cast<float*>(layers_.device_params(t.layer)[t.index].data); }
+float* DeviceStep::param(const Tensor& t) const { return static_cast<float*>(layers_.device_params(t.layer)[t.index].data); }
 
 float* DeviceStep::grad(const Tensor& t) const {
   return static_cast<float*>(layers_.device_grads(t.layer)[t.index].data);
@@ -65,12 +65,13 @@ void DeviceStep::round_gradients() {
 }
 
 void DeviceStep::finish_gradients(double pre, double post) {
-  for (const Tie& tie : ties_) {
+  for (const Tie& tie : ties_) {  // the owners' sums change: with 16-bit accumulation, rounded again
     const ds_tensor& from = layers_.device_grads(tie.layer)[tie.index];
-    device_.accumulate(static_cast<float*>(layers_.device_grads(tie.owner_layer)[tie.owner_index].data),
-                       static_cast<const float*>(from.data), static_cast<size_t>(shape_numel(from.shape)));
+    const size_t size = static_cast<size_t>(shape_numel(from.shape));
+    float* owner = static_cast<float*>(layers_.device_grads(tie.owner_layer)[tie.owner_index].data);
+    device_.accumulate(owner, static_cast<const float*>(from.data), size);
+    if (grad_rounding_) device_.round_to(*grad_rounding_, owner, size);
   }
-  if (!ties_.empty()) round_gradients();
   if (group_ == nullptr || group_->size() == 1) return;
   if (pre != 1.0)
     for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, pre);
@@ -80,32 +81,12 @@ void DeviceStep::finish_gradients(double pre, double post) {
     for (const Tensor& t : tensors_) sums.push_back(group_->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
     for (auto& work : sums) work->wait();  // later ops are issued after: they see the sums
   } else {
-    reduce_scatter_grads();
+    exchange_units(Exchange::reduce_scatter_grads, &DeviceStep::grad);
   }
   for (const Tensor& t : tensors_) {  // the parts this rank updates (replicas: the whole tensors)
     if (t.count == 0) continue;
     if (post != 1.0) device_.rescale(grad(t) + t.from, t.count, post);
     if (grad_rounding_) device_.round_to(*grad_rounding_, grad(t) + t.from, t.count);
-  }
-}
-
-// Unit by unit, as gather_params backwards: every tensor's gradients into the unit's flat buffer (zeros
-// where the unit is padded), reduce-scattered into this rank's chunk, and the chunk's sums into the parts
-// this rank updates. The other parts keep this rank's own sums, which nothing reads.
-void DeviceStep::reduce_scatter_grads() {
-  const size_t rank = static_cast<size_t>(group_->rank());
-  for (size_t k = 0; k < units_.size(); ++k) {
-    const Unit& unit = units_[k];
-    if (unit.chunk == 0) continue;
-    device_.zero(unit_buffer_, unit.padded * sizeof(float));
-    for (const Tensor& t : tensors_)
-      if (t.unit == k) device_.copy_within(unit_buffer_ + t.in_unit, grad(t), t.size * sizeof(float));
-    device_.synchronize();  // the group's stream reads the unit
-    group_->reduce_scatter_async(unit_buffer_, chunk_buffer_, unit.chunk, DataType::F32, ReduceOp::Sum)->wait();
-    for (const Tensor& t : tensors_)
-      if (t.unit == k && t.count > 0)
-        device_.copy_within(grad(t) + t.from, chunk_buffer_ + (t.in_unit + t.from - rank * unit.chunk),
-                            t.count * sizeof(float));
   }
 }
 
@@ -157,7 +138,7 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
       device_.copy_within(param(*t) + t->from, master_ + t->offset, t->count * sizeof(float));
       device_.round_to(*rounding_, param(*t) + t->from, t->count);
     }
-  if (!units_.empty()) gather_params();
+  if (!units_.empty()) exchange_units(Exchange::gather_params, &DeviceStep::param);
   for (const Tie& tie : ties_) {
     const ds_tensor& to = layers_.device_params(tie.layer)[tie.index];
     device_.copy_within(to.data, layers_.device_params(tie.owner_layer)[tie.owner_index].data,
@@ -165,22 +146,42 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   }
 }
 
-// Unit by unit: this rank's updated parts into its chunk (zeros where the unit is padded), the chunks
-// all-gathered into the unit's flat buffer, and every tensor's values from there into its view.
-void DeviceStep::gather_params() {
+// Unit by unit through the flat buffers, the frame of both partitioned exchanges: the tensors' values
+// into the collective's input (zeros where the unit is padded), the collective, its output back into the
+// tensors. Reduce-scatter: every tensor whole into the unit, the sums of this rank's parts back (the other
+// parts keep this rank's own sums, which nothing reads). All-gather: this rank's parts into its chunk,
+// every rank's parts of every tensor back.
+void DeviceStep::exchange_units(Exchange exchange, float* (DeviceStep::*values)(const Tensor&) const) {
+  struct Copy {
+    float* buffer;
+    float* tensor;
+    size_t count;
+  };
+  const bool scatter = exchange == Exchange::reduce_scatter_grads;
+  float* in = scatter ? unit_buffer_ : chunk_buffer_;
+  float* out = scatter ? chunk_buffer_ : unit_buffer_;
   const size_t rank = static_cast<size_t>(group_->rank());
   for (size_t k = 0; k < units_.size(); ++k) {
     const Unit& unit = units_[k];
     if (unit.chunk == 0) continue;
-    device_.zero(chunk_buffer_, unit.chunk * sizeof(float));
+    const auto whole = [&](const Tensor& t) { return Copy{unit_buffer_ + t.in_unit, (this->*values)(t), t.size}; };
+    const auto part = [&](const Tensor& t) {  // none where this rank updates nothing of it
+      if (t.count == 0) return Copy{nullptr, nullptr, 0};
+      return Copy{chunk_buffer_ + (t.in_unit + t.from - rank * unit.chunk), (this->*values)(t) + t.from, t.count};
+    };
+    device_.zero(in, (scatter ? unit.padded : unit.chunk) * sizeof(float));
     for (const Tensor& t : tensors_)
-      if (t.unit == k && t.count > 0)
-        device_.copy_within(chunk_buffer_ + (t.in_unit + t.from - rank * unit.chunk), param(t) + t.from,
-                            t.count * sizeof(float));
-    device_.synchronize();  // the group's stream reads the chunk
-    group_->allgather_async(chunk_buffer_, unit_buffer_, unit.chunk, DataType::F32)->wait();
+      if (t.unit == k)
+        if (const Copy c = scatter ? whole(t) : part(t); c.count > 0)
+          device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
+    device_.synchronize();  // the group's stream reads the input
+    (scatter ? group_->reduce_scatter_async(in, out, unit.chunk, DataType::F32, ReduceOp::Sum)
+             : group_->allgather_async(in, out, unit.chunk, DataType::F32))
+        ->wait();  // later ops are issued after: they see the output
     for (const Tensor& t : tensors_)
-      if (t.unit == k) device_.copy_within(param(t), unit_buffer_ + t.in_unit, t.size * sizeof(float));
+      if (t.unit == k)
+        if (const Copy c = scatter ? part(t) : whole(t); c.count > 0)
+          device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
   }
 }
 

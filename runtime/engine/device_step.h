@@ -81,11 +81,13 @@ class DeviceStep {
              const std::function<void(const Tensor& tensor, const float* values)>& params);
 
  private:
-  float* param(const Tensor& t);
+  // Partitioned: the sums of the parts this rank updates (of grad), or every rank's updated parts into
+  // every rank's views (of param).
+  enum class Exchange { reduce_scatter_grads, gather_params };
+  float* param(const Tensor& t) const;
   float* grad(const Tensor& t) const;
   void* allocate(size_t bytes);
-  void gather_params();         // partitioned: every rank's updated parts into every rank's views
-  void reduce_scatter_grads();  // partitioned: the sums of the parts this rank updates
+  void exchange_units(Exchange exchange, float* (DeviceStep::*values)(const Tensor&) const);
 
   backend::Device& device_;
   DeviceLayers& layers_;
