@@ -350,6 +350,11 @@ void Engine::build_device_layers() {
                                                   predictions.ndim ? elements(predictions) : 0, rounding);
   if (blocker.empty()) {
     build_device_step();
+    // The host's gradient buffers and its update's views of them go unused: the device keeps the sums.
+    grads_->release_storage();
+    grads32_ = {};
+    grad_scratch_ = {};
+    segments_.clear();
     optimizer_place_ = "the optimizer steps on the device: parameters, gradients and optimizer state stay there";
   } else {
     optimizer_place_ = "the optimizer steps on the CPU, with the fp32 parameters, gradients and optimizer state there "
@@ -661,7 +666,9 @@ void Engine::views(const void* layer_base, const float* tied_base, size_t layer,
     const ParamSlot& slot = slots_[s];
     out.push_back(slot.owner >= 0
                       ? ds_tensor{const_cast<float*>(tied_base + slot.tied_offset), DS_F32, slot.shape, DS_DEVICE_CPU}
-                      : ds_tensor{const_cast<std::byte*>(static_cast<const std::byte*>(layer_base) + (slot.offset - begin) * elem),
+                      : ds_tensor{layer_base ? const_cast<std::byte*>(static_cast<const std::byte*>(layer_base) +
+                                                                       (slot.offset - begin) * elem)
+                                                 : nullptr,
                                   type, slot.shape, DS_DEVICE_CPU});
   }
 }
@@ -719,8 +726,7 @@ void Engine::release_params(size_t layer, bool training) {
 }
 
 float* Engine::layer_grads(size_t layer) {
-  if (device_step_)  // only their shapes matter: the device keeps them (the host's buffer, untouched)
-    return reinterpret_cast<float*>(layer_in_unit(grads_->owned_grads(layout_->unit_of_layer(layer)), layer, sizeof(float)));
+  if (device_step_) return nullptr;  // the device keeps them: the views give only their shapes
   if (config_.grad_storage == amp::Storage::F32)
     return reinterpret_cast<float*>(layer_in_unit(grads_->unit_grads(layout_->unit_index(layer)), layer, sizeof(float)));
   PageVector<float>& scratch = grad_scratch(layer);

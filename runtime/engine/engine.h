@@ -428,7 +428,7 @@ class Engine {
   void read_partition(std::vector<float>& master_p, std::vector<std::vector<float>>* state);
   void store_partition(const std::vector<float>& master_p, const std::vector<std::vector<float>>& state);
   // ds_tensor views of a layer's tensors inside `layer_base` (the layer's data, of `type`: fp32, or its
-  // stored 16 bits; tied ones fp32 in `tied_base`), into `out`.
+  // stored 16 bits; nullptr: shapes only; tied ones fp32 in `tied_base`), into `out`.
   void views(const void* layer_base, const float* tied_base, size_t layer, std::vector<ds_tensor>& out,
              ds_dtype type = DS_F32) const;
 

@@ -76,8 +76,10 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
     r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda", cfg, gpus=1)
     if offload:
         assert "dsworker: device: the optimizer steps on the CPU" in r.stderr
+        assert "grads 0 B" not in r.stdout  # the host sums the gradients
     else:
         assert "dsworker: device: the optimizer steps on the device" in r.stderr
+        assert "grads 0 B," in r.stdout  # the device keeps them: no host gradient buffer
     _, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg, gpus=1)
     assert len(on_device) == len(on_cpu) == 4
     tolerance = 1e-5 if precision == "fp32" else 2.0 ** -8

@@ -180,6 +180,7 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
           CHECK(device.uploaded == n * (4 * 12 + 4 + 1) * sizeof(float));  // inputs, targets, d(total)/d(loss)
           CHECK(device.downloaded == n * sizeof(float) + sizeof(double));  // the losses, Σg²
           CHECK(device.pinned.empty() == false);  // the parameters the first upload reads
+          CHECK(engine.memory().grads == 0);  // nor does the host keep a gradient buffer the device fills
         });
       }
     }
