@@ -2,7 +2,8 @@
 # For a machine with an NVIDIA GPU: builds dsrun with CUDA, then runs in one go what can only run there:
 # the GPU-labelled tests (ctest -L gpu), `dsworker --selftest` on every visible GPU (kernels, GEMMs and
 # NCCL), dsworker's training on the GPU against the CPU (tests/integration/test_device.py with
-# DSWORKER_GPU_BIN) and, where python3 has a CUDA torch, bench/gpu; and writes all of it, with the machine's
+# DSWORKER_GPU_BIN), dsworker's training speed on GPT-2 124M (bench/gpu/dsworker_gpt2.sh) and, where python3
+# has a CUDA torch, bench/gpu/run.py; and writes all of it, with the machine's
 # description, to one file (default gpu-check-<host>-<UTC time>.txt; the
 # self-test's JSON reports beside it). Exit status: 0 when everything passed, else 1.
 #   scripts/gpu-check.sh [RESULTS_FILE]
@@ -70,5 +71,6 @@ if python3 -c 'import pytest' 2>/dev/null; then  # dsworker's engine on the GPU 
 else
   log "gpu-check: tests/integration/test_device.py skipped: python3 has no pytest (apt-get install python3-pytest)"
 fi
+run bench/gpu/dsworker_gpt2.sh "$bin"  # dsworker's own training speed, GPT-2 124M on the first GPU
 log "gpu-check: $([ $status -eq 0 ] && echo 'everything passed' || echo 'something FAILED (see above)'); results in $out"
 exit $status
