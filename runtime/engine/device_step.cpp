@@ -20,13 +20,36 @@ DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, std::vecto
     padded = std::max(padded, u.padded);
     chunk = std::max(chunk, u.chunk);
   }
-  if (!units_.empty()) {
-    unit_buffer_ = static_cast<float*>(allocate(padded * sizeof(float)));
-    chunk_buffer_ = static_cast<float*>(allocate(chunk * sizeof(float)));
+  if (!units_.empty())
+    for (size_t slot = 0; slot < 2; ++slot) {
+      unit_buffer_[slot] = static_cast<float*>(allocate(padded * sizeof(float)));
+      chunk_buffer_[slot] = static_cast<float*>(allocate(chunk * sizeof(float)));
+    }
+  size_t layout_units = 0;
+  for (const Tensor& t : tensors_) layout_units = std::max(layout_units, t.unit + 1);
+  begun_.assign(layout_units, false);
+  for (const Tie& tie : ties_) {
+    const auto owner = std::find_if(tensors_.begin(), tensors_.end(), [&](const Tensor& t) {
+      return t.layer == tie.owner_layer && t.index == tie.owner_index;
+    });
+    if (owner == tensors_.end()) throw std::logic_error("DeviceStep: a tie's owner is not among the tensors");
+    tie_units_.push_back(owner->unit);
   }
 }
 
 DeviceStep::~DeviceStep() {
+  for (auto& work : sums_in_flight_) {  // a step that failed half-way: no collective may outlive its buffer
+    try {
+      work->wait();
+    } catch (...) {
+    }
+  }
+  for (Exchanging& e : exchanging_) {
+    try {
+      e.work->wait();
+    } catch (...) {
+    }
+  }
   for (void* p : owned_) {
     try {
       device_.release(p);
@@ -60,34 +83,68 @@ void DeviceStep::load(const float* master, std::span<const StateView> state) {
 }
 
 void DeviceStep::round_gradients() {
+  if (std::find(begun_.begin(), begun_.end(), true) != begun_.end())
+    throw std::logic_error("DeviceStep: round_gradients() after a unit's finish began (unit_done rounds it)");
   if (grad_rounding_)
     for (const Tensor& t : tensors_) device_.round_to(*grad_rounding_, grad(t), t.size);
 }
 
-void DeviceStep::finish_gradients(double pre, double post) {
-  for (const Tie& tie : ties_) {  // the owners' sums change: with 16-bit accumulation, rounded again
+// Rounded first (16-bit accumulation: as the host's buffers hold the sums), then the ties whose owner is in
+// the unit joined (their users come later in layer order: backward is done with them), the owners rounded
+// again; with several ranks, scaled by `pre` and their sum started: replicas all-reduce each tensor in
+// place, partitions reduce-scatter the unit through one of two buffer slots (a third waits for the
+// first), so that backward goes on while the group's stream sums.
+void DeviceStep::unit_done(size_t unit, double pre) {
+  if (begun_[unit]) return;
+  begun_[unit] = true;
+  if (grad_rounding_)
+    for (const Tensor& t : tensors_)
+      if (t.unit == unit) device_.round_to(*grad_rounding_, grad(t), t.size);
+  for (size_t i = 0; i < ties_.size(); ++i) {
+    if (tie_units_[i] != unit) continue;
+    const Tie& tie = ties_[i];
     const ds_tensor& from = layers_.device_grads(tie.layer)[tie.index];
     const size_t size = static_cast<size_t>(shape_numel(from.shape));
     float* owner = static_cast<float*>(layers_.device_grads(tie.owner_layer)[tie.owner_index].data);
     device_.accumulate(owner, static_cast<const float*>(from.data), size);
     if (grad_rounding_) device_.round_to(*grad_rounding_, owner, size);
   }
-  if (group_ == nullptr || group_->size() == 1) return;
+  const bool any = std::any_of(tensors_.begin(), tensors_.end(), [&](const Tensor& t) { return t.unit == unit; });
+  if (group_ == nullptr || group_->size() == 1 || !any) return;
   if (pre != 1.0)
-    for (const Tensor& t : tensors_) device_.rescale(grad(t), t.size, pre);
+    for (const Tensor& t : tensors_)
+      if (t.unit == unit) device_.rescale(grad(t), t.size, pre);
   if (units_.empty()) {  // replicas: every rank needs every sum
     device_.synchronize();  // the group's stream reads what the ops wrote
-    std::vector<std::unique_ptr<Work>> sums;
-    for (const Tensor& t : tensors_) sums.push_back(group_->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
-    for (auto& work : sums) work->wait();  // later ops are issued after: they see the sums
-  } else {
-    exchange_units(Exchange::reduce_scatter_grads, &DeviceStep::grad);
+    for (const Tensor& t : tensors_)
+      if (t.unit == unit)
+        sums_in_flight_.push_back(group_->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
+    return;
   }
+  if (units_[unit].chunk == 0) return;
+  if (exchanging_.size() == 2) finish_oldest_exchange();
+  const size_t slot = exchanging_.empty() ? 0 : 1 - exchanging_.back().slot;
+  exchanging_.push_back({unit, slot, start_exchange(Exchange::reduce_scatter_grads, unit, slot)});
+}
+
+void DeviceStep::finish_gradients(double pre, double post) {
+  for (size_t k = begun_.size(); k-- > 0;) unit_done(k, pre);  // those the backward passes did not report
+  std::fill(begun_.begin(), begun_.end(), false);
+  if (group_ == nullptr || group_->size() == 1) return;
+  for (auto& work : sums_in_flight_) work->wait();  // later ops are issued after: they see the sums
+  sums_in_flight_.clear();
+  while (!exchanging_.empty()) finish_oldest_exchange();
   for (const Tensor& t : tensors_) {  // the parts this rank updates (replicas: the whole tensors)
     if (t.count == 0) continue;
     if (post != 1.0) device_.rescale(grad(t) + t.from, t.count, post);
     if (grad_rounding_) device_.round_to(*grad_rounding_, grad(t) + t.from, t.count);
   }
+}
+
+void DeviceStep::finish_oldest_exchange() {
+  Exchanging& oldest = exchanging_.front();
+  finish_exchange(Exchange::reduce_scatter_grads, oldest.unit, oldest.slot, *oldest.work);
+  exchanging_.pop_front();
 }
 
 double DeviceStep::sum_squares() {
@@ -138,7 +195,8 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
       device_.copy_within(param(*t) + t->from, master_ + t->offset, t->count * sizeof(float));
       device_.round_to(*rounding_, param(*t) + t->from, t->count);
     }
-  if (!units_.empty()) exchange_units(Exchange::gather_params, &DeviceStep::param);
+  for (size_t k = 0; k < units_.size(); ++k)
+    if (units_[k].chunk > 0) finish_exchange(Exchange::gather_params, k, 0, *start_exchange(Exchange::gather_params, k, 0));
   for (const Tie& tie : ties_) {
     const ds_tensor& to = layers_.device_params(tie.layer)[tie.index];
     device_.copy_within(to.data, layers_.device_params(tie.owner_layer)[tie.owner_index].data,
@@ -146,43 +204,42 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   }
 }
 
-// Unit by unit through the flat buffers, the frame of both partitioned exchanges: the tensors' values
-// into the collective's input (zeros where the unit is padded), the collective, its output back into the
-// tensors. Reduce-scatter: every tensor whole into the unit, the sums of this rank's parts back (the other
-// parts keep this rank's own sums, which nothing reads). All-gather: this rank's parts into its chunk,
-// every rank's parts of every tensor back.
-void DeviceStep::exchange_units(Exchange exchange, float* (DeviceStep::*values)(const Tensor&) const) {
-  struct Copy {
-    float* buffer;
-    float* tensor;
-    size_t count;
-  };
+// A partitioned unit's exchange through the flat buffers of a slot: the tensors' values into the
+// collective's input (zeros where the unit is padded), the collective on the group's stream, then its
+// output back into the tensors. Reduce-scatter: every tensor's gradients whole into the unit, the sums of
+// this rank's parts back (the other parts keep this rank's own sums, which nothing reads). All-gather:
+// this rank's updated parts into its chunk, every rank's parts of every tensor back.
+std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit, size_t slot) {
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
-  float* in = scatter ? unit_buffer_ : chunk_buffer_;
-  float* out = scatter ? chunk_buffer_ : unit_buffer_;
-  const size_t rank = static_cast<size_t>(group_->rank());
-  for (size_t k = 0; k < units_.size(); ++k) {
-    const Unit& unit = units_[k];
-    if (unit.chunk == 0) continue;
-    const auto whole = [&](const Tensor& t) { return Copy{unit_buffer_ + t.in_unit, (this->*values)(t), t.size}; };
-    const auto part = [&](const Tensor& t) {  // none where this rank updates nothing of it
-      if (t.count == 0) return Copy{nullptr, nullptr, 0};
-      return Copy{chunk_buffer_ + (t.in_unit + t.from - rank * unit.chunk), (this->*values)(t) + t.from, t.count};
-    };
-    device_.zero(in, (scatter ? unit.padded : unit.chunk) * sizeof(float));
-    for (const Tensor& t : tensors_)
-      if (t.unit == k)
-        if (const Copy c = scatter ? whole(t) : part(t); c.count > 0)
-          device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
-    device_.synchronize();  // the group's stream reads the input
-    (scatter ? group_->reduce_scatter_async(in, out, unit.chunk, DataType::F32, ReduceOp::Sum)
-             : group_->allgather_async(in, out, unit.chunk, DataType::F32))
-        ->wait();  // later ops are issued after: they see the output
-    for (const Tensor& t : tensors_)
-      if (t.unit == k)
-        if (const Copy c = scatter ? part(t) : whole(t); c.count > 0)
-          device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
-  }
+  const Unit& u = units_[unit];
+  float* in = scatter ? unit_buffer_[slot] : chunk_buffer_[slot];
+  device_.zero(in, (scatter ? u.padded : u.chunk) * sizeof(float));
+  for (const Tensor& t : tensors_)
+    if (t.unit == unit)
+      if (const Copy c = scatter ? whole(exchange, t, slot) : part(exchange, t, slot); c.count > 0)
+        device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
+  device_.synchronize();  // the group's stream reads the input
+  return scatter ? group_->reduce_scatter_async(in, chunk_buffer_[slot], u.chunk, DataType::F32, ReduceOp::Sum)
+                 : group_->allgather_async(in, unit_buffer_[slot], u.chunk, DataType::F32);
+}
+
+void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work) {
+  work.wait();  // later ops are issued after: they see the output
+  const bool scatter = exchange == Exchange::reduce_scatter_grads;
+  for (const Tensor& t : tensors_)
+    if (t.unit == unit)
+      if (const Copy c = scatter ? part(exchange, t, slot) : whole(exchange, t, slot); c.count > 0)
+        device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
+}
+
+DeviceStep::Copy DeviceStep::whole(Exchange exchange, const Tensor& t, size_t slot) const {
+  return {unit_buffer_[slot] + t.in_unit, values(exchange, t), t.size};
+}
+
+DeviceStep::Copy DeviceStep::part(Exchange exchange, const Tensor& t, size_t slot) const {
+  if (t.count == 0) return {};  // this rank updates nothing of it
+  const size_t chunk_begin = static_cast<size_t>(group_->rank()) * units_[t.unit].chunk;
+  return {chunk_buffer_[slot] + (t.in_unit + t.from - chunk_begin), values(exchange, t) + t.from, t.count};
 }
 
 void DeviceStep::store(float* master, std::span<const StateView> state,

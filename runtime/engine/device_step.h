@@ -7,7 +7,9 @@
 // per-tensor sums). The updates are the CPU loops' element bodies.
 // With several ranks (a group over device memory: NCCL) the gradients are all-reduced there; at stages
 // 1-2 they are reduce-scattered, each rank updates its partition's part of each tensor, and the updated
-// parameters are all-gathered there, both unit by unit through a flat buffer in the host's unit layout.
+// parameters are all-gathered there, both unit by unit through flat buffers in the host's unit layout.
+// Each unit's sum starts as the last backward pass is done with it, on the group's stream, while backward
+// goes on with the units before it.
 // Tied parameters, as on the host: the users' gradients are added into the owner's before the norm,
 // and after the update the users' copies take the owner's values.
 // The host's copies (parameters, master, state) go stale with the first update: store() brings them up
@@ -15,7 +17,9 @@
 // them again before the next update.
 #pragma once
 #include <cstddef>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -62,13 +66,18 @@ class DeviceStep {
   // Host to device: the master copy ([n] fp32, 16-bit training; else nullptr) and the state buffers (fp32).
   void load(const float* master, std::span<const StateView> state);
   void forget() { loaded_ = false; }
-  // After each micro-batch's backward: with 16-bit gradient accumulation, the sums so far rounded to it,
-  // as the host's 16-bit buffers hold them (the device sums in fp32 between the roundings).
+  // After each micro-batch's backward but the step's last: with 16-bit gradient accumulation, the sums so
+  // far rounded to it, as the host's 16-bit buffers hold them (the device sums in fp32 between the roundings).
   void round_gradients();
-  // After the step's backward passes: the tied gradients added into their owners'; with several ranks,
-  // each tensor's gradients multiplied by `pre`, summed across the ranks (in fp32: all-reduced for
-  // replicas, reduce-scattered unit by unit when partitioned, so each rank sums the parts it updates)
-  // and multiplied by `post` (GradientReducer's averaging); rounded again with 16-bit accumulation.
+  // In the step's last backward pass, once it is done with a unit's layers (`unit`: the layout's index):
+  // the unit's gradients rounded (16-bit accumulation), the tied gradients added into the owners' in it;
+  // with several ranks each tensor's gradients multiplied by `pre` and their sum across the ranks started
+  // (in fp32: all-reduced for replicas, reduce-scattered when partitioned, so each rank sums the parts it
+  // updates). Then backward goes on while the group's stream sums.
+  void unit_done(size_t unit, double pre);
+  // After the step's backward passes: unit_done for the units not yet reported; with several ranks, the
+  // sums waited for and multiplied by `post` (GradientReducer's averaging), rounded again with 16-bit
+  // accumulation.
   void finish_gradients(double pre, double post);
   // Σg² over the parts this rank updates, in double.
   double sum_squares();
@@ -81,13 +90,27 @@ class DeviceStep {
              const std::function<void(const Tensor& tensor, const float* values)>& params);
 
  private:
-  // Partitioned: the sums of the parts this rank updates (of grad), or every rank's updated parts into
-  // every rank's views (of param).
+  // Partitioned: the sums of the parts this rank updates (of the gradients), or every rank's updated parts
+  // into every rank's views (of the parameters).
   enum class Exchange { reduce_scatter_grads, gather_params };
+  struct Copy {  // between a tensor's elements and their place in a slot's flat buffer
+    float* buffer = nullptr;
+    float* tensor = nullptr;
+    size_t count = 0;
+  };
+  struct Exchanging {  // a unit's reduce-scatter under way
+    size_t unit = 0, slot = 0;
+    std::unique_ptr<Work> work;
+  };
   float* param(const Tensor& t) const;
   float* grad(const Tensor& t) const;
+  float* values(Exchange e, const Tensor& t) const { return e == Exchange::reduce_scatter_grads ? grad(t) : param(t); }
+  Copy whole(Exchange e, const Tensor& t, size_t slot) const;  // the tensor, at its place in the unit
+  Copy part(Exchange e, const Tensor& t, size_t slot) const;   // this rank's part, at its place in the chunk
   void* allocate(size_t bytes);
-  void exchange_units(Exchange exchange, float* (DeviceStep::*values)(const Tensor&) const);
+  std::unique_ptr<Work> start_exchange(Exchange exchange, size_t unit, size_t slot);
+  void finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work);
+  void finish_oldest_exchange();
 
   backend::Device& device_;
   DeviceLayers& layers_;
@@ -97,8 +120,12 @@ class DeviceStep {
   std::optional<amp::Half> rounding_, grad_rounding_;
   ProcessGroup* group_;
   std::vector<Unit> units_;
-  float* unit_buffer_ = nullptr;   // partitioned: [max padded], one unit gathered
-  float* chunk_buffer_ = nullptr;  // and [max chunk], this rank's part of it
+  float* unit_buffer_[2] = {};     // partitioned, per slot: [max padded], one unit whole
+  float* chunk_buffer_[2] = {};    // and [max chunk], this rank's part of it
+  std::vector<bool> begun_;        // this step, per layout unit: unit_done has run
+  std::vector<size_t> tie_units_;  // per tie: its owner's unit
+  std::vector<std::unique_ptr<Work>> sums_in_flight_;  // replicas: the all-reduces started
+  std::deque<Exchanging> exchanging_;                  // partitioned: at most one per slot
   float* master_ = nullptr;        // 16-bit training: fp32 [n]
   std::vector<float*> state_;      // per state buffer: fp32 [n]
   double* sums_ = nullptr;         // [max(1, 2 · tensors)]: Σg², or LAMB's (Σp², Σu²) per tensor

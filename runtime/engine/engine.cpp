@@ -881,17 +881,21 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
   }
   if (pending) finish_backward(pending->first, pending->second, last_micro_batch);
-  if (device_step_) device_step_->round_gradients();  // 16-bit accumulation: as the host's buffers
+  if (device_step_ && !last_micro_batch) device_step_->round_gradients();  // 16-bit accumulation: as the host's buffers
   return first_stage() ? nullptr : static_cast<const float*>(grad_output.data);
 }
 
 void Engine::finish_backward(size_t layer, float* grads, bool last_micro_batch) {
-  if (device_step_) return;  // the gradients stay on the device
+  const size_t unit = layout_->unit_index(layer);
+  const bool unit_done = layout_->units()[unit].first_layer == layer;
+  if (device_step_) {  // the gradients stay on the device, where the step's last pass starts their sums
+    if (unit_done && last_micro_batch) device_step_->unit_done(unit, grads_->pre_scale());
+    return;
+  }
   if (device_layers_) device_layers_->wait_grads(layer);
   take_tied_grads(layer, grads);
   store_grads(layer);
-  const size_t unit = layout_->unit_index(layer);
-  if (layout_->units()[unit].first_layer == layer) grads_->unit_done(unit, last_micro_batch);
+  if (unit_done) grads_->unit_done(unit, last_micro_batch);
 }
 
 double Engine::evaluate(Dataset& data, int64_t max_samples) {

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -48,7 +49,10 @@ class CountingDevice : public backend::Device {
   uint64_t uploads_issued() override { return cuda_.uploads_issued(); }
   uint64_t copies_issued() override { return cuda_.copies_issued(); }
   void wait_copies(uint64_t ticket) override { cuda_.wait_copies(ticket); }
-  void ops_after_copies(uint64_t ticket) override { cuda_.ops_after_copies(ticket); }
+  void ops_after_copies(uint64_t ticket) override {
+    ++ordered_after_copies;
+    cuda_.ops_after_copies(ticket);
+  }
   bool pin_host(void* p, size_t bytes, std::string& why) override {
     if (refuse_pins) {
       why = "cudaErrorMemoryAllocation: out of memory";  // as a system that locks no more memory answers
@@ -68,6 +72,7 @@ class CountingDevice : public backend::Device {
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
   void synchronize() override {
     ++synchronized;
+    ordered_at_sync.push_back(ordered_after_copies);
     cuda_.synchronize();
   }
   void copy_within(void* dst, const void* src, size_t bytes) override { cuda_.copy_within(dst, src, bytes); }
@@ -90,6 +95,10 @@ class CountingDevice : public backend::Device {
   }
   size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
   size_t synchronized = 0;  // synchronize() calls
+  // ops_after_copies() calls (the layers' backward calls, once their parameters stay on the device), and
+  // their count at each synchronize()
+  size_t ordered_after_copies = 0;
+  std::vector<size_t> ordered_at_sync;
   size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes

@@ -59,6 +59,44 @@ void set_precision(EngineConfig& e, amp::Storage p) {
   if (p == amp::Storage::F16) e.loss_scaling = amp::LossScalerConfig{};
 }
 
+// GPT (2 layers of 16, a vocabulary of 64) on `world` ranks at `stage`, with a unit per layer, 4 steps of 2
+// micro-batches with the optimizer on the host and on the device (its ranks' group made by `device_group`;
+// none on one rank): the same losses and parameters.
+void gpt_host_and_device(int world, int stage, const decltype(RunSpec::device_group)& device_group) {
+  const std::string gpt = R"({"n_layer": 2, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 64})";
+  DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 2},
+                                                {"gradient_accumulation_steps", 2},
+                                                {"optimizer", nlohmann::json::parse(kAdam)}},
+                                 "test", world);
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 8 * 64 + 1; ++i) tokens.push_back(static_cast<uint16_t>(i % 13 * 5 % 64));
+  run_ranks(world, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
+    backend::Cuda cuda(0);
+    auto plugin = Plugin::load(std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_gpt.so", gpt, cuda.table());
+    const std::unique_ptr<ProcessGroup> devices = device_group ? device_group(store, group.rank(), world) : nullptr;
+    TokenDataset data(tokens, 8, "train");
+    auto make = [&](bool on_device) {
+      EngineConfig e;
+      e.micro_batch = 2;
+      e.grad_accum = 2;
+      e.zero_stage = stage;
+      e.reduce_bucket_elems = e.allgather_bucket_elems = 1;
+      e.device = &cuda;
+      e.optimizer_on_device = on_device;
+      e.device_group = on_device ? devices.get() : nullptr;
+      return Engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
+                    make_lr_schedule(config.scheduler, config.optimizer.lr), &data);
+    };
+    Engine host = make(false), device = make(true);
+    REQUIRE(device.optimizer_place().find("on the device") != std::string::npos);
+    for (int s = 0; s < 4; ++s) {
+      const StepStats h = host.step(), d = device.step();
+      CHECK(d.loss == h.loss);
+    }
+    CHECK(device.gather_parameters() == host.gather_parameters());
+  });
+}
+
 }  // namespace
 
 TEST_CASE("device step: Adam, AdamW, SGD and LAMB at stages 0 and 2 give the host optimizer's bits") {
@@ -255,35 +293,7 @@ TEST_CASE("device step: checkpoints, restores and predictions see the device's v
 
 // GPT ties its head to the token embedding: the head's gradient joins the embedding's before the norm
 // and the update, and the head's copy takes the updated values.
-TEST_CASE("device step: GPT's tied embedding and head") {
-  const std::string gpt = R"({"n_layer": 2, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 64})";
-  DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 2},
-                                                {"gradient_accumulation_steps", 2},
-                                                {"optimizer", nlohmann::json::parse(kAdam)}},
-                                 "test", 1);
-  std::vector<uint16_t> tokens;
-  for (int i = 0; i < 8 * 64 + 1; ++i) tokens.push_back(static_cast<uint16_t>(i % 13 * 5 % 64));
-  run_ranks(1, [&](ProcessGroup& group) {
-    backend::Cuda cuda(0);
-    auto plugin = Plugin::load(std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_gpt.so", gpt, cuda.table());
-    TokenDataset data(tokens, 8, "train");
-    auto make = [&](bool on_device) {
-      EngineConfig e;
-      e.micro_batch = 2;
-      e.grad_accum = 2;
-      e.device = &cuda;
-      e.optimizer_on_device = on_device;
-      return Engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
-                    make_lr_schedule(config.scheduler, config.optimizer.lr), &data);
-    };
-    Engine host = make(false), device = make(true);
-    for (int s = 0; s < 4; ++s) {
-      const StepStats h = host.step(), d = device.step();
-      CHECK(d.loss == h.loss);
-    }
-    CHECK(device.gather_parameters() == host.gather_parameters());
-  });
-}
+TEST_CASE("device step: GPT's tied embedding and head") { gpt_host_and_device(1, 0, nullptr); }
 
 #ifdef DS_TEST_FAKE_NCCL
 // Two ranks: each tensor's gradients all-reduced in device memory by the NCCL group (the fake: Gloo over host
@@ -295,22 +305,25 @@ TEST_CASE("device step: two ranks reduce the gradients and gather the partitions
   for (const std::string& optimizer : {kAdam, kSgd, kLamb})
   for (int stage : {0, 1, 2})
   for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16})
-  for (bool prescale : {false, true}) {
+  for (bool prescale : {false, true})
+  for (bool unit_per_layer : {false, true}) {  // (then several sums are under way at once during backward)
     {
       CAPTURE(optimizer);
       CAPTURE(stage);
       CAPTURE(precision == amp::Storage::F32 ? "fp32" : "bf16");
       CAPTURE(prescale);
+      CAPTURE(unit_per_layer);
       RunSpec spec;
       spec.stage = stage;
       spec.world = 2;
       spec.gas = 2;
       spec.steps = 5;  // (the warm-up's first two steps have lr 0: the later losses read the gathered updates)
       spec.optimizer = optimizer;
-      spec.tweak = [prescale, precision](EngineConfig& e) {
+      spec.tweak = [prescale, precision, unit_per_layer](EngineConfig& e) {
         set_precision(e, precision);
         e.prescale_gradients = prescale;
         e.predivide_factor = 4.0;  // (without prescale: ×1/4 before the sum, ×4/2 after)
+        if (unit_per_layer) e.reduce_bucket_elems = e.allgather_bucket_elems = 1;
       };
       spec.device_group = [](std::shared_ptr<Store> store, int rank, int size) {
         return make_nccl_group(fake_nccl_api(), std::move(store), rank, size, "dp-nccl", std::chrono::seconds(30), rank);
@@ -379,6 +392,44 @@ TEST_CASE("device step: partitioned, the gradients are reduce-scattered, not all
     const double model = static_cast<double>(engine.gather_parameters().size() * sizeof(float));
     CHECK(sent >= model);  // the units' padding aside, one model's bytes
     CHECK(sent < 1.25 * model);
+  });
+}
+
+// The sums start while backward goes on: each unit's as the step's last backward pass is done with it (the
+// device synchronizes before each collective, so the group's stream reads what the ops wrote). With a unit
+// per layer, the layers' calls (ops_after_copies: the backward's, each waiting for its buffers) go on
+// between the first two sums' starts; summing after backward would start them with nothing between
+// (stage 1's reduce-scatters) or start one all-reduce of everything (stage 0's).
+TEST_CASE("device step: the gradients' sums start during the last backward pass") {
+  for (int stage : {0, 1}) {
+    CAPTURE(stage);
+    const DsConfig config = adam_config(2);
+    run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
+      CountingDevice device;
+      auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+      auto nccl = make_nccl_group(fake_nccl_api(), store, group.rank(), group.size(), "dp-nccl",
+                                  std::chrono::seconds(30), group.rank());
+      EngineConfig e = on(device, true);
+      e.zero_stage = stage;
+      e.grad_accum = 2;
+      e.reduce_bucket_elems = e.allgather_bucket_elems = 1;  // a unit per layer
+      e.device_group = nccl.get();
+      Engine engine = make_engine(e, *plugin, group, config);
+      REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
+      engine.step();
+      device.ordered_at_sync.clear();
+      engine.step();
+      REQUIRE(device.ordered_at_sync.size() >= 2);
+      CHECK(device.ordered_at_sync[1] > device.ordered_at_sync[0]);
+    });
+  }
+}
+
+// GPT's tie on two ranks, partitioned with a unit per layer: the head's gradient joins the embedding's
+// as the last backward pass is done with the embedding's unit, before its reduce-scatter starts.
+TEST_CASE("device step: GPT's tied embedding and head on two ranks, each layer's sum started in backward") {
+  gpt_host_and_device(2, 1, [](std::shared_ptr<Store> store, int rank, int size) {
+    return make_nccl_group(fake_nccl_api(), std::move(store), rank, size, "dp-nccl", std::chrono::seconds(30), rank);
   });
 }
 
