@@ -139,12 +139,14 @@ TEST_CASE("NCCL group (fake NCCL): the unique id travels from rank 0 through the
 TEST_CASE("NCCL group (fake NCCL): a rank missing from a collective is a timeout that aborts the communicator") {
   test::set_fake_nccl_timeout(3s);
   std::atomic<bool> checked{false};
+  // Outlives the groups: after the abort the fake's Gloo all-reduce may read it until its own timeout (NCCL's
+  // abort stops its kernels); the group's release waits for it.
+  std::vector<float> x(4, 1.0f);
   auto errors = nccl_ranks(2, [&](ProcessGroup& g) {
     if (g.rank() == 1) {  // never joins the all-reduce; stays until rank 0 has seen the timeout
       while (!checked) std::this_thread::sleep_for(10ms);
       return;
     }
-    std::vector<float> x(4, 1.0f);
     const auto start = std::chrono::steady_clock::now();
     CHECK_THROWS_WITH_AS(g.allreduce(x.data(), 4, DataType::F32, ReduceOp::Sum),
                          "process group 'nccl' (NCCL, rank 0 of 2): allreduce of 4 F32 did not finish within 500 ms (a "
