@@ -8,8 +8,9 @@
 namespace ds {
 
 DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors,
-                       std::vector<Tie> ties, size_t n, size_t state_buffers, std::optional<amp::Half> rounding,
-                       std::optional<amp::Half> grad_rounding, ProcessGroup* group, std::vector<Unit> units)
+                       size_t layout_units, std::vector<Tie> ties, size_t n, size_t state_buffers,
+                       std::optional<amp::Half> rounding, std::optional<amp::Half> grad_rounding, ProcessGroup* group,
+                       std::vector<Unit> units)
     : device_(device), layers_(layers), tensors_(std::move(tensors)), ties_(std::move(ties)), n_(n), rounding_(rounding),
       grad_rounding_(grad_rounding), group_(group), units_(std::move(units)) {
   if (rounding_) master_ = static_cast<float*>(allocate(n_ * sizeof(float)));
@@ -25,8 +26,11 @@ DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, std::vecto
       unit_buffer_[slot] = static_cast<float*>(allocate(padded * sizeof(float)));
       chunk_buffer_[slot] = static_cast<float*>(allocate(chunk * sizeof(float)));
     }
-  size_t layout_units = 0;
-  for (const Tensor& t : tensors_) layout_units = std::max(layout_units, t.unit + 1);
+  unit_tensors_.resize(layout_units);
+  for (const Tensor& t : tensors_) {
+    if (t.unit >= layout_units) throw std::logic_error("DeviceStep: a tensor's unit is not in the layout");
+    unit_tensors_[t.unit].push_back(&t);
+  }
   begun_.assign(layout_units, false);
   for (const Tie& tie : ties_) {
     const auto owner = std::find_if(tensors_.begin(), tensors_.end(), [&](const Tensor& t) {
@@ -38,15 +42,12 @@ DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, std::vecto
 }
 
 DeviceStep::~DeviceStep() {
-  for (auto& work : sums_in_flight_) {  // a step that failed half-way: no collective may outlive its buffer
+  std::vector<Work*> under_way;  // a step that failed half-way: no collective may outlive its buffer
+  for (auto& work : sums_in_flight_) under_way.push_back(work.get());
+  for (Exchanging& e : exchanging_) under_way.push_back(e.work.get());
+  for (Work* work : under_way) {
     try {
       work->wait();
-    } catch (...) {
-    }
-  }
-  for (Exchanging& e : exchanging_) {
-    try {
-      e.work->wait();
     } catch (...) {
     }
   }
@@ -97,9 +98,9 @@ void DeviceStep::round_gradients() {
 void DeviceStep::unit_done(size_t unit, double pre) {
   if (begun_[unit]) return;
   begun_[unit] = true;
+  const std::vector<const Tensor*>& mine = unit_tensors_[unit];
   if (grad_rounding_)
-    for (const Tensor& t : tensors_)
-      if (t.unit == unit) device_.round_to(*grad_rounding_, grad(t), t.size);
+    for (const Tensor* t : mine) device_.round_to(*grad_rounding_, grad(*t), t->size);
   for (size_t i = 0; i < ties_.size(); ++i) {
     if (tie_units_[i] != unit) continue;
     const Tie& tie = ties_[i];
@@ -109,16 +110,13 @@ void DeviceStep::unit_done(size_t unit, double pre) {
     device_.accumulate(owner, static_cast<const float*>(from.data), size);
     if (grad_rounding_) device_.round_to(*grad_rounding_, owner, size);
   }
-  const bool any = std::any_of(tensors_.begin(), tensors_.end(), [&](const Tensor& t) { return t.unit == unit; });
-  if (group_ == nullptr || group_->size() == 1 || !any) return;
+  if (group_ == nullptr || group_->size() == 1 || mine.empty()) return;
   if (pre != 1.0)
-    for (const Tensor& t : tensors_)
-      if (t.unit == unit) device_.rescale(grad(t), t.size, pre);
+    for (const Tensor* t : mine) device_.rescale(grad(*t), t->size, pre);
   if (units_.empty()) {  // replicas: every rank needs every sum
     device_.synchronize();  // the group's stream reads what the ops wrote
-    for (const Tensor& t : tensors_)
-      if (t.unit == unit)
-        sums_in_flight_.push_back(group_->allreduce_async(grad(t), t.size, DataType::F32, ReduceOp::Sum));
+    for (const Tensor* t : mine)
+      sums_in_flight_.push_back(group_->allreduce_async(grad(*t), t->size, DataType::F32, ReduceOp::Sum));
     return;
   }
   if (units_[unit].chunk == 0) return;
@@ -214,10 +212,9 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
   const Unit& u = units_[unit];
   float* in = scatter ? unit_buffer_[slot] : chunk_buffer_[slot];
   device_.zero(in, (scatter ? u.padded : u.chunk) * sizeof(float));
-  for (const Tensor& t : tensors_)
-    if (t.unit == unit)
-      if (const Copy c = scatter ? whole(exchange, t, slot) : part(exchange, t, slot); c.count > 0)
-        device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
+  for (const Tensor* t : unit_tensors_[unit])
+    if (const Copy c = scatter ? whole(exchange, *t, slot) : part(exchange, *t, slot); c.count > 0)
+      device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
   device_.synchronize();  // the group's stream reads the input
   return scatter ? group_->reduce_scatter_async(in, chunk_buffer_[slot], u.chunk, DataType::F32, ReduceOp::Sum)
                  : group_->allgather_async(in, unit_buffer_[slot], u.chunk, DataType::F32);
@@ -226,10 +223,9 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
 void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work) {
   work.wait();  // later ops are issued after: they see the output
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
-  for (const Tensor& t : tensors_)
-    if (t.unit == unit)
-      if (const Copy c = scatter ? part(exchange, t, slot) : whole(exchange, t, slot); c.count > 0)
-        device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
+  for (const Tensor* t : unit_tensors_[unit])
+    if (const Copy c = scatter ? part(exchange, *t, slot) : whole(exchange, *t, slot); c.count > 0)
+      device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
 }
 
 DeviceStep::Copy DeviceStep::whole(Exchange exchange, const Tensor& t, size_t slot) const {

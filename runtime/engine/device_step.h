@@ -51,12 +51,13 @@ class DeviceStep {
     size_t layer = 0, index = 0;              // the user's view
     size_t owner_layer = 0, owner_index = 0;  // the owner's
   };
-  // `n`: the optimizer's elements; `state_buffers`: its state() count; `rounding`: 16-bit training's
+  // `layout_units`: the layout's units, whose indices Tensor::unit and unit_done take (some may hold no
+  // tensor: layers without parameters); `n`: the optimizer's elements; `state_buffers`: its state() count; `rounding`: 16-bit training's
   // parameter precision (then an fp32 master lives on the device), none in fp32; `grad_rounding`: 16-bit
   // gradient accumulation's precision (grad_accum_dtype), none for fp32 sums. `group`: the ranks over
   // device memory (nullptr: one rank); `units`: partitioned, the layout's units (else empty).
-  DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors, std::vector<Tie> ties,
-             size_t n, size_t state_buffers, std::optional<amp::Half> rounding, std::optional<amp::Half> grad_rounding,
+  DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors, size_t layout_units,
+             std::vector<Tie> ties, size_t n, size_t state_buffers, std::optional<amp::Half> rounding, std::optional<amp::Half> grad_rounding,
              ProcessGroup* group, std::vector<Unit> units);
   ~DeviceStep();
   DeviceStep(const DeviceStep&) = delete;
@@ -122,6 +123,7 @@ class DeviceStep {
   std::vector<Unit> units_;
   float* unit_buffer_[2] = {};     // partitioned, per slot: [max padded], one unit whole
   float* chunk_buffer_[2] = {};    // and [max chunk], this rank's part of it
+  std::vector<std::vector<const Tensor*>> unit_tensors_;  // per layout unit: its tensors (into tensors_)
   std::vector<bool> begun_;        // this step, per layout unit: unit_done has run
   std::vector<size_t> tie_units_;  // per tie: its owner's unit
   std::vector<std::unique_ptr<Work>> sums_in_flight_;  // replicas: the all-reduces started

@@ -410,7 +410,8 @@ void Engine::build_device_step() {
   std::vector<DeviceStep::Unit> units;  // partitioned: every rank updates its chunks, then gathers the rest
   if (policy_.optimizer_state && group_.size() > 1)
     for (const zero::Unit& u : layout_->units()) units.push_back({u.padded(), u.chunk});
-  device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(tensors), std::move(ties),
+  device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(tensors),
+                                              layout_->units().size(), std::move(ties),
                                               layout_->partition_size(), optimizer_->state().size(),
                                               half_of(config_.precision), half_of(config_.grad_storage),
                                               config_.device_group, std::move(units));
