@@ -630,6 +630,8 @@ int train(const WorkerOptions& o) {
     std::printf("%s\n", line.c_str());
     std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
+    if (const auto device = engine.device_memory())
+      std::printf("device memory per rank at peak: %s (the engine's buffers)\n", memory_line(*device).c_str());
     std::printf("sent per rank per step: %s\n", comms_line(group->comms(), sent_before, ran).c_str());
     if (tensor_group && ran > 0)
       std::printf("sent per rank per step to its tensor-parallel group: %s (all-reduces of activations and their "

@@ -20,39 +20,45 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
       data_(data), micro_batch_(micro_batch), rounding_(rounding) {
   if (&plugin.backend() != device.table())
     throw std::logic_error("DeviceLayers: the plugin was created on another backend");
-  size_t max_act = 0, max_ws = 0, max_params = 0;
+  size_t max_act = 0, max_ws = 0, max_params = 0, shared_floats = 0;
+  for (const LayerShape& l : layers_)
+    if (keep_grads && l.shared_grads_at) shared_floats = std::max(shared_floats, *l.shared_grads_at + l.param_floats);
+  const Buffer shared_grads = shared_floats > 0 ? allocate(shared_floats * sizeof(float), &MemoryReport::grads) : Buffer{};
   for (const LayerShape& l : layers_) {
-    outputs_.push_back(allocate(bytes_of(l.output)));
-    if (!shared_workspace_) workspaces_.push_back(allocate(l.workspace_bytes));
-    if (keep_params) params_.push_back(allocate(l.param_floats * sizeof(float)));
-    if (keep_grads) grads_.push_back(allocate(l.param_floats * sizeof(float)));
+    outputs_.push_back(allocate(bytes_of(l.output), &MemoryReport::activations));
+    if (!shared_workspace_) workspaces_.push_back(allocate(l.workspace_bytes, &MemoryReport::workspace));
+    if (keep_params) params_.push_back(allocate(l.param_floats * sizeof(float), &MemoryReport::params));
+    if (keep_grads)
+      grads_.push_back(l.shared_grads_at ? Buffer{static_cast<float*>(shared_grads.data) + *l.shared_grads_at,
+                                                  l.param_floats * sizeof(float)}
+                                         : allocate(l.param_floats * sizeof(float), &MemoryReport::grads));
     max_ws = std::max(max_ws, l.workspace_bytes);
     max_act = std::max({max_act, bytes_of(l.input), bytes_of(l.output)});
     max_params = std::max(max_params, l.param_floats);
   }
-  if (shared_workspace_) workspaces_.push_back(allocate(max_ws));
+  if (shared_workspace_) workspaces_.push_back(allocate(max_ws, &MemoryReport::workspace));
   if (!keep_params)  // two, so that a layer's upload overlaps the previous layer's ops
-    for (int k = 0; k < 2; ++k) params_.push_back(allocate(max_params * sizeof(float)));
+    for (int k = 0; k < 2; ++k) params_.push_back(allocate(max_params * sizeof(float), &MemoryReport::params));
   params_kept_.assign(keep_params ? layers_.size() : 0, false);
   kept_views_.resize(params_kept_.size());
   halves_.resize(params_kept_.size());
   widenings_.resize(params_kept_.size());
   upload_tickets_.assign(params_kept_.size(), 0);
   if (!keep_grads)  // two, so that a layer's download overlaps the next one's backward
-    for (int k = 0; k < 2; ++k) grads_.push_back(allocate(max_params * sizeof(float)));
+    for (int k = 0; k < 2; ++k) grads_.push_back(allocate(max_params * sizeof(float), &MemoryReport::grads));
   grad_tickets_.assign(grads_.size(), 0);
   kept_grad_views_.resize(keep_grads ? layers_.size() : 0);
   layer_tickets_.assign(layers_.size(), 0);
-  grad_a_ = allocate(max_act);
-  grad_b_ = allocate(max_act);
-  input_ = allocate(bytes_of(layers_.front().input));
+  grad_a_ = allocate(max_act, &MemoryReport::activations);
+  grad_b_ = allocate(max_act, &MemoryReport::activations);
+  input_ = allocate(bytes_of(layers_.front().input), &MemoryReport::activations);
   ds_shape target = data.target_shape;
   target.ndim += 1;
   for (int d = target.ndim - 1; d > 0; --d) target.dims[d] = target.dims[d - 1];
   target.dims[0] = micro_batch;
-  target_ = allocate(bytes_of(target));
-  predictions_ = allocate(prediction_floats * sizeof(float));
-  loss_grad_ = allocate(sizeof(float));
+  target_ = allocate(bytes_of(target), &MemoryReport::activations);
+  predictions_ = allocate(prediction_floats * sizeof(float), &MemoryReport::activations);
+  loss_grad_ = allocate(sizeof(float), &MemoryReport::activations);
 }
 
 DeviceLayers::~DeviceLayers() {
@@ -74,10 +80,11 @@ DeviceLayers::~DeviceLayers() {
   }
 }
 
-DeviceLayers::Buffer DeviceLayers::allocate(size_t bytes) {
+DeviceLayers::Buffer DeviceLayers::allocate(size_t bytes, size_t MemoryReport::*kind) {
   owned_.reserve(owned_.size() + 1);
   Buffer b{device_.allocate(bytes > 0 ? bytes : 1), bytes};
   owned_.push_back(b);
+  held_.*kind += bytes;
   return b;
 }
 
@@ -94,7 +101,7 @@ std::vector<ds_tensor> DeviceLayers::views_in(const std::vector<ds_tensor>& host
 }
 
 uint16_t* DeviceLayers::half_beside(Buffer& halves, const Buffer& fp32, const void* view) {
-  if (halves.data == nullptr) halves = allocate(fp32.bytes / 2);
+  if (halves.data == nullptr) halves = allocate(fp32.bytes / 2, &MemoryReport::params);
   const size_t at = static_cast<size_t>(static_cast<const char*>(view) - static_cast<const char*>(fp32.data));
   return reinterpret_cast<uint16_t*>(static_cast<char*>(halves.data) + at / 2);
 }

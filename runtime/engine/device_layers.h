@@ -13,6 +13,12 @@
 //             step's micro-batches) each layer's gradients instead stay on the device for the whole
 //             step: zeroed there at the step's first micro-batch, summed there, and copied back once,
 //             at its last micro-batch, over the host buffers (which hold zeros until then).
+//             A layer with `shared_grads_at` (stage 2 with the optimizer on the device, which sums every
+//             micro-batch into its partition: device_step.h) has its place in one buffer that the layers
+//             share instead, the layers of each unit side by side: its gradients are zeroed at each of its
+//             backward calls (GradSync::first) and hold until a layer at an overlapping place runs its
+//             backward (the next unit down). So the device holds the largest unit's gradients, not the
+//             model's.
 // So everything the engine does between layer calls (ZeRO's gathers and reductions, clipping, the
 // optimizer, checkpoints) is unchanged. The micro-batch's input and target are copied over at layer
 // 0's forward.
@@ -38,7 +44,7 @@
 // also sets the device's 16-bit products, Device::set_half_matmuls). The device's memory holds every
 // layer's output and workspace (one shared workspace with activation checkpointing), the parameters
 // (every layer's, or the two staging buffers, with their 16-bit uploads beside them in 16-bit training), the gradients
-// (every layer's, or two staging buffers of the largest layer's size), and the batch.
+// (every layer's, the shared buffer, or two staging buffers of the largest layer's size), and the batch.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +54,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/memory_report.h"
 #include "plugin/plugin.h"
 
 namespace ds {
@@ -58,6 +65,7 @@ class DeviceLayers {
     ds_shape input, output;     // at micro_batch rows
     size_t workspace_bytes = 0;
     size_t param_floats = 0;    // its tensors' elements (tied ones included), each rounded up to 4
+    std::optional<size_t> shared_grads_at;  // keep_grads: its gradients' place (floats) in the shared buffer
   };
   // `plugin` was created on `device`'s table. `rounding`: the 16-bit precision that layer outputs
   // and input gradients are rounded to (none in fp32 training).
@@ -77,7 +85,7 @@ class DeviceLayers {
   // What backward does with a layer's host gradient buffers.
   struct GradSync {
     std::vector<bool> zeroed;  // which hold zeros: zeroed on the device rather than copied there
-    bool first = true;         // keep_grads: the step's first micro-batch (the sums start at zero)
+    bool first = true;         // keep_grads: the sums start at zero (the step's first micro-batch, or each one)
     bool last = true;          // keep_grads: its last (the sums come back)
   };
   // Layer `i`'s backward: `loss_grad` is d(total)/d(loss) for the last layer (unused for the others,
@@ -101,19 +109,22 @@ class DeviceLayers {
   bool keeps_params() const { return !params_kept_.empty(); }
   // For an optimizer step on the device (device_step.h): layer i's parameter views there (keep_params,
   // holds_params(i); the ops that follow wait for their upload) and its gradient views (keep_grads, after
-  // its first backward). The references stay valid until the layer's parameters are uploaded again.
+  // its first backward; in the shared buffer, their values hold until the next unit's backward). The
+  // references stay valid until the layer's parameters are uploaded again.
   const std::vector<ds_tensor>& device_params(size_t i);
   const std::vector<ds_tensor>& device_grads(size_t i) const;
   // Page-locks host memory [p, p + bytes) that the copies use, until this object goes (which must be
   // before that memory is freed). False, with the reason in `why`, when the device's system refuses.
   bool pin(void* p, size_t bytes, std::string& why);
+  // The device memory these buffers take, by kind (params, grads, activations with the batch, workspace).
+  const MemoryReport& memory() const { return held_; }
 
  private:
   struct Buffer {
     void* data = nullptr;
     size_t bytes = 0;
   };
-  Buffer allocate(size_t bytes);
+  Buffer allocate(size_t bytes, size_t MemoryReport::*kind);
   // Device views of host tensors `host` laid out one after another in `buffer`, each 16-byte aligned.
   std::vector<ds_tensor> views_in(const std::vector<ds_tensor>& host, const Buffer& buffer) const;
   // The same views, with the host fp32 values copied there (those that `zeroed` marks are zeroed instead).
@@ -160,7 +171,8 @@ class DeviceLayers {
   std::vector<std::vector<Widening>> widenings_;  // per layer, still to do
   std::vector<uint64_t> upload_tickets_;         // per layer: its prefetch
   uint64_t last_upload_ = 0;
-  std::vector<Buffer> grads_;      // keep_grads: one per layer; else two staging buffers, in turn
+  std::vector<Buffer> grads_;      // keep_grads: one per layer (its own, or its place in the shared
+                                   // buffer); else two staging buffers, in turn
   std::vector<std::vector<ds_tensor>> kept_grad_views_;  // keep_grads: per layer, its views in grads_
   size_t next_staging_ = 0;        // the staging buffer the next backward uses
   std::vector<uint64_t> grad_tickets_;   // per grads_ buffer: the download that last read it
@@ -170,6 +182,7 @@ class DeviceLayers {
   ds_tensor input_t_{}, target_t_{}, predictions_t_{};
   Buffer* grad_next_ = nullptr;  // backward: where the next layer down reads its grad_output
   std::vector<Buffer> owned_;
+  MemoryReport held_;
   std::vector<void*> pinned_;  // host memory pin() page-locked
 };
 

@@ -7,25 +7,27 @@
 
 namespace ds {
 
-DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors,
-                       size_t layout_units, std::vector<Tie> ties, size_t n, size_t state_buffers,
-                       std::optional<amp::Half> rounding, std::optional<amp::Half> grad_rounding, ProcessGroup* group,
-                       std::vector<Unit> units)
-    : device_(device), layers_(layers), tensors_(std::move(tensors)), ties_(std::move(ties)), n_(n), rounding_(rounding),
-      grad_rounding_(grad_rounding), group_(group), units_(std::move(units)) {
-  if (rounding_) master_ = static_cast<float*>(allocate(n_ * sizeof(float)));
-  for (size_t k = 0; k < state_buffers; ++k) state_.push_back(static_cast<float*>(allocate(n_ * sizeof(float))));
-  sums_ = static_cast<double*>(allocate(std::max<size_t>(1, 2 * tensors_.size()) * sizeof(double)));
-  size_t padded = 0, chunk = 0;
+DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan)
+    : device_(device), layers_(layers), tensors_(std::move(plan.tensors)), ties_(std::move(plan.ties)), n_(plan.n),
+      rounding_(plan.rounding), grad_rounding_(plan.grad_rounding), group_(plan.group), units_(std::move(plan.units)),
+      partition_grads_(plan.partition_grads) {
+  if (partition_grads_ && units_.empty()) throw std::logic_error("DeviceStep: partition_grads without a partition");
+  const size_t layout_units = plan.layout_units;
+  if (rounding_) master_ = static_cast<float*>(allocate(n_ * sizeof(float), &MemoryReport::optimizer_state));
+  for (size_t k = 0; k < plan.state_buffers; ++k) state_.push_back(static_cast<float*>(allocate(n_ * sizeof(float), &MemoryReport::optimizer_state)));
+  sums_ = static_cast<double*>(allocate(std::max<size_t>(1, 2 * tensors_.size()) * sizeof(double), &MemoryReport::workspace));
+  if (partition_grads_) partition_ = static_cast<float*>(allocate(n_ * sizeof(float), &MemoryReport::grads));
+  size_t padded = 0, chunk = 0, exchanged = 0;
   for (const Unit& u : units_) {
     padded = std::max(padded, u.padded);
     chunk = std::max(chunk, u.chunk);
+    exchanged += u.chunk > 0 ? 1 : 0;
   }
-  if (!units_.empty())
-    for (size_t slot = 0; slot < 2; ++slot) {
-      unit_buffer_[slot] = static_cast<float*>(allocate(padded * sizeof(float)));
-      chunk_buffer_[slot] = static_cast<float*>(allocate(chunk * sizeof(float)));
-    }
+  slots_ = std::min<size_t>(2, exchanged);  // two, so that a unit's sum runs while the next one is copied in
+  for (size_t slot = 0; slot < slots_; ++slot) {
+    unit_buffer_[slot] = static_cast<float*>(allocate(padded * sizeof(float), &MemoryReport::workspace));
+    chunk_buffer_[slot] = static_cast<float*>(allocate(chunk * sizeof(float), &MemoryReport::workspace));
+  }
   unit_tensors_.resize(layout_units);
   for (const Tensor& t : tensors_) {
     if (t.unit >= layout_units) throw std::logic_error("DeviceStep: a tensor's unit is not in the layout");
@@ -59,9 +61,10 @@ DeviceStep::~DeviceStep() {
   }
 }
 
-void* DeviceStep::allocate(size_t bytes) {
+void* DeviceStep::allocate(size_t bytes, size_t MemoryReport::*kind) {
   owned_.reserve(owned_.size() + 1);
   owned_.push_back(device_.allocate(bytes > 0 ? bytes : 1));
+  held_.*kind += bytes;
   return owned_.back();
 }
 
@@ -70,6 +73,8 @@ float* DeviceStep::param(const Tensor& t) const { return static_cast<float*>(lay
 float* DeviceStep::grad(const Tensor& t) const {
   return static_cast<float*>(layers_.device_grads(t.layer)[t.index].data);
 }
+
+float* DeviceStep::grad_part(const Tensor& t) const { return partition_grads_ ? partition_ + t.offset : grad(t) + t.from; }
 
 void DeviceStep::load(const float* master, std::span<const StateView> state) {
   if ((master != nullptr) != (master_ != nullptr) || state.size() != state_.size())
@@ -83,18 +88,28 @@ void DeviceStep::load(const float* master, std::span<const StateView> state) {
   loaded_ = true;
 }
 
-void DeviceStep::round_gradients() {
+void DeviceStep::begin_step() {
+  if (partition_grads_) device_.zero(partition_, n_ * sizeof(float));
+}
+
+void DeviceStep::end_micro_batch(double pre) {
+  if (partition_grads_) {  // every micro-batch's sums go into the partition
+    for (size_t k = begun_.size(); k-- > 0;) unit_done(k, pre);
+    std::fill(begun_.begin(), begun_.end(), false);
+    return;
+  }
   if (std::find(begun_.begin(), begun_.end(), true) != begun_.end())
-    throw std::logic_error("DeviceStep: round_gradients() after a unit's finish began (unit_done rounds it)");
+    throw std::logic_error("DeviceStep: end_micro_batch() after a unit's finish began (unit_done rounds it)");
   if (grad_rounding_)
     for (const Tensor& t : tensors_) device_.round_to(*grad_rounding_, grad(t), t.size);
 }
 
 // Rounded first (16-bit accumulation: as the host's buffers hold the sums), then the ties whose owner is in
 // the unit joined (their users come later in layer order: backward is done with them), the owners rounded
-// again; with several ranks, scaled by `pre` and their sum started: replicas all-reduce each tensor in
-// place, partitions reduce-scatter the unit through one of two buffer slots (a third waits for the
-// first), so that backward goes on while the group's stream sums.
+// again; with several ranks, scaled by `pre` (and rounded again) and their sum started: replicas
+// all-reduce each tensor in place, partitions reduce-scatter the unit through one of the buffer slots
+// (when both are under way, the next waits for the first), so that backward goes on while the group's
+// stream sums.
 void DeviceStep::unit_done(size_t unit, double pre) {
   if (begun_[unit]) return;
   begun_[unit] = true;
@@ -112,7 +127,10 @@ void DeviceStep::unit_done(size_t unit, double pre) {
   }
   if (group_ == nullptr || group_->size() == 1 || mine.empty()) return;
   if (pre != 1.0)
-    for (const Tensor* t : mine) device_.rescale(grad(*t), t->size, pre);
+    for (const Tensor* t : mine) {
+      device_.rescale(grad(*t), t->size, pre);
+      if (grad_rounding_) device_.round_to(*grad_rounding_, grad(*t), t->size);  // as the host scales its 16-bit sums
+    }
   if (units_.empty()) {  // replicas: every rank needs every sum
     device_.synchronize();  // the group's stream reads what the ops wrote
     for (const Tensor* t : mine)
@@ -120,8 +138,8 @@ void DeviceStep::unit_done(size_t unit, double pre) {
     return;
   }
   if (units_[unit].chunk == 0) return;
-  if (exchanging_.size() == 2) finish_oldest_exchange();
-  const size_t slot = exchanging_.empty() ? 0 : 1 - exchanging_.back().slot;
+  if (exchanging_.size() == slots_) finish_oldest_exchange();
+  const size_t slot = exchanging_.empty() ? 0 : (exchanging_.back().slot + 1) % slots_;
   exchanging_.push_back({unit, slot, start_exchange(Exchange::reduce_scatter_grads, unit, slot)});
 }
 
@@ -134,8 +152,8 @@ void DeviceStep::finish_gradients(double pre, double post) {
   while (!exchanging_.empty()) finish_oldest_exchange();
   for (const Tensor& t : tensors_) {  // the parts this rank updates (replicas: the whole tensors)
     if (t.count == 0) continue;
-    if (post != 1.0) device_.rescale(grad(t) + t.from, t.count, post);
-    if (grad_rounding_) device_.round_to(*grad_rounding_, grad(t) + t.from, t.count);
+    if (post != 1.0) device_.rescale(grad_part(t), t.count, post);
+    if (grad_rounding_) device_.round_to(*grad_rounding_, grad_part(t), t.count);
   }
 }
 
@@ -148,7 +166,7 @@ void DeviceStep::finish_oldest_exchange() {
 double DeviceStep::sum_squares() {
   device_.zero(sums_, sizeof(double));
   for (const Tensor& t : tensors_)
-    if (t.count > 0) device_.add_sum_squares(grad(t) + t.from, t.count, sums_);
+    if (t.count > 0) device_.add_sum_squares(grad_part(t), t.count, sums_);
   double total = 0.0;
   device_.to_host(&total, sums_, sizeof total);
   return total;
@@ -163,9 +181,9 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   for (const Tensor& t : tensors_)
     if (t.count > 0) mine.push_back(&t);
   if (grad_scale != 1.0)
-    for (const Tensor* t : mine) device_.rescale(grad(*t) + t->from, t->count, grad_scale);
+    for (const Tensor* t : mine) device_.rescale(grad_part(*t), t->count, grad_scale);
   auto p_of = [&](const Tensor& t) { return master_ ? master_ + t.offset : param(t) + t.from; };
-  auto g_of = [&](const Tensor& t) { return grad(t) + t.from; };
+  auto g_of = [&](const Tensor& t) { return grad_part(t); };
   auto state_at = [&](size_t k, const Tensor& t) { return state_[k] + t.offset; };
   if (u.kind == Kind::lamb) {  // the moments and the sums, then each tensor's trust ratio on the host
     device_.zero(sums_, 2 * tensors_.size() * sizeof(double));
@@ -205,8 +223,10 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
 // A partitioned unit's exchange through the flat buffers of a slot: the tensors' values into the
 // collective's input (zeros where the unit is padded), the collective on the group's stream, then its
 // output back into the tensors. Reduce-scatter: every tensor's gradients whole into the unit, the sums of
-// this rank's parts back (the other parts keep this rank's own sums, which nothing reads). All-gather:
-// this rank's updated parts into its chunk, every rank's parts of every tensor back.
+// this rank's parts back (the other parts keep this rank's own sums, which nothing reads), or with
+// partition_grads added into the partition (rounded before and after, as the host's 16-bit reduction and
+// partition hold them). All-gather: this rank's updated parts into its chunk, every rank's parts of every
+// tensor back.
 std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit, size_t slot) {
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
   const Unit& u = units_[unit];
@@ -223,6 +243,13 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
 void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work) {
   work.wait();  // later ops are issued after: they see the output
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
+  if (scatter && partition_grads_) {
+    const Unit& u = units_[unit];
+    if (grad_rounding_) device_.round_to(*grad_rounding_, chunk_buffer_[slot], u.chunk);
+    device_.accumulate(partition_ + u.part_offset, chunk_buffer_[slot], u.chunk);
+    if (grad_rounding_) device_.round_to(*grad_rounding_, partition_ + u.part_offset, u.chunk);
+    return;
+  }
   for (const Tensor* t : unit_tensors_[unit])
     if (const Copy c = scatter ? part(exchange, *t, slot) : whole(exchange, *t, slot); c.count > 0)
       device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));

@@ -9,7 +9,9 @@
 // 1-2 they are reduce-scattered, each rank updates its partition's part of each tensor, and the updated
 // parameters are all-gathered there, both unit by unit through flat buffers in the host's unit layout.
 // Each unit's sum starts as the last backward pass is done with it, on the group's stream, while backward
-// goes on with the units before it.
+// goes on with the units before it. At stage 2 (partition_grads) every micro-batch's sums are
+// reduce-scattered so, and added into this rank's gradient partition, the only gradients the device keeps
+// for the step: the layers' buffers (DeviceLayers' shared one) take the next unit's gradients.
 // Tied parameters, as on the host: the users' gradients are added into the owner's before the norm,
 // and after the update the users' copies take the owner's values.
 // The host's copies (parameters, master, state) go stale with the first update: store() brings them up
@@ -28,6 +30,7 @@
 #include "backend/backend.h"
 #include "comm/process_group.h"
 #include "engine/device_layers.h"
+#include "engine/memory_report.h"
 #include "optim/optimizer.h"
 
 namespace ds {
@@ -42,39 +45,57 @@ class DeviceStep {
     size_t unit = 0, in_unit = 0; // partitioned: its unit and its first element's place in the unit
     size_t host = 0;              // its first element's place in the host's full parameter buffer
   };
-  // Partitioned (stages 1-2 on several ranks): a unit's elements (padded to ranks · chunk) and the chunk
-  // each rank updates, as zero::PartitionLayout has them.
+  // Partitioned (stages 1-2 on several ranks): a unit's elements (padded to ranks · chunk), the chunk
+  // each rank updates, and where that chunk is in the rank's partition, as zero::PartitionLayout has them.
   struct Unit {
-    size_t padded = 0, chunk = 0;
+    size_t padded = 0, chunk = 0, part_offset = 0;
   };
   struct Tie {
     size_t layer = 0, index = 0;              // the user's view
     size_t owner_layer = 0, owner_index = 0;  // the owner's
   };
-  // `layout_units`: the layout's units, whose indices Tensor::unit and unit_done take (some may hold no
-  // tensor: layers without parameters); `n`: the optimizer's elements; `state_buffers`: its state() count; `rounding`: 16-bit training's
-  // parameter precision (then an fp32 master lives on the device), none in fp32; `grad_rounding`: 16-bit
-  // gradient accumulation's precision (grad_accum_dtype), none for fp32 sums. `group`: the ranks over
-  // device memory (nullptr: one rank); `units`: partitioned, the layout's units (else empty).
-  DeviceStep(backend::Device& device, DeviceLayers& layers, std::vector<Tensor> tensors, size_t layout_units,
-             std::vector<Tie> ties, size_t n, size_t state_buffers, std::optional<amp::Half> rounding, std::optional<amp::Half> grad_rounding,
-             ProcessGroup* group, std::vector<Unit> units);
+  struct Plan {
+    std::vector<Tensor> tensors;
+    size_t layout_units = 0;  // the layout's units, whose indices Tensor::unit and unit_done take (some may
+                              // hold no tensor: layers without parameters)
+    std::vector<Tie> ties;
+    size_t n = 0;              // the optimizer's elements (partitioned: the rank's partition, Σ chunk)
+    size_t state_buffers = 0;  // its state() count
+    std::optional<amp::Half> rounding;       // 16-bit training's parameter precision (then an fp32 master
+                                             // lives on the device); none in fp32
+    std::optional<amp::Half> grad_rounding;  // 16-bit gradient accumulation's precision; none for fp32 sums
+    ProcessGroup* group = nullptr;           // the ranks over device memory (nullptr: one rank)
+    std::vector<Unit> units;                 // partitioned: the layout's units (else empty)
+    // Partitioned, stage 2: each micro-batch's sums go into the rank's partition [n], and the layers'
+    // gradient buffers are reused by each unit (DeviceLayers::LayerShape::shared_grads_at).
+    bool partition_grads = false;
+  };
+  DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan);
   ~DeviceStep();
   DeviceStep(const DeviceStep&) = delete;
   DeviceStep& operator=(const DeviceStep&) = delete;
 
   bool loaded() const { return loaded_; }
+  // The device memory it holds: the master and state (optimizer_state), the gradients' partition (grads),
+  // the collectives' buffers and the norm's sums (workspace).
+  const MemoryReport& memory() const { return held_; }
   // Host to device: the master copy ([n] fp32, 16-bit training; else nullptr) and the state buffers (fp32).
   void load(const float* master, std::span<const StateView> state);
   void forget() { loaded_ = false; }
-  // After each micro-batch's backward but the step's last: with 16-bit gradient accumulation, the sums so
-  // far rounded to it, as the host's 16-bit buffers hold them (the device sums in fp32 between the roundings).
-  void round_gradients();
-  // In the step's last backward pass, once it is done with a unit's layers (`unit`: the layout's index):
+  bool partitions_grads() const { return partition_grads_; }
+  // Before a training step's first backward: partition_grads' sums start at zero.
+  void begin_step();
+  // After each micro-batch's backward but the step's last: partition_grads, unit_done for the units not yet
+  // reported; else, with 16-bit gradient accumulation, the sums so far rounded to it, as the host's 16-bit
+  // buffers hold them (the device sums in fp32 between the roundings).
+  void end_micro_batch(double pre);
+  // In the step's last backward pass (partition_grads: in every one), once it is done with a unit's layers
+  // (`unit`: the layout's index):
   // the unit's gradients rounded (16-bit accumulation), the tied gradients added into the owners' in it;
   // with several ranks each tensor's gradients multiplied by `pre` and their sum across the ranks started
   // (in fp32: all-reduced for replicas, reduce-scattered when partitioned, so each rank sums the parts it
-  // updates). Then backward goes on while the group's stream sums.
+  // updates). Then backward goes on while the group's stream sums (partition_grads: into the partition,
+  // once the sum is done).
   void unit_done(size_t unit, double pre);
   // After the step's backward passes: unit_done for the units not yet reported; with several ranks, the
   // sums waited for and multiplied by `post` (GradientReducer's averaging), rounded again with 16-bit
@@ -104,11 +125,12 @@ class DeviceStep {
     std::unique_ptr<Work> work;
   };
   float* param(const Tensor& t) const;
-  float* grad(const Tensor& t) const;
+  float* grad(const Tensor& t) const;       // the tensor's gradients in the layer's buffer
+  float* grad_part(const Tensor& t) const;  // the sums of the part this rank updates
   float* values(Exchange e, const Tensor& t) const { return e == Exchange::reduce_scatter_grads ? grad(t) : param(t); }
   Copy whole(Exchange e, const Tensor& t, size_t slot) const;  // the tensor, at its place in the unit
   Copy part(Exchange e, const Tensor& t, size_t slot) const;   // this rank's part, at its place in the chunk
-  void* allocate(size_t bytes);
+  void* allocate(size_t bytes, size_t MemoryReport::*kind);
   std::unique_ptr<Work> start_exchange(Exchange exchange, size_t unit, size_t slot);
   void finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work);
   void finish_oldest_exchange();
@@ -121,8 +143,11 @@ class DeviceStep {
   std::optional<amp::Half> rounding_, grad_rounding_;
   ProcessGroup* group_;
   std::vector<Unit> units_;
+  bool partition_grads_;
+  size_t slots_ = 0;               // partitioned: 2, or 1 where one unit has parameters
   float* unit_buffer_[2] = {};     // partitioned, per slot: [max padded], one unit whole
   float* chunk_buffer_[2] = {};    // and [max chunk], this rank's part of it
+  float* partition_ = nullptr;     // partition_grads: [n], this rank's sums of the step's gradients
   std::vector<std::vector<const Tensor*>> unit_tensors_;  // per layout unit: its tensors (into tensors_)
   std::vector<bool> begun_;        // this step, per layout unit: unit_done has run
   std::vector<size_t> tie_units_;  // per tie: its owner's unit
@@ -132,6 +157,7 @@ class DeviceStep {
   std::vector<float*> state_;      // per state buffer: fp32 [n]
   double* sums_ = nullptr;         // [max(1, 2 · tensors)]: Σg², or LAMB's (Σp², Σu²) per tensor
   std::vector<void*> owned_;
+  MemoryReport held_;
   bool loaded_ = false;
 };
 

@@ -335,7 +335,7 @@ void Engine::build_device_layers() {
     const Layer& l = layers_[i];
     size_t floats = 0;
     for (size_t s = l.first_slot; s < l.first_slot + l.num_slots; ++s) floats += (slots_[s].size + 3) / 4 * 4;
-    shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape), floats});
+    shapes.push_back({l.input_shape, l.output_shape, plugin_.workspace_bytes(static_cast<int>(i), l.input_shape), floats, std::nullopt});
   }
   const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
   const std::optional<amp::Half> rounding = half_of(config_.precision);
@@ -345,6 +345,18 @@ void Engine::build_device_layers() {
   // Stages 0-1 sum the step's micro-batches in one fp32 host buffer: the device can sum them instead, and
   // keeps them there when it also steps the optimizer (in any grad_accum_dtype: device_step.h rounds).
   const bool keep_grads = blocker.empty() || (!policy_.gradients && config_.grad_storage == amp::Storage::F32);
+  if (blocker.empty() && partitions_grads_on_device()) {
+    // Each unit's layers side by side in one shared buffer, which the next unit down reuses: the sums go
+    // into the partition each micro-batch. A layer that uses a tied value keeps its own buffer, whose
+    // gradients join the owner's when backward reaches the owner's unit.
+    size_t unit = SIZE_MAX, at = 0;
+    for (size_t i = layers_.size(); i-- > 0;) {
+      if (layout_->unit_index(i) != unit) unit = layout_->unit_index(i), at = 0;
+      if (uses_tied_values(i)) continue;
+      shapes[i].shared_grads_at = at;
+      at += shapes[i].param_floats;
+    }
+  }
   device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params,
                                                   keep_grads, data_, config_.micro_batch,
                                                   predictions.ndim ? elements(predictions) : 0, rounding);
@@ -407,14 +419,29 @@ void Engine::build_device_step() {
       t.host = slot.offset;
       tensors.push_back(t);
     }
-  std::vector<DeviceStep::Unit> units;  // partitioned: every rank updates its chunks, then gathers the rest
-  if (policy_.optimizer_state && group_.size() > 1)
-    for (const zero::Unit& u : layout_->units()) units.push_back({u.padded(), u.chunk});
-  device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(tensors),
-                                              layout_->units().size(), std::move(ties),
-                                              layout_->partition_size(), optimizer_->state().size(),
-                                              half_of(config_.precision), half_of(config_.grad_storage),
-                                              config_.device_group, std::move(units));
+  DeviceStep::Plan plan;
+  if (policy_.optimizer_state && group_.size() > 1)  // partitioned: every rank updates its chunks, then gathers the rest
+    for (const zero::Unit& u : layout_->units()) plan.units.push_back({u.padded(), u.chunk, u.part_offset});
+  plan.tensors = std::move(tensors);
+  plan.layout_units = layout_->units().size();
+  plan.ties = std::move(ties);
+  plan.n = layout_->partition_size();
+  plan.state_buffers = optimizer_->state().size();
+  plan.rounding = half_of(config_.precision);
+  plan.grad_rounding = half_of(config_.grad_storage);
+  plan.group = config_.device_group;
+  plan.partition_grads = partitions_grads_on_device();
+  device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(plan));
+}
+
+// Stage 2 on several ranks with the optimizer on the device: each rank keeps only its partition's sums.
+bool Engine::partitions_grads_on_device() const { return policy_.gradients && group_.size() > 1; }
+
+bool Engine::uses_tied_values(size_t layer) const {
+  const Layer& l = layers_[layer];
+  for (size_t s = l.first_slot; s < l.first_slot + l.num_slots; ++s)
+    if (slots_[s].owner >= 0) return true;
+  return false;
 }
 
 void Engine::sync_host() {
@@ -863,7 +890,7 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
       grad_sync_.zeroed.clear();
       for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s)
         grad_sync_.zeroed.push_back(fresh && slots_[s].owner < 0);
-      grad_sync_.first = device_step_ ? micro_ == 0 : grads_->fresh(unit);
+      grad_sync_.first = device_step_ ? micro_ == 0 || device_step_->partitions_grads() : grads_->fresh(unit);
       grad_sync_.last = last_micro_batch && !device_step_;  // the device's step reads them there
       device_layers_->backward(i, on_device ? nullptr : &param_views_, grad_views_, grad_sync_, loss_grad, batch);
     } else {
@@ -882,15 +909,16 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
     next = next == &grad_a_ ? &grad_b_ : &grad_a_;
   }
   if (pending) finish_backward(pending->first, pending->second, last_micro_batch);
-  if (device_step_ && !last_micro_batch) device_step_->round_gradients();  // 16-bit accumulation: as the host's buffers
+  if (device_step_ && !last_micro_batch) device_step_->end_micro_batch(grads_->pre_scale());
   return first_stage() ? nullptr : static_cast<const float*>(grad_output.data);
 }
 
 void Engine::finish_backward(size_t layer, float* grads, bool last_micro_batch) {
   const size_t unit = layout_->unit_index(layer);
   const bool unit_done = layout_->units()[unit].first_layer == layer;
-  if (device_step_) {  // the gradients stay on the device, where the step's last pass starts their sums
-    if (unit_done && last_micro_batch) device_step_->unit_done(unit, grads_->pre_scale());
+  if (device_step_) {  // the gradients stay on the device, where the step's last pass (stage 2: each) starts their sums
+    if (unit_done && (last_micro_batch || device_step_->partitions_grads()))
+      device_step_->unit_done(unit, grads_->pre_scale());
     return;
   }
   if (device_layers_) device_layers_->wait_grads(layer);
@@ -1010,7 +1038,9 @@ StepStats Engine::step() {
     throw std::logic_error("engine: an optimizer that averages its own gradients needs ZeRO stage 0");
   if (!averaged && config_.pipeline)
     throw ConfigError("optimizer: the 1-bit optimizers' own gradient exchange does not run with pipeline parallelism");
-  if (!device_step_) {
+  if (device_step_) {
+    device_step_->begin_step();
+  } else {
     grads_->begin_step(averaged);
     if (device_layers_) device_layers_->forget_params();  // updated since they were uploaded
   }
@@ -1214,6 +1244,19 @@ MemoryReport Engine::memory() const {
                       m.grad_input.size()) * sizeof(float);
     for (const auto& out : m.outputs) r.activations += out.size() * sizeof(float);
     for (const auto& ws : m.workspaces) r.workspace += ws.size() * sizeof(float);
+  }
+  return r;
+}
+
+std::optional<MemoryReport> Engine::device_memory() const {
+  if (!device_layers_) return std::nullopt;
+  MemoryReport r = device_layers_->memory();
+  if (device_step_) {
+    const MemoryReport& step = device_step_->memory();
+    r.params += step.params;
+    r.grads += step.grads;
+    r.optimizer_state += step.optimizer_state;
+    r.workspace += step.workspace;
   }
   return r;
 }

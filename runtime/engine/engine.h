@@ -47,6 +47,7 @@
 #include "backend/backend.h"
 #include "engine/device_layers.h"
 #include "engine/device_step.h"
+#include "engine/memory_report.h"
 #include "engine/model_collectives.h"
 #include "engine/sampler.h"
 #include "engine/sequence_slice.h"
@@ -179,17 +180,6 @@ struct StepStats {
   } phases;
 };
 
-// Bytes held by this rank, by kind. Parameters and gradients include the pooled full-size copies
-// of stages 2-3 (gathered layers, gradient buckets) at their peak so far. Under mixed precision the
-// fp32 master copy counts as optimizer state (as in the ZeRO paper's K = 12), and the fp32 copies
-// of gradients and of one unit's parameters made for the optimizer and the plugin as workspace.
-struct MemoryReport {
-  size_t params = 0, grads = 0, optimizer_state = 0, activations = 0, workspace = 0;
-  size_t nvme = 0;         // bytes of optimizer state in this rank's swap file, not in memory
-  size_t nvme_params = 0;  // bytes of parameters in this rank's swap file (offload_param), not in memory
-  size_t model_states() const { return params + grads + optimizer_state; }
-};
-
 // Builds the optimizer for the n parameters this rank updates (all of them at stage 0, its partition
 // at stages 1-3), once the model's size is known; `reducer` sums per-tensor norms across ranks (Lamb).
 // The 1-bit optimizers also need the process group: the factory passes it to make_optimizer.
@@ -282,6 +272,9 @@ class Engine {
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const zero::PartitionLayout& layout() const { return *layout_; }
   MemoryReport memory() const;
+  // With the layers on a device: the bytes the engine holds in its memory (the layers' buffers, and the
+  // optimizer's when it steps there), at their peak so far.
+  std::optional<MemoryReport> device_memory() const;
   // With a device: what the user should know of the set-up, e.g. host memory that could not be pinned;
   // empty when nothing.
   const std::string& device_note() const { return device_note_; }
@@ -321,6 +314,8 @@ class Engine {
   // Why the optimizer cannot step on the device (device_step.h); empty when it can.
   std::string device_step_blocker() const;
   void build_device_step();
+  bool partitions_grads_on_device() const;
+  bool uses_tied_values(size_t layer) const;  // some of its parameters are tied to another layer's
   // The host's parameters, master and optimizer state brought up to date from the device's step.
   void sync_host();
   // timed_phases: waits for the device's work so far (the phase's end, as DeepSpeed's timers' events).

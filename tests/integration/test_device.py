@@ -80,7 +80,11 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
     else:
         assert "dsworker: device: the optimizer steps on the device" in r.stderr
         assert "grads 0 B," in r.stdout  # the device keeps them: no host gradient buffer
-    _, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg, gpus=1)
+    # the device's own line: its optimizer state is there only when the optimizer steps there
+    device_line = next(l for l in r.stdout.splitlines() if "device memory per rank at peak: " in l)
+    assert ("optimizer state 0 B" in device_line) == offload, device_line
+    cpu_run, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg, gpus=1)
+    assert "device memory per rank" not in cpu_run.stdout
     assert len(on_device) == len(on_cpu) == 4
     tolerance = 1e-5 if precision == "fp32" else 2.0 ** -8
     for a, b in zip(on_device, on_cpu):
