@@ -113,6 +113,7 @@ TrainingState Engine::checkpoint_shard() {
 }
 
 void Engine::restore(const TrainingState& state) {
+  hold_host_state();  // (freed while the device step holds the state: refilled here)
   auto optimizer_state = optimizer_->state();
   std::vector<std::string> want{"master"}, have;
   for (const StateView& entry : optimizer_state) want.push_back(entry.name);

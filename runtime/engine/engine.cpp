@@ -446,11 +446,30 @@ bool Engine::uses_tied_values(size_t layer) const {
 
 void Engine::sync_host() {
   if (!device_step_ || !host_stale_) return;
+  hold_host_state();
   device_step_->store(master_.empty() ? nullptr : master_.data(), optimizer_->state(),
                       [&](const DeviceStep::Tensor& t, const float* values) {
                         cpu::from_float(config_.precision, values, params_.data() + t.host * elem_, t.size);
                       });
   host_stale_ = false;
+}
+
+// The device step keeps the master and optimizer state there: the host's copies, which it reads at the first
+// update and brings up to date only when something reads them (sync_host) or replaces them (restore), are
+// freed after each update and made again for those.
+void Engine::release_host_state() {
+  if (!host_state_held_) return;
+  optimizer_->hold_state(false);
+  master_elems_ = master_.size();
+  std::vector<float>().swap(master_);
+  host_state_held_ = false;
+}
+
+void Engine::hold_host_state() {
+  if (host_state_held_) return;
+  optimizer_->hold_state(true);
+  master_.assign(master_elems_, 0.0f);
+  host_state_held_ = true;
 }
 
 // The host buffers the device's copies read and write, page-locked (ZeRO-Offload's pin_memory; they
@@ -1167,6 +1186,7 @@ void Engine::update(double norm, double scale, double lr) {
     if (!device_step_->loaded()) device_step_->load(master_.empty() ? nullptr : master_.data(), optimizer_->state());
     device_step_->update(*optimizer_->device_update(lr, updates_), factor);
     host_stale_ = true;
+    release_host_state();
     return;
   }
   if (fused_update_) {
@@ -1228,7 +1248,8 @@ MemoryReport Engine::memory() const {
   }
   if (fetcher_) r.params += fetcher_->pooled_bytes() + fetcher_->persistent_bytes();
   r.grads = grads_->bytes();
-  for (const StateView& v : optimizer_->state()) r.optimizer_state += v.size * amp::storage_bytes(v.storage);
+  for (const StateView& v : optimizer_->state())
+    if (v.data != nullptr) r.optimizer_state += v.size * amp::storage_bytes(v.storage);  // (else on the device only)
   if (swapper_) {
     r.optimizer_state += swapper_->buffer_bytes();
     r.nvme = swapper_->file_bytes();

@@ -316,6 +316,8 @@ class Engine {
   void build_device_step();
   bool partitions_grads_on_device() const;
   bool uses_tied_values(size_t layer) const;  // some of its parameters are tied to another layer's
+  void release_host_state();
+  void hold_host_state();
   // The host's parameters, master and optimizer state brought up to date from the device's step.
   void sync_host();
   // timed_phases: waits for the device's work so far (the phase's end, as DeepSpeed's timers' events).
@@ -487,6 +489,8 @@ class Engine {
                                                    // the host buffers it pins: it unpins them first)
   std::unique_ptr<DeviceStep> device_step_;        // the optimizer on the device (after device_layers_)
   bool host_stale_ = false;                        // device_step_ updated since the host's copies were synced
+  bool host_state_held_ = true;  // master_ and the optimizer's state hold elements (device_step_ frees them)
+  size_t master_elems_ = 0;      // master_'s size while freed
   int64_t micro_ = 0;                              // the step's micro-batch under way
   std::string optimizer_place_;                    // optimizer_place()
   std::string device_note_;                        // device_note()

@@ -27,6 +27,10 @@ class Adam final : public Optimizer {
     update(segments, state, lr, step);
   }
 
+  void hold_state(bool held) override {
+    exp_avg_.hold(held);
+    exp_avg_sq_.hold(held);
+  }
   std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
   std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
     if (exp_avg_.storage() != amp::Storage::F32) return std::nullopt;

@@ -39,6 +39,10 @@ class Lamb final : public Optimizer {
         cpu::lamb_apply(arrays(places[t]), args, step_size * lamb_trust_ratio(params_, sums[2 * t], sums[2 * t + 1]));
   }
 
+  void hold_state(bool held) override {
+    exp_avg_.hold(held);
+    exp_avg_sq_.hold(held);
+  }
   std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
 
   std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {

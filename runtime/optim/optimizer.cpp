@@ -11,6 +11,8 @@ namespace ds {
 
 void Optimizer::set_betas(double, double) { throw std::logic_error("optimizer has no betas"); }
 
+void Optimizer::hold_state(bool) { throw std::logic_error("optimizer: its state stays on the host"); }
+
 void Optimizer::step_with_state(std::span<const Segment>, std::span<const StateView>, double, int64_t) {
   throw std::logic_error("optimizer: only element-wise optimizers step with the caller's state");
 }

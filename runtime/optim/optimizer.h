@@ -125,6 +125,9 @@ class Optimizer {
   // The update a device can run in its place, with state() as its state buffers in fp32 (Adam/AdamW,
   // SGD, Lamb with fp32 state); none for the others.
   virtual std::optional<DeviceUpdate> device_update(double /*lr*/, int64_t /*step*/) const { return std::nullopt; }
+  // With a device_update, the device may hold the state: hold_state(false) frees state()'s elements (their
+  // views' data are nullptr until hold_state(true) makes them again, zeroed, for the caller to fill).
+  virtual void hold_state(bool held);
 
   // Replaces (beta1, beta2) from the next step on (OneCycle momentum cycling). All but SGD, which
   // throws std::logic_error.

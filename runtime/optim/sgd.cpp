@@ -25,6 +25,9 @@ class Sgd final : public Optimizer {
     update(segments, state, lr, step);
   }
 
+  void hold_state(bool held) override {
+    momentum_buffer_.hold(held);
+  }
   std::vector<StateView> state() override {
     if (params_.momentum == 0.0) return {};
     return {momentum_buffer_.view("momentum_buffer")};

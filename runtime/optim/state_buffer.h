@@ -28,7 +28,13 @@ class StateBuffer {
   }
   amp::Storage storage() const { return storage_; }
   size_t size() const { return size_; }
-  StateView view(std::string name) { return StateView{std::move(name), storage_, bytes_.data(), size_}; }
+  StateView view(std::string name) { return StateView{std::move(name), storage_, held() ? bytes_.data() : nullptr, size_}; }
+  // Frees the elements (a device holds the state: Optimizer::hold_state), or makes them again, zeroed.
+  void hold(bool held) {
+    if (!held) std::vector<std::byte>().swap(bytes_);
+    else if (!this->held()) bytes_.assign(size_ * amp::storage_bytes(storage_), std::byte{0});
+  }
+  bool held() const { return bytes_.size() == size_ * amp::storage_bytes(storage_); }
 
  private:
   amp::Storage storage_;

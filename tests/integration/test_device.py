@@ -83,6 +83,9 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
     # the device's own line: its optimizer state is there only when the optimizer steps there
     device_line = next(l for l in r.stdout.splitlines() if "device memory per rank at peak: " in l)
     assert ("optimizer state 0 B" in device_line) == offload, device_line
+    # the host's copies of the master and state are freed while the device holds them (made again for checkpoints)
+    host_line = next(l for l in r.stdout.splitlines() if "] memory per rank at peak: " in l)
+    assert ("optimizer state 0 B" in host_line) != offload, host_line
     cpu_run, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg, gpus=1)
     assert "device memory per rank" not in cpu_run.stdout
     assert len(on_device) == len(on_cpu) == 4

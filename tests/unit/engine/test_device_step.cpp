@@ -2,7 +2,8 @@
 // same device's layers with the optimizer on the host (ZeRO-Offload's path) the parameters are the same
 // bits (the element bodies are the CPU loops'; only the norm's summation order differs, which matters
 // with clipping alone); a step moves no parameters or gradients between host and device; checkpoints
-// and restores see the device's values; tied parameters (GPT's embedding and head) stay one.
+// and restores see the device's values (the host's copies of the master and state are freed between them);
+// tied parameters (GPT's embedding and head) stay one.
 #include <doctest/doctest.h>
 
 #include <memory>
@@ -267,14 +268,21 @@ TEST_CASE("device step: checkpoints, restores and predictions see the device's v
         on_host.step();
         on_device.step();
       }
+      // The host's copies of the master and state are freed while the device holds them, and made for a checkpoint.
+      const size_t state_bytes = on_host.memory().optimizer_state;
+      CHECK(state_bytes > 0);
+      CHECK(on_device.memory().optimizer_state == 0);
       const TrainingState a = on_host.checkpoint_shard(), b = on_device.checkpoint_shard();
+      CHECK(on_device.memory().optimizer_state == state_bytes);
       REQUIRE(a.tensors.size() == 3);  // master, exp_avg, exp_avg_sq
       for (size_t k = 0; k < a.tensors.size(); ++k) {
         CAPTURE(a.tensors[k].first);
         CHECK(b.tensors[k] == a.tensors[k]);
       }
       resumed.step();  // its own values on the device, which the restore replaces
+      CHECK(resumed.memory().optimizer_state == 0);
       resumed.restore(b);
+      CHECK(resumed.memory().optimizer_state == state_bytes);
       std::vector<float> x(3 * 12);
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
       const ds_tensor input{x.data(), DS_F32, {2, {3, 12}}, DS_DEVICE_CPU};
@@ -285,8 +293,10 @@ TEST_CASE("device step: checkpoints, restores and predictions see the device's v
         CHECK(r.loss == h.loss);
         on_device.step();
       }
+      CHECK(resumed.memory().optimizer_state == 0);  // freed again at the update
       CHECK(resumed.gather_parameters() == on_host.gather_parameters());
       CHECK(on_device.gather_parameters() == on_host.gather_parameters());
+      CHECK(on_device.checkpoint_shard().tensors == on_host.checkpoint_shard().tensors);  // (freed and made again)
     });
   }
 }
