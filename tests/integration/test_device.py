@@ -94,6 +94,22 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
         assert abs(a - b) <= tolerance * abs(b), (on_device, on_cpu)
 
 
+# With the optimizer on the device the host's master and optimizer state are freed after each update and
+# made again for each checkpoint: a run resumed from one is bit-identical to a straight run, final
+# checkpoint included.
+def test_a_resumed_run_with_the_optimizer_on_the_device_is_bit_identical(dsrun, clean_env, tmp_path):
+    def cfg(name):
+        return dict(CONFIG, bf16={"enabled": True}, checkpoint={"dir": str(tmp_path / name), "save_interval": 2})
+    r, straight = train(dsrun, clean_env, tmp_path, "a", DSWORKER_EMU, "cuda", cfg("a"), steps=6, gpus=1)
+    assert "the optimizer steps on the device" in r.stderr
+    train(dsrun, clean_env, tmp_path, "b", DSWORKER_EMU, "cuda", cfg("b"), steps=4, gpus=1)
+    r, resumed = train(dsrun, clean_env, tmp_path, "b", DSWORKER_EMU, "cuda", cfg("b"), steps=6, gpus=1)
+    assert "resumed from" in r.stderr
+    assert resumed == straight  # (the metrics file continues)
+    name = "global_step6/rank_00000_optim_states.dsckpt"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
 @pytest.mark.parametrize("attention", ["fused", "gemm"])
 @pytest.mark.parametrize("precision,roundoff", [("fp16", 2.0 ** -11), ("bf16", 2.0 ** -8)])
 def test_16_bit_training_on_the_emulated_cuda_device_multiplies_in_16_bits(dsrun, clean_env, tmp_path, precision,
