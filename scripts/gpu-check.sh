@@ -72,5 +72,8 @@ else
   log "gpu-check: tests/integration/test_device.py skipped: python3 has no pytest (apt-get install python3-pytest)"
 fi
 run bench/gpu/dsworker_gpt2.sh "$bin"  # dsworker's own training speed, GPT-2 124M on the first GPU
+if [ "$gpus" -gt 1 ]; then  # and on every GPU: the gradients' sums and the partitions' gathers over NCCL
+  run bench/gpu/dsworker_gpt2.sh "$bin" 10 "$gpus"
+fi
 log "gpu-check: $([ $status -eq 0 ] && echo 'everything passed' || echo 'something FAILED (see above)'); results in $out"
 exit $status

@@ -3,12 +3,19 @@
 # micro-batch 8, AdamW) on one GPU through dsrun, in the configs docs/benchmarks.md tabulates: bf16 at ZeRO 1
 # and 2, fp16 (dynamic loss scale) and fp32 at ZeRO 1 with the optimizer on the GPU, and bf16 at ZeRO 1 with
 # offload_optimizer (AdamW on the CPU). Prints each run's summary (steps, loss, tokens/s) and its step's phases
-# (wall_clock_breakdown); exit status 1 when a run fails. scripts/gpu-check.sh runs it.
-#   bench/gpu/dsworker_gpt2.sh BUILD_DIR [STEPS]      (BUILD_DIR holds cli/dsrun and worker/dsworker)
+# (wall_clock_breakdown) and memory (the host's and the GPU's); exit status 1 when a run fails.
+# scripts/gpu-check.sh runs it, and again on every GPU where there are several (NCCL sums the gradients; at
+# ZeRO 2 each GPU keeps its partition's).
+#   bench/gpu/dsworker_gpt2.sh BUILD_DIR [STEPS] [GPUS]  (BUILD_DIR holds cli/dsrun and worker/dsworker; GPUS: 1)
 # DS_ACCELERATOR=cpu runs the same configs on the CPU (slowly: a check of the script itself).
 set -uo pipefail
-build="$(realpath "${1:?usage: bench/gpu/dsworker_gpt2.sh BUILD_DIR [STEPS]}")"
+if [ $# -lt 1 ] || [ ! -x "$1/cli/dsrun" ] || [ ! -x "$1/worker/dsworker" ]; then
+  echo "usage: bench/gpu/dsworker_gpt2.sh BUILD_DIR [STEPS] [GPUS]  (BUILD_DIR with cli/dsrun and worker/dsworker)" >&2
+  exit 1
+fi
+build="$(realpath "$1")"
 steps="${2:-10}"
+gpus="${3:-1}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 data=/usr/share/common-licenses/GPL-3  # the text of the recorded runs; elsewhere this repository's docs
@@ -25,8 +32,8 @@ while IFS='|' read -r name keys; do
  "model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "seq_len": 1024, "vocab_size": 50257},
  "data": {"path": "$data", "val_fraction": 0}, $keys}
 EOF
-  echo "== dsworker GPT-2 124M, $name, $steps steps"
-  if ! DS_ACCELERATOR="${DS_ACCELERATOR:-cuda}" "$build/cli/dsrun" --num_gpus 1 "$build/worker/dsworker" --model gpt \
+  echo "== dsworker GPT-2 124M, $name, $steps steps on $gpus GPU(s)"
+  if ! DS_ACCELERATOR="${DS_ACCELERATOR:-cuda}" "$build/cli/dsrun" --num_gpus "$gpus" "$build/worker/dsworker" --model gpt \
        --config "$work/config.json" --steps "$steps" < /dev/null > "$work/out.txt" 2>&1; then
     status=1
     tail -n 20 "$work/out.txt"
