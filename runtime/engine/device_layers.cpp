@@ -88,6 +88,15 @@ DeviceLayers::Buffer DeviceLayers::allocate(size_t bytes, size_t MemoryReport::*
   return b;
 }
 
+void DeviceLayers::release(Buffer& buffer, size_t MemoryReport::*kind) {
+  const auto at = std::find_if(owned_.begin(), owned_.end(), [&](const Buffer& b) { return b.data == buffer.data; });
+  if (at == owned_.end()) throw std::logic_error("DeviceLayers: release() of a buffer it does not own");
+  device_.release(buffer.data);  // (the device's release waits for the ops that use it)
+  held_.*kind -= buffer.bytes;
+  owned_.erase(at);
+  buffer = {};
+}
+
 std::vector<ds_tensor> DeviceLayers::views_in(const std::vector<ds_tensor>& host, const Buffer& buffer) const {
   std::vector<ds_tensor> out;
   size_t at = 0;
@@ -153,6 +162,7 @@ std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds
     device_.ops_after_copies(upload_tickets_[i]);  // prefetched: the ops wait for the upload
     for (const Widening& w : widenings_[i]) device_.widen(w.type, w.half, w.out, w.n);
     widenings_[i].clear();
+    if (!keep_uploads_ && halves_[i].data != nullptr) release(halves_[i], &MemoryReport::params);  // (after the widening)
     return kept_views_[i];
   }
   if (host == nullptr) throw std::logic_error("DeviceLayers: a layer's parameters are neither given nor on the device");

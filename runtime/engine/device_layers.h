@@ -107,6 +107,10 @@ class DeviceLayers {
   // forward has returned. holds_params(i) from then on.
   void prefetch_params(size_t i, const std::vector<ds_tensor>& host);
   bool keeps_params() const { return !params_kept_.empty(); }
+  // keep_params in 16-bit training: each layer's 16-bit upload buffer is kept for the next upload (true, the
+  // default: the engine uploads the parameters every step), or freed once widened (false: the device step
+  // updates them there, and they are uploaded again only after a restore, into a buffer made then).
+  void keep_uploads(bool keep) { keep_uploads_ = keep; }
   // For an optimizer step on the device (device_step.h): layer i's parameter views there (keep_params,
   // holds_params(i); the ops that follow wait for their upload) and its gradient views (keep_grads, after
   // its first backward; in the shared buffer, their values hold until the next unit's backward). The
@@ -125,6 +129,7 @@ class DeviceLayers {
     size_t bytes = 0;
   };
   Buffer allocate(size_t bytes, size_t MemoryReport::*kind);
+  void release(Buffer& buffer, size_t MemoryReport::*kind);  // one that allocate() made; then empty
   // Device views of host tensors `host` laid out one after another in `buffer`, each 16-byte aligned.
   std::vector<ds_tensor> views_in(const std::vector<ds_tensor>& host, const Buffer& buffer) const;
   // The same views, with the host fp32 values copied there (those that `zeroed` marks are zeroed instead).
@@ -163,6 +168,7 @@ class DeviceLayers {
     size_t n;
   };
   std::vector<Buffer> halves_;                   // keep_params: per layer, its 16-bit uploads (when any)
+  bool keep_uploads_ = true;
   Buffer staged_halves_[2];                      // else: the staging buffers' 16-bit uploads (when any)
   uint64_t staging_reads_[2] = {0, 0};           // per staging buffer: a mark of the ops that last read it
   size_t next_param_staging_ = 0;                // the staging buffer the next call uses

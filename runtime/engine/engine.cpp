@@ -361,6 +361,7 @@ void Engine::build_device_layers() {
                                                   keep_grads, data_, config_.micro_batch,
                                                   predictions.ndim ? elements(predictions) : 0, rounding);
   if (blocker.empty()) {
+    device_layers_->keep_uploads(false);  // uploaded once: the device updates them
     build_device_step();
     // The host's gradient buffers and its update's views of them go unused: the device keeps the sums.
     grads_->release_storage();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@ struct Run {
   std::vector<float> params;     // rank 0's fp32 parameters at the end
   std::vector<StepStats> steps;  // rank 0's, one per step
   std::string optimizer_place;   // Engine::optimizer_place()
+  std::optional<MemoryReport> device_memory;  // rank 0's Engine::device_memory() at the end
 };
 
 struct RunSpec {
@@ -113,6 +115,7 @@ inline Run run_training(const RunSpec& spec) {
     run.steps = std::move(stats);
     run.initial = std::move(initial);
     run.optimizer_place = engine.optimizer_place();
+    run.device_memory = engine.device_memory();
   });
   for (int r = 1; r < spec.world; ++r) REQUIRE(params[r] == params[0]);  // replicas never drift apart
   run.params = params[0].back();

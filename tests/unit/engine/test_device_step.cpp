@@ -138,6 +138,10 @@ TEST_CASE("device step: fp16 with loss scaling and bf16 keep an fp32 master ther
       CHECK(device.steps[s].skipped == host.steps[s].skipped);
     }
     CHECK(device.params == host.params);  // gather_parameters: the fp32 master
+    // The layers' fp32 parameters on the device; the 16-bit upload buffers beside them only where the
+    // parameters are uploaded every step (the optimizer on the host): the device step frees them once widened.
+    REQUIRE((host.device_memory && device.device_memory));
+    CHECK(2 * host.device_memory->params == 3 * device.device_memory->params);
   }
 }
 
