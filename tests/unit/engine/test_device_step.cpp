@@ -371,6 +371,29 @@ TEST_CASE("device step: two ranks reduce the gradients and gather the partitions
   }
 }
 
+// Clipping on two ranks: every rank's norm sums its partition's parts, and the factor scales the sums it
+// updates (at stage 2 those in the gradient partition).
+TEST_CASE("device step: clipping on two ranks, partitioned") {
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    RunSpec spec;
+    spec.world = 2;
+    spec.stage = stage;
+    spec.gas = 2;
+    spec.clip = 0.05;  // below the norm: every step clips
+    spec.steps = 4;
+    spec.device_group = fake_device_group;
+    const auto [host, device] = host_and_device(spec);
+    REQUIRE(device.optimizer_place.find("on the device") != std::string::npos);
+    for (size_t s = 0; s < host.steps.size(); ++s) {
+      REQUIRE(host.steps[s].grad_norm > spec.clip);
+      CHECK(device.steps[s].grad_norm == doctest::Approx(host.steps[s].grad_norm).epsilon(1e-12));
+    }
+    CHECK(relative_difference(device.params, host.params) < 1e-6);
+    CHECK(device.params != device.initial);
+  }
+}
+
 // 16-bit gradient accumulation on two ranks: the host reduces the bf16 buffers, the device sums the
 // rounded sums in fp32 and rounds the result (the sum of two bf16 values is exact in fp32: the same bits).
 TEST_CASE("device step: two ranks with bf16 gradient accumulation") {
