@@ -94,8 +94,7 @@ void DeviceStep::begin_step() {
 
 void DeviceStep::end_micro_batch(double pre) {
   if (partition_grads_) {  // every micro-batch's sums go into the partition
-    for (size_t k = begun_.size(); k-- > 0;) unit_done(k, pre);
-    std::fill(begun_.begin(), begun_.end(), false);
+    start_unreported_sums(pre);
     return;
   }
   if (std::find(begun_.begin(), begun_.end(), true) != begun_.end())
@@ -144,8 +143,7 @@ void DeviceStep::unit_done(size_t unit, double pre) {
 }
 
 void DeviceStep::finish_gradients(double pre, double post) {
-  for (size_t k = begun_.size(); k-- > 0;) unit_done(k, pre);  // those the backward passes did not report
-  std::fill(begun_.begin(), begun_.end(), false);
+  start_unreported_sums(pre);
   if (group_ == nullptr || group_->size() == 1) return;
   for (auto& work : sums_in_flight_) work->wait();  // later ops are issued after: they see the sums
   sums_in_flight_.clear();
@@ -155,6 +153,11 @@ void DeviceStep::finish_gradients(double pre, double post) {
     if (post != 1.0) device_.rescale(grad_part(t), t.count, post);
     if (grad_rounding_) device_.round_to(*grad_rounding_, grad_part(t), t.count);
   }
+}
+
+void DeviceStep::start_unreported_sums(double pre) {
+  for (size_t k = begun_.size(); k-- > 0;) unit_done(k, pre);  // those the backward pass did not report
+  std::fill(begun_.begin(), begun_.end(), false);
 }
 
 void DeviceStep::finish_oldest_exchange() {

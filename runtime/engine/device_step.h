@@ -134,6 +134,8 @@ class DeviceStep {
   std::unique_ptr<Work> start_exchange(Exchange exchange, size_t unit, size_t slot);
   void finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work);
   void finish_oldest_exchange();
+  // The end of a backward pass: unit_done for the units it did not report; the next pass reports anew.
+  void start_unreported_sums(double pre);
 
   backend::Device& device_;
   DeviceLayers& layers_;
