@@ -162,11 +162,12 @@ def test_damaged_or_mismatched_checkpoints_are_clear_errors(dsrun, clean_env, tm
 
 
 def test_max_restarts_resumes_a_killed_job_to_the_same_parameters(dsrun, clean_env, tmp_path, corpus):
+    steps = 400  # long enough (seconds) that the job still runs when the test looks for rank 1 to kill
     straight = config(tmp_path, corpus, tmp_path / "a", name="a.json", n_layer=3, n_embd=64)
-    assert train(dsrun, clean_env, straight, 60, tmp_path / "a.jsonl").returncode == 0
+    assert train(dsrun, clean_env, straight, steps, tmp_path / "a.jsonl").returncode == 0
     job = config(tmp_path, corpus, tmp_path / "b", name="b.json", n_layer=3, n_embd=64)
     proc = subprocess.Popen([dsrun, "--num_gpus", "2", "--max_restarts", "2", "--master_port", str(free_port()),
-                             DSWORKER, "--model", "gpt", "--config", job, "--steps", "60"],
+                             DSWORKER, "--model", "gpt", "--config", job, "--steps", str(steps)],
                             env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     while not (tmp_path / "b" / "latest").exists():  # the first save (step 5) has happened
@@ -189,7 +190,7 @@ def test_max_restarts_resumes_a_killed_job_to_the_same_parameters(dsrun, clean_e
     assert err.count("restart 1/2 after: rank 1 on localhost killed by SIGKILL") == 1, err
     assert "resumed from" in out + err
     for rank in range(2):
-        name = f"global_step60/rank_{rank:05}_optim_states.dsckpt"
+        name = f"global_step{steps}/rank_{rank:05}_optim_states.dsckpt"
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
