@@ -130,6 +130,7 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   // DeepSpeed does), or the engine cannot (Engine::optimizer_place); offload's pin_memory (either block) says
   // whether the host buffers the copies use are page-locked.
   e.optimizer_on_device = !offload || offload->device == OffloadDevice::none || e.zero_stage == 0;
+  e.params_on_host = e.zero_stage == 3 && params && params->device != OffloadDevice::none;
   e.timed_phases = c.wall_clock_breakdown;
   e.pin_memory = (!offload || offload->pin_memory) && (!params || params->pin_memory);
   e.recompute = c.activation_checkpointing.present || c.pipeline.activation_checkpoint_interval > 0;
@@ -408,12 +409,13 @@ int train(const WorkerOptions& o) {
     if (lead) std::fprintf(stderr, "%s", parallel_layout(topology, engine_settings.stage_bounds, *plugin).c_str());
   }
 
-  // Several data-parallel ranks on GPUs at stages 0-2: NCCL all-reduces the gradients (and all-gathers the
-  // partitioned parameters) in the GPUs' memory, so the optimizer can step there (engine/device_step.h). Not on
+  // Several data-parallel ranks on GPUs: NCCL all-reduces or reduce-scatters the gradients (and all-gathers the
+  // partitioned parameters) in the GPUs' memory, so the optimizer can step there (engine/device_step.h; stage 3
+  // without offload_param gathers each layer there, engine/device_gather.h). Not on
   // the emulated device, whose memory NCCL cannot use, nor where ranks share a GPU (NCCL refuses that).
   std::unique_ptr<ProcessGroup> device_group;
   if (device && group->size() > 1 && topology.world() == topology.data_size && engine_settings.optimizer_on_device &&
-      engine_settings.zero_stage <= 2 && own_gpu && nccl_built() && !cuda::emulated())
+      !engine_settings.params_on_host && own_gpu && nccl_built() && !cuda::emulated())
     device_group = make_nccl_group(real_nccl_api(), store, env.rank, env.world_size, "dp-nccl", env.comm_timeout,
                                    device_index);
   engine_settings.device_group = device_group.get();

@@ -184,6 +184,7 @@ void Engine::restore(const TrainingState& state) {
   if (fetcher_) fetcher_->end_step();
   if (device_step_) {  // the host's values are the latest now
     device_step_->forget();
+    if (device_gather_) device_gather_->forget();
     host_stale_ = false;
     device_layers_->forget_params();
   }

@@ -14,9 +14,10 @@ size_t bytes_of(const ds_shape& s) { return static_cast<size_t>(shape_numel(s)) 
 }  // namespace
 
 DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers,
-                           bool shared_workspace, bool keep_params, bool keep_grads, const ds_dataset_info& data,
+                           bool shared_workspace, ParamSource params, bool keep_grads, const ds_dataset_info& data,
                            int64_t micro_batch, size_t prediction_floats, std::optional<amp::Half> rounding)
-    : device_(device), plugin_(plugin), layers_(layers), shared_workspace_(shared_workspace), keep_grads_(keep_grads),
+    : device_(device), plugin_(plugin), layers_(layers), shared_workspace_(shared_workspace), source_(params),
+      keep_grads_(keep_grads),
       data_(data), micro_batch_(micro_batch), rounding_(rounding) {
   if (&plugin.backend() != device.table())
     throw std::logic_error("DeviceLayers: the plugin was created on another backend");
@@ -27,7 +28,7 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
   for (const LayerShape& l : layers_) {
     outputs_.push_back(allocate(bytes_of(l.output), &MemoryReport::activations));
     if (!shared_workspace_) workspaces_.push_back(allocate(l.workspace_bytes, &MemoryReport::workspace));
-    if (keep_params) params_.push_back(allocate(l.param_floats * sizeof(float), &MemoryReport::params));
+    if (params == ParamSource::kept) params_.push_back(allocate(l.param_floats * sizeof(float), &MemoryReport::params));
     if (keep_grads)
       grads_.push_back(l.shared_grads_at ? Buffer{static_cast<float*>(shared_grads.data) + *l.shared_grads_at,
                                                   l.param_floats * sizeof(float)}
@@ -37,9 +38,9 @@ DeviceLayers::DeviceLayers(backend::Device& device, const Plugin& plugin, const 
     max_params = std::max(max_params, l.param_floats);
   }
   if (shared_workspace_) workspaces_.push_back(allocate(max_ws, &MemoryReport::workspace));
-  if (!keep_params)  // two, so that a layer's upload overlaps the previous layer's ops
+  if (params == ParamSource::staged)  // two, so that a layer's upload overlaps the previous layer's ops
     for (int k = 0; k < 2; ++k) params_.push_back(allocate(max_params * sizeof(float), &MemoryReport::params));
-  params_kept_.assign(keep_params ? layers_.size() : 0, false);
+  params_kept_.assign(params == ParamSource::staged ? 0 : layers_.size(), false);
   kept_views_.resize(params_kept_.size());
   halves_.resize(params_kept_.size());
   widenings_.resize(params_kept_.size());
@@ -165,8 +166,9 @@ std::vector<ds_tensor> DeviceLayers::layer_params(size_t i, const std::vector<ds
     if (!keep_uploads_ && halves_[i].data != nullptr) release(halves_[i], &MemoryReport::params);  // (after the widening)
     return kept_views_[i];
   }
-  if (host == nullptr) throw std::logic_error("DeviceLayers: a layer's parameters are neither given nor on the device");
-  if (params_kept_.empty()) return upload_staged(*host);
+  if (host == nullptr || source_ == ParamSource::provided)
+    throw std::logic_error("DeviceLayers: a layer's parameters are neither given nor on the device");
+  if (source_ == ParamSource::staged) return upload_staged(*host);
   kept_views_[i] = stage(*host, params_[i]);
   params_kept_[i] = true;
   return kept_views_[i];
@@ -179,8 +181,19 @@ const std::vector<ds_tensor>& DeviceLayers::device_params(size_t i) {
 
 void DeviceLayers::forget_params() { std::fill(params_kept_.begin(), params_kept_.end(), false); }
 
+void DeviceLayers::provide_params(size_t i, std::vector<ds_tensor> views) {
+  if (source_ != ParamSource::provided) throw std::logic_error("DeviceLayers: provide_params without provided parameters");
+  params_kept_[i] = true;
+  kept_views_[i] = std::move(views);
+}
+
+void DeviceLayers::withdraw_params(size_t i) {
+  params_kept_[i] = false;
+  kept_views_[i].clear();
+}
+
 void DeviceLayers::prefetch_params(size_t i, const std::vector<ds_tensor>& host) {
-  if (params_kept_.empty()) throw std::logic_error("DeviceLayers: prefetch_params without keep_params");
+  if (source_ != ParamSource::kept) throw std::logic_error("DeviceLayers: prefetch_params without kept parameters");
   kept_views_[i] = views_in(host, params_[i]);
   widenings_[i].clear();
   for (size_t k = 0; k < host.size(); ++k) {

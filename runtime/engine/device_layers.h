@@ -23,19 +23,21 @@
 // optimizer, checkpoints) is unchanged. The micro-batch's input and target are copied over at layer
 // 0's forward.
 //
-// Parameters: with `keep_params` (ZeRO stages 0-2, where every rank holds the whole model) each
+// Parameters (ParamSource): `kept` (ZeRO stages 0-2, where every rank holds the whole model): each
 // layer's stay on the device from their upload until forget_params(), which the engine calls when a
 // pass begins (a step, an evaluation, a prediction). So they cross once per step, as ZeRO-Offload
 // copies the updated parameters to the GPU once per step, not at every forward and backward of every
 // micro-batch. The engine prefetches them all at the pass's first forward (prefetch_params): the
 // uploads run on the copy stream, in the precision they are stored in (16-bit ones are widened to
-// fp32 on the device), while the layers before run, and each layer's ops wait for its own. Without
-// keep_params (stage 3, whose point is not to hold the whole model) two staging buffers of the
+// fp32 on the device), while the layers before run, and each layer's ops wait for its own. `staged`
+// (stage 3 with the optimizer on the host, whose point is not to hold the whole model): two staging buffers of the
 // largest layer's size take the layers' calls in turn: each call's upload, in the precision the
 // engine gives them (16 bits in 16-bit training, except in a tied parameter's owner layer, widened
 // there), waits only for the ops of the call two before (the buffer's last readers), on the device's
 // upload stream, so it runs while the previous call's ops do; the call returns once its upload is
-// done (the engine then releases the gathered values).
+// done (the engine then releases the gathered values). `provided` (stage 3 with the optimizer on the
+// device): the parameters never come from the host; DeviceGather gathers a layer's on the device and
+// hands its views over (provide_params) before the layer's calls.
 //
 // The buffers are fp32. In 16-bit training the parameters are widened to fp32 (on the device, or by
 // the engine for a tied parameter's owner layer) and the gradients come back in fp32, as for the
@@ -67,10 +69,11 @@ class DeviceLayers {
     size_t param_floats = 0;    // its tensors' elements (tied ones included), each rounded up to 4
     std::optional<size_t> shared_grads_at;  // keep_grads: its gradients' place (floats) in the shared buffer
   };
+  enum class ParamSource { kept, staged, provided };  // where the layers' parameters come from (above)
   // `plugin` was created on `device`'s table. `rounding`: the 16-bit precision that layer outputs
   // and input gradients are rounded to (none in fp32 training).
   DeviceLayers(backend::Device& device, const Plugin& plugin, const std::vector<LayerShape>& layers, bool shared_workspace,
-               bool keep_params, bool keep_grads, const ds_dataset_info& data, int64_t micro_batch,
+               ParamSource params, bool keep_grads, const ds_dataset_info& data, int64_t micro_batch,
                size_t prediction_floats, std::optional<amp::Half> rounding);
   ~DeviceLayers();
   DeviceLayers(const DeviceLayers&) = delete;
@@ -96,22 +99,27 @@ class DeviceLayers {
                 const GradSync& sync, float loss_grad, const ds_batch& batch);
   // Waits until layer i's gradients from its last backward are in the host buffers.
   void wait_grads(size_t i);
-  // Layer i's parameters are on the device (keep_params, uploaded since forget_params()): the engine
+  // Layer i's parameters are on the device (kept, uploaded since forget_params(); or provided): the engine
   // need not fetch or widen them on the host.
   bool holds_params(size_t i) const { return !params_kept_.empty() && params_kept_[i]; }
-  // The parameters may have changed: with keep_params, each layer's next call uploads them again.
+  // The parameters may have changed: kept, each layer's next call uploads them again; provided, each
+  // layer's calls wait for provide_params.
   void forget_params();
-  // keep_params: starts the upload of layer i's parameters, `host` (its tensors in fp32, or in bf16 or
+  // `provided`: layer i's calls read `views` (fp32 device tensors, one per parameter, in the layer's order) until
+  // withdraw_params(i) or forget_params(); the views' memory must hold their values until then.
+  void provide_params(size_t i, std::vector<ds_tensor> views);
+  void withdraw_params(size_t i);
+  // kept: starts the upload of layer i's parameters, `host` (its tensors in fp32, or in bf16 or
   // fp16, which the device widens to fp32 before the layer's first op; pinned, to overlap), on the copy
   // stream; the layer's ops wait for it, and the host must not change `host` before the last layer's
   // forward has returned. holds_params(i) from then on.
   void prefetch_params(size_t i, const std::vector<ds_tensor>& host);
-  bool keeps_params() const { return !params_kept_.empty(); }
-  // keep_params in 16-bit training: each layer's 16-bit upload buffer is kept for the next upload (true, the
+  bool keeps_params() const { return source_ == ParamSource::kept; }
+  // kept, in 16-bit training: each layer's 16-bit upload buffer is kept for the next upload (true, the
   // default: the engine uploads the parameters every step), or freed once widened (false: the device step
   // updates them there, and they are uploaded again only after a restore, into a buffer made then).
   void keep_uploads(bool keep) { keep_uploads_ = keep; }
-  // For an optimizer step on the device (device_step.h): layer i's parameter views there (keep_params,
+  // For an optimizer step on the device (device_step.h): layer i's parameter views there (kept,
   // holds_params(i); the ops that follow wait for their upload) and its gradient views (keep_grads, after
   // its first backward; in the shared buffer, their values hold until the next unit's backward). The
   // references stay valid until the layer's parameters are uploaded again.
@@ -135,7 +143,7 @@ class DeviceLayers {
   // The same views, with the host fp32 values copied there (those that `zeroed` marks are zeroed instead).
   std::vector<ds_tensor> stage(const std::vector<ds_tensor>& host, const Buffer& staging,
                                const std::vector<bool>* zeroed = nullptr);
-  // Without keep_params: `host` (fp32 or 16-bit) into the next staging buffer, on the upload stream
+  // staged: `host` (fp32 or 16-bit) into the next staging buffer, on the upload stream
   // after the ops that last read it; the layer's ops wait for it (and widen the 16-bit ones).
   std::vector<ds_tensor> upload_staged(const std::vector<ds_tensor>& host);
   // After a layer call's ops: marks them as the staging buffer's readers and waits for its upload.
@@ -153,13 +161,14 @@ class DeviceLayers {
   const Plugin& plugin_;
   std::vector<LayerShape> layers_;
   bool shared_workspace_;
+  ParamSource source_;
   bool keep_grads_;
   ds_dataset_info data_;
   int64_t micro_batch_;
   std::optional<amp::Half> rounding_;
   std::vector<Buffer> outputs_, workspaces_;
-  std::vector<Buffer> params_;     // keep_params: one per layer; else two staging buffers, in turn
-  std::vector<bool> params_kept_;  // keep_params: layer i's parameters are on the device
+  std::vector<Buffer> params_;     // kept: one per layer; staged: two staging buffers, in turn; provided: none
+  std::vector<bool> params_kept_;  // kept or provided: layer i's parameters are on the device
   std::vector<std::vector<ds_tensor>> kept_views_;  // and their device views
   struct Widening {  // a prefetched 16-bit tensor, widened at the layer's first use
     amp::Half type;
@@ -167,7 +176,7 @@ class DeviceLayers {
     float* out;
     size_t n;
   };
-  std::vector<Buffer> halves_;                   // keep_params: per layer, its 16-bit uploads (when any)
+  std::vector<Buffer> halves_;                   // kept: per layer, its 16-bit uploads (when any)
   bool keep_uploads_ = true;
   Buffer staged_halves_[2];                      // else: the staging buffers' 16-bit uploads (when any)
   uint64_t staging_reads_[2] = {0, 0};           // per staging buffer: a mark of the ops that last read it

@@ -10,7 +10,7 @@ namespace ds {
 DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan)
     : device_(device), layers_(layers), tensors_(std::move(plan.tensors)), ties_(std::move(plan.ties)), n_(plan.n),
       rounding_(plan.rounding), grad_rounding_(plan.grad_rounding), group_(plan.group), units_(std::move(plan.units)),
-      partition_grads_(plan.partition_grads) {
+      partition_grads_(plan.partition_grads), gathered_(plan.gathered) {
   if (partition_grads_ && units_.empty()) throw std::logic_error("DeviceStep: partition_grads without a partition");
   const size_t layout_units = plan.layout_units;
   if (rounding_) master_ = static_cast<float*>(allocate(n_ * sizeof(float), &MemoryReport::optimizer_state));
@@ -185,7 +185,9 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
     if (t.count > 0) mine.push_back(&t);
   if (grad_scale != 1.0)
     for (const Tensor* t : mine) device_.rescale(grad_part(*t), t->count, grad_scale);
-  auto p_of = [&](const Tensor& t) { return master_ ? master_ + t.offset : param(t) + t.from; };
+  auto p_of = [&](const Tensor& t) {
+    return master_ ? master_ + t.offset : gathered_ ? gathered_->partition() + t.offset : param(t) + t.from;
+  };
   auto g_of = [&](const Tensor& t) { return grad_part(t); };
   auto state_at = [&](size_t k, const Tensor& t) { return state_[k] + t.offset; };
   if (u.kind == Kind::lamb) {  // the moments and the sums, then each tensor's trust ratio on the host
@@ -208,6 +210,14 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
       if (u.kind == Kind::sgd) device_.sgd_step(p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count, u.sgd);
       else device_.adam_step(p_of(*t), g_of(*t), state_at(0, *t), state_at(1, *t), t->count, u.adam, u.kind == Kind::adamw);
     }
+  }
+  if (gathered_) {  // the partition the layers' gathers read (fp32: the master itself)
+    if (master_) {
+      device_.copy_within(gathered_->partition(), master_, n_ * sizeof(float));
+      device_.round_to(*rounding_, gathered_->partition(), n_);
+    }
+    gathered_->updated();
+    return;
   }
   if (master_)  // the parameters the layers read: the master's values at 16-bit precision
     for (const Tensor* t : mine) {
@@ -273,6 +283,7 @@ void DeviceStep::store(float* master, std::span<const StateView> state,
   if (!loaded_) return;  // the host's values are the latest
   if (master_) device_.to_host(master, master_, n_ * sizeof(float));
   for (size_t k = 0; k < state_.size(); ++k) device_.to_host(state[k].data, state_[k], n_ * sizeof(float));
+  if (gathered_) return;
   std::vector<float> values;
   for (const Tensor& t : tensors_) {
     values.resize(t.size);

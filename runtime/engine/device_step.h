@@ -12,6 +12,8 @@
 // goes on with the units before it. At stage 2 (partition_grads) every micro-batch's sums are
 // reduce-scattered so, and added into this rank's gradient partition, the only gradients the device keeps
 // for the step: the layers' buffers (DeviceLayers' shared one) take the next unit's gradients.
+// At stage 3 (Plan::gathered) the parameters are this rank's partition alone (device_gather.h): the update
+// writes it, and the layers gather what they read.
 // Tied parameters, as on the host: the users' gradients are added into the owner's before the norm,
 // and after the update the users' copies take the owner's values.
 // The host's copies (parameters, master, state) go stale with the first update: store() brings them up
@@ -29,6 +31,7 @@
 #include "amp/half.h"
 #include "backend/backend.h"
 #include "comm/process_group.h"
+#include "engine/device_gather.h"
 #include "engine/device_layers.h"
 #include "engine/memory_report.h"
 #include "optim/optimizer.h"
@@ -69,6 +72,9 @@ class DeviceStep {
     // Partitioned, stage 2: each micro-batch's sums go into the rank's partition [n], and the layers'
     // gradient buffers are reused by each unit (DeviceLayers::LayerShape::shared_grads_at).
     bool partition_grads = false;
+    // Stage 3: the parameters this rank updates are its partition in `gathered` (the master in fp32; else
+    // rounded from the master after each update), which the layers' gathers read; no gather after the update.
+    DeviceGather* gathered = nullptr;
   };
   DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan);
   ~DeviceStep();
@@ -107,7 +113,7 @@ class DeviceStep {
   // parameters rounded from the master (16-bit), the ties' copies refreshed. After sum_squares().
   void update(const DeviceUpdate& update, double grad_scale);
   // Device to host: the master (16-bit; else nullptr), the state, and each tensor's parameters (fp32),
-  // which params(tensor, values) takes.
+  // which params(tensor, values) takes (not at stage 3: DeviceGather::store has the partition's).
   void store(float* master, std::span<const StateView> state,
              const std::function<void(const Tensor& tensor, const float* values)>& params);
 
@@ -146,6 +152,7 @@ class DeviceStep {
   ProcessGroup* group_;
   std::vector<Unit> units_;
   bool partition_grads_;
+  DeviceGather* gathered_;
   size_t slots_ = 0;               // partitioned: 2, or 1 where one unit has parameters
   float* unit_buffer_[2] = {};     // partitioned, per slot: [max padded], one unit whole
   float* chunk_buffer_[2] = {};    // and [max chunk], this rank's part of it

@@ -191,7 +191,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   if (config_.device != nullptr) build_device_layers();
   init_parameters();
   pin_device_copies();
-  if (policy_.parameters) {
+  if (policy_.parameters && !device_gather_) {
     std::function<void(std::span<std::byte>)> pin;  // the gathered units the device's uploads read
     if (device_layers_ && config_.pin_memory) pin = [this](std::span<std::byte> b) { pin_for_device(b); };
     fetcher_ = std::make_unique<zero::ParamFetcher>(*layout_, group_, *chunks_, config_.precision, config_.stage3,
@@ -340,8 +340,10 @@ void Engine::build_device_layers() {
   const ds_shape predictions = plugin_.predictions_shape(batched(config_.micro_batch, data_.input_shape));
   const std::optional<amp::Half> rounding = half_of(config_.precision);
   config_.device->set_half_matmuls(rounding);  // as DeepSpeed's 16-bit models multiply
-  const bool keep_params = !policy_.parameters;  // stage 3 holds only its partition
   const std::string blocker = device_step_blocker();
+  // Stage 3 holds only its partition: gathered on the device with the optimizer there, else on the host.
+  using Source = DeviceLayers::ParamSource;
+  const Source params = !policy_.parameters ? Source::kept : blocker.empty() ? Source::provided : Source::staged;
   // Stages 0-1 sum the step's micro-batches in one fp32 host buffer: the device can sum them instead, and
   // keeps them there when it also steps the optimizer (in any grad_accum_dtype: device_step.h rounds).
   const bool keep_grads = blocker.empty() || (!policy_.gradients && config_.grad_storage == amp::Storage::F32);
@@ -357,7 +359,7 @@ void Engine::build_device_layers() {
       at += shapes[i].param_floats;
     }
   }
-  device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, keep_params,
+  device_layers_ = std::make_unique<DeviceLayers>(*config_.device, plugin_, shapes, config_.recompute, params,
                                                   keep_grads, data_, config_.micro_batch,
                                                   predictions.ndim ? elements(predictions) : 0, rounding);
   if (blocker.empty()) {
@@ -369,6 +371,7 @@ void Engine::build_device_layers() {
     grad_scratch_ = {};
     segments_.clear();
     optimizer_place_ = "the optimizer steps on the device: parameters, gradients and optimizer state stay there";
+    if (policy_.parameters) optimizer_place_ += " (this rank's partition of the parameters, gathered there layer by layer)";
   } else {
     optimizer_place_ = "the optimizer steps on the CPU, with the fp32 parameters, gradients and optimizer state there "
                        "(as ZeRO-Offload)";
@@ -381,16 +384,47 @@ std::string Engine::device_step_blocker() const {
   if (group_.size() > 1 && !config_.device_group)
     return "with several ranks, the gradients need a device group (NCCL, one GPU per rank)";
   if (config_.pipeline || config_.tensor_parallel) return "pipeline and tensor parallelism step on the host";
-  if (policy_.parameters) return "ZeRO stage 3 gathers the parameters on the host";
+  if (policy_.parameters && config_.params_on_host) return "zero_optimization.offload_param";
   if (config_.low_precision_master) return "bf16 master weights (bf16_master_weights_and_grads) run on the host";
   if (config_.nvme_offload || config_.param_offload) return "NVMe offload";
   if (!optimizer_->device_update(0.0, 1)) return "this optimizer (or its bf16 state) runs on the host only";
   return {};
 }
 
+// Stage 3: what the device gathers for each layer, from this rank's partition there.
+void Engine::build_device_gather() {
+  DeviceGather::Plan plan;
+  for (const zero::Unit& u : layout_->units()) plan.units.push_back({u.padded(), u.chunk, u.part_offset});
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const size_t unit_begin = layout_->unit_of_layer(i).begin;
+    DeviceGather::Layer& layer = plan.layers.emplace_back();
+    layer.unit = layout_->unit_index(i);
+    for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s) {
+      const ParamSlot& slot = slots_[s];
+      std::optional<size_t> tie;
+      if (slot.owner >= 0) {
+        const size_t owner = layer_of_slot(static_cast<size_t>(slot.owner));
+        tie = plan.ties.size();
+        plan.ties.push_back({owner, slot.offset - layout_->unit_of_layer(owner).begin, slot.size});
+      }
+      layer.params.push_back({slot.shape, slot.size, slot.offset - unit_begin, tie});
+    }
+  }
+  plan.n = layout_->partition_size();
+  plan.group = config_.device_group;
+  device_gather_ = std::make_unique<DeviceGather>(*config_.device, *device_layers_, std::move(plan));
+}
+
+size_t Engine::layer_of_slot(size_t slot) const {
+  return static_cast<size_t>(
+      std::find_if(layers_.begin(), layers_.end(), [&](const Layer& l) { return slot < l.first_slot + l.num_slots; }) -
+      layers_.begin());
+}
+
 // What the device's step updates: each tensor this rank holds (the optimizer's order is the
 // partition's), and the tied copies it refreshes.
 void Engine::build_device_step() {
+  if (policy_.parameters) build_device_gather();
   std::vector<DeviceStep::Tensor> tensors;
   std::vector<DeviceStep::Tie> ties;
   for (size_t i = 0; i < layers_.size(); ++i)
@@ -398,9 +432,7 @@ void Engine::build_device_step() {
       const ParamSlot& slot = slots_[layers_[i].first_slot + k];
       if (slot.owner >= 0) {
         const auto owner = static_cast<size_t>(slot.owner);
-        const size_t owner_layer = static_cast<size_t>(
-            std::find_if(layers_.begin(), layers_.end(), [&](const Layer& l) { return owner < l.first_slot + l.num_slots; }) -
-            layers_.begin());
+        const size_t owner_layer = layer_of_slot(owner);
         ties.push_back({i, k, owner_layer, owner - layers_[owner_layer].first_slot});
         continue;
       }
@@ -432,6 +464,7 @@ void Engine::build_device_step() {
   plan.grad_rounding = half_of(config_.grad_storage);
   plan.group = config_.device_group;
   plan.partition_grads = partitions_grads_on_device();
+  plan.gathered = device_gather_.get();
   device_step_ = std::make_unique<DeviceStep>(*config_.device, *device_layers_, std::move(plan));
 }
 
@@ -452,6 +485,11 @@ void Engine::sync_host() {
                       [&](const DeviceStep::Tensor& t, const float* values) {
                         cpu::from_float(config_.precision, values, params_.data() + t.host * elem_, t.size);
                       });
+  if (device_gather_) {  // stage 3: the parameters' partition
+    std::vector<float> values(layout_->partition_size());
+    device_gather_->store(values.data());
+    cpu::from_float(config_.precision, values.data(), params_.data(), values.size());
+  }
   host_stale_ = false;
 }
 
@@ -858,9 +896,19 @@ void Engine::prefetch_device_params(bool training) {
   }
 }
 
+void Engine::acquire_on_device(size_t layer, std::optional<size_t> next) {
+  if (!device_gather_->loaded()) {
+    std::vector<float> values(layout_->partition_size());
+    cpu::to_float(config_.precision, params_.data(), values.data(), values.size());
+    device_gather_->load(values.data());
+  }
+  device_gather_->acquire(layer, next);
+}
+
 void Engine::forward(const ds_batch& batch, bool training) {
   if (device_layers_ && device_layers_->keeps_params() && !device_holds_params(0)) prefetch_device_params(training);
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (device_gather_) acquire_on_device(i, i + 1 < layers_.size() ? std::optional<size_t>(i + 1) : std::nullopt);
     if (device_holds_params(i)) {
       forward_layer(i, CallParams{}, batch);
       continue;
@@ -892,6 +940,7 @@ const float* Engine::backward(const ds_batch& batch, bool last_micro_batch, doub
       finish_backward(pending->first, pending->second, last_micro_batch);
       pending.reset();
     }
+    if (device_gather_) acquire_on_device(i, i > 0 ? std::optional<size_t>(i - 1) : std::nullopt);
     const bool on_device = device_holds_params(i);
     const CallParams params = on_device ? CallParams{} : call_params(i, true);
     if (config_.recompute && (i + 1 < layers_.size() || !last_stage())) forward_layer(i, params, batch, true);
@@ -1280,6 +1329,7 @@ std::optional<MemoryReport> Engine::device_memory() const {
     r.optimizer_state += step.optimizer_state;
     r.workspace += step.workspace;
   }
+  if (device_gather_) r.params += device_gather_->memory().params;
   return r;
 }
 

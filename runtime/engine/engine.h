@@ -45,6 +45,7 @@
 #include "core/page_vector.h"
 #include "data/dataset.h"
 #include "backend/backend.h"
+#include "engine/device_gather.h"
 #include "engine/device_layers.h"
 #include "engine/device_step.h"
 #include "engine/memory_report.h"
@@ -96,8 +97,10 @@ struct EngineConfig {
   backend::Device* device = nullptr;        // the layers run on this device (the plugin was created on its
                                             // backend); the engine's buffers stay on the host (device_layers.h).
                                             // nullptr: the CPU
+  bool params_on_host = false;              // stage 3 with a device: offload_param device cpu, the partition
+                                            // stays in host memory, and layers are gathered there
   bool optimizer_on_device = false;         // with a device: the optimizer steps there where it can (stages
-                                            // 0-2, Adam/AdamW, SGD or Lamb with fp32 state: device_step.h);
+                                            // 0-3, Adam/AdamW, SGD or Lamb with fp32 state: device_step.h);
                                             // else on the host, as ZeRO-Offload.
   bool timed_phases = false;                // with a device: wait for it at the end of each of a step's
                                             // phases (wall_clock_breakdown), so that StepStats::phases hold
@@ -332,6 +335,11 @@ class Engine {
   // training: through the stage 3 fetcher, and with backward to follow (else forward only).
   void forward(const ds_batch& batch, bool training);
   void prefetch_device_params(bool training);
+  // Stage 3 with device_step_: layer `layer`'s parameters gathered on the device for its calls (the partition
+  // loaded from the host first when the host's values are the latest), `next` prefetched.
+  void acquire_on_device(size_t layer, std::optional<size_t> next);
+  void build_device_gather();
+  size_t layer_of_slot(size_t slot) const;  // the layer that holds slots_[slot]
   // A layer's parameters for one call: fp32 (widened on the host in 16-bit training), or as stored where the
   // device takes them so (stage 3 on a device in 16-bit training: half the bytes cross, and the device
   // widens them), except in a layer that owns a tied parameter, whose fp32 values the layers using it take.
@@ -487,7 +495,10 @@ class Engine {
   std::vector<float> slices_;                      // pipeline x tensor parallelism: gather_slices' scratch
   std::unique_ptr<DeviceLayers> device_layers_;    // config_.device: the layer calls on it (declared after
                                                    // the host buffers it pins: it unpins them first)
-  std::unique_ptr<DeviceStep> device_step_;        // the optimizer on the device (after device_layers_)
+  std::unique_ptr<DeviceGather> device_gather_;    // stage 3 with device_step_: the partition on the device
+                                                   // (after device_layers_)
+  std::unique_ptr<DeviceStep> device_step_;        // the optimizer on the device (after device_layers_ and
+                                                   // device_gather_)
   bool host_stale_ = false;                        // device_step_ updated since the host's copies were synced
   bool host_state_held_ = true;  // master_ and the optimizer's state hold elements (device_step_ frees them)
   size_t master_elems_ = 0;      // master_'s size while freed

@@ -64,13 +64,16 @@ def test_two_ranks_train_gpt_on_the_emulated_cuda_device_as_on_the_cpu(dsrun, cl
     assert on_device[-1] < on_device[0]
 
 
-# One rank holding the whole model: the optimizer steps on the device (engine/device_step.h), unless
-# offload_optimizer keeps it on the CPU; both train as the CPU does. In bf16 at ZeRO 2 the gradients
-# accumulate in bf16 (DeepSpeed's default there), rounded on the device; the device's matmuls multiply in
-# bf16, the CPU's in fp32 on bf16-rounded values: within bf16's unit roundoff.
+# One rank: the optimizer steps on the device (engine/device_step.h), unless offload_optimizer keeps it on
+# the CPU; both train as the CPU does. At stage 3 the device keeps the parameters' partition and gathers each
+# layer there (engine/device_gather.h). In bf16 at ZeRO 2-3 the gradients accumulate in bf16 (DeepSpeed's
+# default there), rounded on the device; the device's matmuls multiply in bf16, the CPU's in fp32 on
+# bf16-rounded values: within bf16's unit roundoff.
+@pytest.mark.parametrize("stage", [2, 3])
 @pytest.mark.parametrize("offload,precision", [(False, "fp32"), (True, "fp32"), (False, "bf16")])
-def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clean_env, tmp_path, offload, precision):
-    cfg = dict(CONFIG, zero_optimization={"stage": 2, **({"offload_optimizer": {"device": "cpu"}} if offload else {})})
+def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clean_env, tmp_path, offload, precision,
+                                                                      stage):
+    cfg = dict(CONFIG, zero_optimization={"stage": stage, **({"offload_optimizer": {"device": "cpu"}} if offload else {})})
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda", cfg, gpus=1)
@@ -79,6 +82,7 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
         assert "grads 0 B" not in r.stdout  # the host sums the gradients
     else:
         assert "dsworker: device: the optimizer steps on the device" in r.stderr
+        assert ("gathered there layer by layer" in r.stderr) == (stage == 3)
         assert "grads 0 B," in r.stdout  # the device keeps them: no host gradient buffer
     # the device's own line: its optimizer state is there only when the optimizer steps there
     device_line = next(l for l in r.stdout.splitlines() if "device memory per rank at peak: " in l)
@@ -92,6 +96,16 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
     tolerance = 1e-5 if precision == "fp32" else 2.0 ** -8
     for a, b in zip(on_device, on_cpu):
         assert abs(a - b) <= tolerance * abs(b), (on_device, on_cpu)
+
+
+# offload_param at stage 3 keeps the parameters' partition in host memory, gathered there: the whole step
+# stays on the CPU (as ZeRO-Offload), and the engine names the setting.
+def test_offload_param_keeps_stage_3_on_the_host(dsrun, clean_env, tmp_path):
+    cfg = dict(CONFIG, zero_optimization={"stage": 3, "offload_param": {"device": "cpu"}})
+    r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda", cfg, gpus=1)
+    assert "dsworker: device: the optimizer steps on the CPU" in r.stderr
+    assert "zero_optimization.offload_param" in r.stderr
+    assert len(on_device) == 4 and on_device[-1] < on_device[0]
 
 
 # With the optimizer on the device the host's master and optimizer state are freed after each update and

@@ -1,0 +1,105 @@
+// ZeRO stage 3 with the optimizer on the device (a GPU): each rank keeps only its partition of the
+// parameters there, and a layer's parameters are all-gathered there, over the ranks' device group
+// (NCCL), just before the layer runs, as DeepSpeed's stage 3 gathers them on the GPU.
+//   partition [n] fp32: this rank's chunks of every unit (at stage 3 a unit is a layer), in the
+//              optimizer's flat order; the values the layers read (16-bit training: the master's
+//              values at 16-bit precision, which DeviceStep writes after each update; fp32: the
+//              master itself, which DeviceStep updates in place);
+//   two slots: a layer's gather lands in one unit buffer [max padded] (one gather is under way at a
+//              time) and is copied into a slot's views [max layer, each tensor 16-byte aligned], which
+//              DeviceLayers' calls read (provide_params). The layer after the one acquired is gathered
+//              for the other slot while the acquired one runs; a layer still in its slot (the last
+//              layer, from its forward to its backward; the first, between micro-batches) is not
+//              gathered again.
+//   ties:      a tied parameter's user (GPT's head) reads a copy of its owner's values, taken when
+//              the owner's layer is gathered (every pass's first forward comes before the user).
+// Every rank acquires the same layers in the same order, so the ranks' gathers match. One rank:
+// the "gather" is the copy of its partition's unit.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "comm/process_group.h"
+#include "engine/device_layers.h"
+#include "engine/memory_report.h"
+
+namespace ds {
+
+class DeviceGather {
+ public:
+  struct Param {
+    ds_shape shape;
+    size_t size = 0;             // elements
+    size_t in_unit = 0;          // its values' place in its unit's gathered buffer (own ones)
+    std::optional<size_t> tie;   // a tied parameter's user: the tie (index into Plan::ties) whose copy it reads
+  };
+  struct Layer {
+    size_t unit = 0;             // its unit, in the layout
+    std::vector<Param> params;   // in the layer's order
+  };
+  struct Unit {
+    size_t padded = 0, chunk = 0, part_offset = 0;  // as zero::Unit has them
+  };
+  struct Tie {
+    size_t owner_layer = 0, owner_in_unit = 0, size = 0;  // the owner's layer, its place in its unit, elements
+  };
+  struct Plan {
+    std::vector<Layer> layers;
+    std::vector<Unit> units;
+    std::vector<Tie> ties;
+    size_t n = 0;                     // the partition's elements (Σ chunk)
+    ProcessGroup* group = nullptr;    // the ranks over device memory (nullptr: one rank)
+  };
+  DeviceGather(backend::Device& device, DeviceLayers& layers, Plan plan);
+  ~DeviceGather();
+  DeviceGather(const DeviceGather&) = delete;
+  DeviceGather& operator=(const DeviceGather&) = delete;
+
+  // The partition on the device: [n] fp32, which DeviceStep updates. Its values change only through it,
+  // load() or between forget() and load().
+  float* partition() { return partition_; }
+  bool loaded() const { return loaded_; }
+  // Host to device: this rank's partition [n] fp32 (before the first acquire, and after a restore).
+  void load(const float* values);
+  // Device to host: the partition [n] fp32.
+  void store(float* values);
+  // The partition changed (an update): the gathered layers are stale; the next acquires gather again.
+  void updated();
+  // The host's values are the latest (a restore): load() before the next acquire.
+  void forget();
+  // Layer `layer`'s parameters on the device, for its calls (DeviceLayers::provide_params); starts the
+  // gather of `next` (the layer the engine acquires after it, when it knows) into the other slot.
+  void acquire(size_t layer, std::optional<size_t> next);
+  // Partition, landing buffer, slots' views and tie copies (params), by kind.
+  const MemoryReport& memory() const { return held_; }
+
+ private:
+  struct Slot {
+    float* views = nullptr;  // [max layer, aligned]: the views the layer's calls read
+    std::optional<size_t> layer;  // the layer it holds (being gathered, or in the views when ready)
+    bool ready = false;
+    std::unique_ptr<Work> gathering;  // its gather, under way
+  };
+  void* allocate(size_t bytes);
+  void start_gather(size_t layer, size_t slot);
+  void finish_gather(size_t slot);              // waits, copies into the views, takes the tie copies
+  void revoke(Slot& slot);                      // its layer's views no longer hold (DeviceLayers told)
+
+  backend::Device& device_;
+  DeviceLayers& layers_;
+  Plan plan_;
+  float* partition_ = nullptr;
+  float* landing_ = nullptr;  // several ranks: [max padded], where the gather under way lands
+  Slot slots_[2];             // (at most one gathering)
+  std::vector<std::vector<size_t>> aligned_;  // per layer: each parameter's place (floats) in a slot's views
+  std::vector<float*> tie_copies_;            // per tie: [size]
+  std::optional<size_t> current_;             // the slot of the layer acquired last
+  std::vector<void*> owned_;
+  MemoryReport held_;
+  bool loaded_ = false;
+};
+
+}  // namespace ds
