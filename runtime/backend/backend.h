@@ -61,6 +61,7 @@ class Device {
   virtual void unpin_host(void* p) = 0;
   virtual void round_to(amp::Half type, float* x, size_t n) = 0;  // x[i] = float(half(x[i])), device memory
   virtual void widen(amp::Half type, const uint16_t* in, float* out, size_t n) = 0;  // out[i] = float(in[i]), device memory
+  virtual void narrow(amp::Half type, const float* in, uint16_t* out, size_t n) = 0;  // out[i] = half(in[i]), device memory
   // bf16 or fp16: the matmul op, and attention's products, round their operands to that type and
   // multiply them on the tensor cores with fp32 accumulation and output, as torch.autocast runs a
   // Linear and a 16-bit flash attention its products, and as DeepSpeed's fp16 and bf16 models
@@ -114,6 +115,7 @@ class Cuda : public Device {
   void unpin_host(void* p) override;
   void round_to(amp::Half type, float* x, size_t n) override;
   void widen(amp::Half type, const uint16_t* in, float* out, size_t n) override;
+  void narrow(amp::Half type, const float* in, uint16_t* out, size_t n) override;
   void set_half_matmuls(std::optional<amp::Half> type) override;
   void copy_within(void* dst, const void* src, size_t bytes) override;
   void accumulate(float* y, const float* x, size_t n) override;

@@ -546,6 +546,10 @@ void Cuda::widen(amp::Half type, const uint16_t* in, float* out, size_t n) {
   cuda::half_to_float(type, in, out, static_cast<int64_t>(n), kStream);
 }
 
+void Cuda::narrow(amp::Half type, const float* in, uint16_t* out, size_t n) {
+  cuda::float_to_half(type, in, out, static_cast<int64_t>(n), kStream);
+}
+
 void Cuda::copy_within(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) cuda::copy_on_device(dst, src, bytes, kStream);
 }

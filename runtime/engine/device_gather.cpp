@@ -7,9 +7,9 @@
 namespace ds {
 
 DeviceGather::DeviceGather(backend::Device& device, DeviceLayers& layers, Plan plan)
-    : device_(device), layers_(layers), plan_(std::move(plan)) {
-  partition_ = static_cast<float*>(allocate(plan_.n * sizeof(float)));
-  device_.zero(partition_, plan_.n * sizeof(float));
+    : device_(device), layers_(layers), plan_(std::move(plan)), elem_(plan_.storage ? sizeof(uint16_t) : sizeof(float)) {
+  partition_ = static_cast<std::byte*>(allocate(plan_.n * elem_));
+  device_.zero(partition_, plan_.n * elem_);
   size_t padded = 0, views = 0;
   for (const Unit& u : plan_.units) padded = std::max(padded, u.padded);
   for (const Layer& l : plan_.layers) {
@@ -23,7 +23,7 @@ DeviceGather::DeviceGather(backend::Device& device, DeviceLayers& layers, Plan p
     views = std::max(views, floats);
   }
   const bool several = plan_.group != nullptr && plan_.group->size() > 1;
-  if (several) landing_ = static_cast<float*>(allocate(padded * sizeof(float)));
+  if (several) landing_ = static_cast<std::byte*>(allocate(padded * elem_));
   for (Slot& slot : slots_) slot.views = static_cast<float*>(allocate(views * sizeof(float)));
   for (const Tie& tie : plan_.ties) tie_copies_.push_back(static_cast<float*>(allocate(tie.size * sizeof(float))));
 }
@@ -50,13 +50,23 @@ void* DeviceGather::allocate(size_t bytes) {
   return owned_.back();
 }
 
-void DeviceGather::load(const float* values) {
+float* DeviceGather::partition() {
+  if (plan_.storage) throw std::logic_error("DeviceGather: a 16-bit partition is written by take_master");
+  return reinterpret_cast<float*>(partition_);
+}
+
+void DeviceGather::take_master(const float* master) {
+  if (!plan_.storage) throw std::logic_error("DeviceGather: an fp32 partition is the master");
+  device_.narrow(*plan_.storage, master, reinterpret_cast<uint16_t*>(partition_), plan_.n);
+}
+
+void DeviceGather::load(const void* values) {
   updated();
-  device_.to_device(partition_, values, plan_.n * sizeof(float));
+  device_.to_device(partition_, values, plan_.n * elem_);
   loaded_ = true;
 }
 
-void DeviceGather::store(float* values) { device_.to_host(values, partition_, plan_.n * sizeof(float)); }
+void DeviceGather::store(void* values) { device_.to_host(values, partition_, plan_.n * elem_); }
 
 void DeviceGather::updated() {
   for (Slot& slot : slots_) {
@@ -116,11 +126,12 @@ void DeviceGather::start_gather(size_t layer, size_t s) {
   const Unit& u = plan_.units[plan_.layers[layer].unit];
   if (landing_ == nullptr || u.chunk == 0) return;  // one rank: finish_gather copies from the partition
   device_.synchronize();  // the group's stream reads the partition (updated by ops) into a buffer the ops read last
-  slot.gathering = plan_.group->allgather_async(partition_ + u.part_offset, landing_, u.chunk, DataType::F32);
+  const DataType type = !plan_.storage ? DataType::F32 : *plan_.storage == amp::Half::BF16 ? DataType::BF16 : DataType::F16;
+  slot.gathering = plan_.group->allgather_async(partition_ + u.part_offset * elem_, landing_, u.chunk, type);
 }
 
-// The gathered unit into the slot's views (later ops than those that read the views before: stream order),
-// and the tied copies of the parameters the layer owns.
+// The gathered unit into the slot's views, widened from 16 bits or copied (later ops than those that read the
+// views before: stream order), and the tied copies of the parameters the layer owns.
 void DeviceGather::finish_gather(size_t s) {
   Slot& slot = slots_[s];
   if (slot.gathering) slot.gathering->wait();  // later ops are issued after: they see the output
@@ -128,15 +139,17 @@ void DeviceGather::finish_gather(size_t s) {
   const size_t layer = *slot.layer;
   const Layer& l = plan_.layers[layer];
   const Unit& u = plan_.units[l.unit];
-  const float* values = landing_ != nullptr ? landing_ : partition_ + u.part_offset;
+  const std::byte* values = landing_ != nullptr ? landing_ : partition_ + u.part_offset * elem_;
+  auto take = [&](float* to, size_t in_unit, size_t n) {
+    if (plan_.storage) device_.widen(*plan_.storage, reinterpret_cast<const uint16_t*>(values) + in_unit, to, n);
+    else device_.copy_within(to, reinterpret_cast<const float*>(values) + in_unit, n * sizeof(float));
+  };
   for (size_t k = 0; k < l.params.size(); ++k) {
     const Param& p = l.params[k];
-    if (!p.tie) device_.copy_within(slot.views + aligned_[layer][k], values + p.in_unit, p.size * sizeof(float));
+    if (!p.tie) take(slots_[s].views + aligned_[layer][k], p.in_unit, p.size);
   }
-  for (size_t t = 0; t < plan_.ties.size(); ++t) {
-    const Tie& tie = plan_.ties[t];
-    if (tie.owner_layer == layer) device_.copy_within(tie_copies_[t], values + tie.owner_in_unit, tie.size * sizeof(float));
-  }
+  for (size_t t = 0; t < plan_.ties.size(); ++t)
+    if (plan_.ties[t].owner_layer == layer) take(tie_copies_[t], plan_.ties[t].owner_in_unit, plan_.ties[t].size);
   slot.ready = true;
 }
 

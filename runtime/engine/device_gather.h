@@ -1,13 +1,14 @@
 // ZeRO stage 3 with the optimizer on the device (a GPU): each rank keeps only its partition of the
 // parameters there, and a layer's parameters are all-gathered there, over the ranks' device group
 // (NCCL), just before the layer runs, as DeepSpeed's stage 3 gathers them on the GPU.
-//   partition [n] fp32: this rank's chunks of every unit (at stage 3 a unit is a layer), in the
-//              optimizer's flat order; the values the layers read (16-bit training: the master's
-//              values at 16-bit precision, which DeviceStep writes after each update; fp32: the
-//              master itself, which DeviceStep updates in place);
-//   two slots: a layer's gather lands in one unit buffer [max padded] (one gather is under way at a
-//              time) and is copied into a slot's views [max layer, each tensor 16-byte aligned], which
-//              DeviceLayers' calls read (provide_params). The layer after the one acquired is gathered
+//   partition [n]: this rank's chunks of every unit (at stage 3 a unit is a layer), in the optimizer's
+//              flat order, in the parameters' storage type, as the host and DeepSpeed keep them: in
+//              16-bit training 16-bit values, which DeviceStep narrows from its fp32 master after each
+//              update (take_master); in fp32 the master itself, which DeviceStep updates in place;
+//   two slots: a layer's gather (in the storage type: 16 bits cross in 16-bit training) lands in one
+//              unit buffer [max padded] (one gather is under way at a time) and is widened or copied
+//              into a slot's fp32 views [max layer, each tensor 16-byte aligned], which DeviceLayers'
+//              calls read (provide_params). The layer after the one acquired is gathered
 //              for the other slot while the acquired one runs; a layer still in its slot (the last
 //              layer, from its forward to its backward; the first, between micro-batches) is not
 //              gathered again.
@@ -17,6 +18,7 @@
 // the "gather" is the copy of its partition's unit.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -51,6 +53,7 @@ class DeviceGather {
     std::vector<Unit> units;
     std::vector<Tie> ties;
     size_t n = 0;                     // the partition's elements (Σ chunk)
+    std::optional<amp::Half> storage; // the parameters' 16-bit type; none: fp32
     ProcessGroup* group = nullptr;    // the ranks over device memory (nullptr: one rank)
   };
   DeviceGather(backend::Device& device, DeviceLayers& layers, Plan plan);
@@ -58,14 +61,16 @@ class DeviceGather {
   DeviceGather(const DeviceGather&) = delete;
   DeviceGather& operator=(const DeviceGather&) = delete;
 
-  // The partition on the device: [n] fp32, which DeviceStep updates. Its values change only through it,
-  // load() or between forget() and load().
-  float* partition() { return partition_; }
+  // fp32: the partition on the device [n], the master, which DeviceStep updates in place. Its values change
+  // only through it, take_master, load() or between forget() and load().
+  float* partition();
+  // 16-bit: the partition takes the master's values [n] fp32 (device memory), narrowed to the storage type.
+  void take_master(const float* master);
   bool loaded() const { return loaded_; }
-  // Host to device: this rank's partition [n] fp32 (before the first acquire, and after a restore).
-  void load(const float* values);
-  // Device to host: the partition [n] fp32.
-  void store(float* values);
+  // Host to device: this rank's partition [n] in the storage type (before the first acquire, and after a restore).
+  void load(const void* values);
+  // Device to host: the partition [n] in the storage type.
+  void store(void* values);
   // The partition changed (an update): the gathered layers are stale; the next acquires gather again.
   void updated();
   // The host's values are the latest (a restore): load() before the next acquire.
@@ -91,8 +96,9 @@ class DeviceGather {
   backend::Device& device_;
   DeviceLayers& layers_;
   Plan plan_;
-  float* partition_ = nullptr;
-  float* landing_ = nullptr;  // several ranks: [max padded], where the gather under way lands
+  size_t elem_;                  // bytes per stored element
+  std::byte* partition_ = nullptr;
+  std::byte* landing_ = nullptr;  // several ranks: [max padded], where the gather under way lands
   Slot slots_[2];             // (at most one gathering)
   std::vector<std::vector<size_t>> aligned_;  // per layer: each parameter's place (floats) in a slot's views
   std::vector<float*> tie_copies_;            // per tie: [size]

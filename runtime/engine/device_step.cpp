@@ -211,11 +211,8 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
       else device_.adam_step(p_of(*t), g_of(*t), state_at(0, *t), state_at(1, *t), t->count, u.adam, u.kind == Kind::adamw);
     }
   }
-  if (gathered_) {  // the partition the layers' gathers read (fp32: the master itself)
-    if (master_) {
-      device_.copy_within(gathered_->partition(), master_, n_ * sizeof(float));
-      device_.round_to(*rounding_, gathered_->partition(), n_);
-    }
+  if (gathered_) {  // the partition the layers' gathers read (fp32: the master itself; else its 16-bit values)
+    if (master_) gathered_->take_master(master_);
     gathered_->updated();
     return;
   }

@@ -73,7 +73,7 @@ class DeviceStep {
     // gradient buffers are reused by each unit (DeviceLayers::LayerShape::shared_grads_at).
     bool partition_grads = false;
     // Stage 3: the parameters this rank updates are its partition in `gathered` (the master in fp32; else
-    // rounded from the master after each update), which the layers' gathers read; no gather after the update.
+    // narrowed from the master after each update), which the layers' gathers read; no gather after the update.
     DeviceGather* gathered = nullptr;
   };
   DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan);

@@ -411,6 +411,7 @@ void Engine::build_device_gather() {
     }
   }
   plan.n = layout_->partition_size();
+  plan.storage = half_of(config_.precision);
   plan.group = config_.device_group;
   device_gather_ = std::make_unique<DeviceGather>(*config_.device, *device_layers_, std::move(plan));
 }
@@ -485,11 +486,7 @@ void Engine::sync_host() {
                       [&](const DeviceStep::Tensor& t, const float* values) {
                         cpu::from_float(config_.precision, values, params_.data() + t.host * elem_, t.size);
                       });
-  if (device_gather_) {  // stage 3: the parameters' partition
-    std::vector<float> values(layout_->partition_size());
-    device_gather_->store(values.data());
-    cpu::from_float(config_.precision, values.data(), params_.data(), values.size());
-  }
+  if (device_gather_) device_gather_->store(params_.data());  // stage 3: the parameters' partition, as stored
   host_stale_ = false;
 }
 
@@ -897,11 +894,7 @@ void Engine::prefetch_device_params(bool training) {
 }
 
 void Engine::acquire_on_device(size_t layer, std::optional<size_t> next) {
-  if (!device_gather_->loaded()) {
-    std::vector<float> values(layout_->partition_size());
-    cpu::to_float(config_.precision, params_.data(), values.data(), values.size());
-    device_gather_->load(values.data());
-  }
+  if (!device_gather_->loaded()) device_gather_->load(params_.data());  // this rank's partition, as stored
   device_gather_->acquire(layer, next);
 }
 

@@ -113,6 +113,28 @@ TEST_CASE("to_device_async (emulated CUDA): ops see the values after ops_after_c
   cuda.release(wide);
 }
 
+TEST_CASE("narrow (emulated CUDA): fp32 to bf16 and fp16 bits, rounded to nearest even, and back by widen") {
+  ds::backend::Cuda cuda(0);
+  const std::vector<float> values{1.0f, -2.0f, 0.15625f, 1.0f + 0x1p-8f, 3.0e5f};
+  auto* wide = static_cast<float*>(cuda.allocate(values.size() * sizeof(float)));
+  auto* half = static_cast<uint16_t*>(cuda.allocate(values.size() * sizeof(uint16_t)));
+  cuda.to_device(wide, values.data(), values.size() * sizeof(float));
+  std::vector<uint16_t> bits(values.size());
+  cuda.narrow(ds::amp::Half::BF16, wide, half, values.size());
+  cuda.to_host(bits.data(), half, bits.size() * sizeof(uint16_t));
+  CHECK(bits == std::vector<uint16_t>{0x3f80, 0xc000, 0x3e20, 0x3f80, 0x4892});  // 1 + 2^-8: a tie, to even
+  cuda.narrow(ds::amp::Half::F16, wide, half, values.size());
+  cuda.to_host(bits.data(), half, bits.size() * sizeof(uint16_t));
+  CHECK(bits == std::vector<uint16_t>{0x3c00, 0xc000, 0x3100, 0x3c04, 0x7c00});  // 3e5: beyond fp16, infinite
+  std::vector<float> back(values.size());
+  cuda.widen(ds::amp::Half::F16, half, wide, values.size());
+  cuda.to_host(back.data(), wide, back.size() * sizeof(float));
+  CHECK(back[2] == 0.15625f);
+  CHECK(std::isinf(back[4]));
+  cuda.release(half);
+  cuda.release(wide);
+}
+
 TEST_CASE("to_device_after (emulated CUDA): uploads on a stream of their own, with tickets of their own") {
   ds::backend::Cuda cuda(0);
   float* src = device_values(cuda, 3, 5.0f);

@@ -69,6 +69,7 @@ class CountingDevice : public backend::Device {
   void zero(void* dst, size_t bytes) override { cuda_.zero(dst, bytes); }
   void round_to(amp::Half type, float* x, size_t n) override { cuda_.round_to(type, x, n); }
   void widen(amp::Half type, const uint16_t* in, float* out, size_t n) override { cuda_.widen(type, in, out, n); }
+  void narrow(amp::Half type, const float* in, uint16_t* out, size_t n) override { cuda_.narrow(type, in, out, n); }
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
   void synchronize() override {
     ++synchronized;

@@ -507,10 +507,17 @@ TEST_CASE("device step: at stages 2 and 3 the device keeps the partition's gradi
     backend::Cuda cuda(0);
     auto plugin = Plugin::load(plugin_path(), model, cuda.table());
     auto nccl = fake_device_group(store, group.rank(), group.size());
-    auto device_memory = [&](int stage, size_t& psi, size_t& partition, size_t& largest_unit) {
-      Engine engine = make_engine(units_per_layer(cuda, stage, nccl.get()), *plugin, group, config);
+    uint64_t sent = 0;  // by the device group in the last step
+    auto device_memory = [&](int stage, size_t& psi, size_t& partition, size_t& largest_unit,
+                             amp::Storage precision = amp::Storage::F32) {
+      EngineConfig e = units_per_layer(cuda, stage, nccl.get());
+      e.precision = precision;
+      Engine engine = make_engine(e, *plugin, group, config);
       REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
       engine.step();
+      const uint64_t before = nccl->comms().sent_bytes();
+      engine.step();
+      sent = nccl->comms().sent_bytes() - before;
       psi = engine.gather_parameters().size();
       partition = engine.layout().partition_size();
       largest_unit = 0;
@@ -535,6 +542,15 @@ TEST_CASE("device step: at stages 2 and 3 the device keeps the partition's gradi
     CHECK(three.params < two.params);
     CHECK(three.grads == two.grads);
     CHECK(three.optimizer_state == one.optimizer_state);
+    // In bf16 the partition and the gathers hold 16 bits, as the host's and DeepSpeed's do (the views the layers
+    // read are fp32); the master is fp32 beside the optimizer state.
+    const uint64_t sent_fp32 = sent;
+    const MemoryReport bf16 = device_memory(3, psi, partition, largest, amp::Storage::BF16);
+    CHECK(bf16.params >= partition * sizeof(uint16_t) + 2 * largest * sizeof(float));
+    CHECK(bf16.params <= (partition + (largest + 1)) * sizeof(uint16_t) + 2 * (largest + 8) * sizeof(float));
+    CHECK(bf16.optimizer_state == 3 * partition * sizeof(float));  // the master and Adam's two moments
+    CHECK(sent < sent_fp32);  // the gradients' reduce-scatters are fp32 in both: the gathers' bytes halved
+    CHECK(sent > sent_fp32 / 2);
   });
 }
 
