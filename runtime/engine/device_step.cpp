@@ -236,18 +236,28 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
 // this rank's parts back (the other parts keep this rank's own sums, which nothing reads), or with
 // partition_grads added into the partition (rounded before and after, as the host's 16-bit reduction and
 // partition hold them). All-gather: this rank's updated parts into its chunk, every rank's parts of every
-// tensor back.
+// tensor back; in 16-bit training as 16-bit values (narrowed into the buffers, which have room for fp32,
+// and widened out of them), as the host and DeepSpeed gather them: the same bits in half the bytes.
 std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit, size_t slot) {
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
+  const bool halves = !scatter && rounding_;
   const Unit& u = units_[unit];
   float* in = scatter ? unit_buffer_[slot] : chunk_buffer_[slot];
-  device_.zero(in, (scatter ? u.padded : u.chunk) * sizeof(float));
-  for (const Tensor* t : unit_tensors_[unit])
-    if (const Copy c = scatter ? whole(exchange, *t, slot) : part(exchange, *t, slot); c.count > 0)
-      device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
+  device_.zero(in, (scatter ? u.padded : u.chunk) * (halves ? sizeof(uint16_t) : sizeof(float)));
+  for (const Tensor* t : unit_tensors_[unit]) {
+    const Copy c = scatter ? whole(exchange, *t, slot) : part(exchange, *t, slot);
+    if (c.count == 0) continue;
+    if (halves) device_.narrow(*rounding_, c.tensor, half_at(in, c.buffer), c.count);
+    else device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
+  }
   device_.synchronize();  // the group's stream reads the input
-  return scatter ? group_->reduce_scatter_async(in, chunk_buffer_[slot], u.chunk, DataType::F32, ReduceOp::Sum)
-                 : group_->allgather_async(in, unit_buffer_[slot], u.chunk, DataType::F32);
+  if (scatter) return group_->reduce_scatter_async(in, chunk_buffer_[slot], u.chunk, DataType::F32, ReduceOp::Sum);
+  const DataType type = !halves ? DataType::F32 : *rounding_ == amp::Half::BF16 ? DataType::BF16 : DataType::F16;
+  return group_->allgather_async(in, unit_buffer_[slot], u.chunk, type);
+}
+
+uint16_t* DeviceStep::half_at(float* buffer, const float* place) {
+  return reinterpret_cast<uint16_t*>(buffer) + (place - buffer);
 }
 
 void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work) {
@@ -260,9 +270,12 @@ void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Wo
     if (grad_rounding_) device_.round_to(*grad_rounding_, partition_ + u.part_offset, u.chunk);
     return;
   }
-  for (const Tensor* t : unit_tensors_[unit])
-    if (const Copy c = scatter ? part(exchange, *t, slot) : whole(exchange, *t, slot); c.count > 0)
-      device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
+  for (const Tensor* t : unit_tensors_[unit]) {
+    const Copy c = scatter ? part(exchange, *t, slot) : whole(exchange, *t, slot);
+    if (c.count == 0) continue;
+    if (!scatter && rounding_) device_.widen(*rounding_, half_at(unit_buffer_[slot], c.buffer), c.tensor, c.count);
+    else device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
+  }
 }
 
 DeviceStep::Copy DeviceStep::whole(Exchange exchange, const Tensor& t, size_t slot) const {
