@@ -234,26 +234,32 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
 // collective's input (zeros where the unit is padded), the collective on the group's stream, then its
 // output back into the tensors. Reduce-scatter: every tensor's gradients whole into the unit, the sums of
 // this rank's parts back (the other parts keep this rank's own sums, which nothing reads), or with
-// partition_grads added into the partition (rounded before and after, as the host's 16-bit reduction and
-// partition hold them). All-gather: this rank's updated parts into its chunk, every rank's parts of every
-// tensor back; in 16-bit training as 16-bit values (narrowed into the buffers, which have room for fp32,
-// and widened out of them), as the host and DeepSpeed gather them: the same bits in half the bytes.
+// partition_grads added into the partition (rounded after, as the host's 16-bit partition holds them).
+// All-gather: this rank's updated parts into its chunk, every rank's parts of every tensor back. Where the
+// values are 16-bit (the parameters in 16-bit training, the gradients with 16-bit accumulation) they cross
+// as 16-bit values, narrowed into the buffers (which have room for fp32) and widened out of them, as the
+// host and DeepSpeed move them: half the bytes, and the collective's sums rounded as the host's are.
 std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit, size_t slot) {
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
-  const bool halves = !scatter && rounding_;
+  const std::optional<amp::Half> half = moved_as(exchange);
   const Unit& u = units_[unit];
   float* in = scatter ? unit_buffer_[slot] : chunk_buffer_[slot];
-  device_.zero(in, (scatter ? u.padded : u.chunk) * (halves ? sizeof(uint16_t) : sizeof(float)));
+  float* out = scatter ? chunk_buffer_[slot] : unit_buffer_[slot];
+  device_.zero(in, (scatter ? u.padded : u.chunk) * (half ? sizeof(uint16_t) : sizeof(float)));
   for (const Tensor* t : unit_tensors_[unit]) {
     const Copy c = scatter ? whole(exchange, *t, slot) : part(exchange, *t, slot);
     if (c.count == 0) continue;
-    if (halves) device_.narrow(*rounding_, c.tensor, half_at(in, c.buffer), c.count);
+    if (half) device_.narrow(*half, c.tensor, half_at(in, c.buffer), c.count);
     else device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
   }
   device_.synchronize();  // the group's stream reads the input
-  if (scatter) return group_->reduce_scatter_async(in, chunk_buffer_[slot], u.chunk, DataType::F32, ReduceOp::Sum);
-  const DataType type = !halves ? DataType::F32 : *rounding_ == amp::Half::BF16 ? DataType::BF16 : DataType::F16;
-  return group_->allgather_async(in, unit_buffer_[slot], u.chunk, type);
+  const DataType type = !half ? DataType::F32 : *half == amp::Half::BF16 ? DataType::BF16 : DataType::F16;
+  return scatter ? group_->reduce_scatter_async(in, out, u.chunk, type, ReduceOp::Sum)
+                 : group_->allgather_async(in, out, u.chunk, type);
+}
+
+std::optional<amp::Half> DeviceStep::moved_as(Exchange exchange) const {
+  return exchange == Exchange::reduce_scatter_grads ? grad_rounding_ : rounding_;
 }
 
 uint16_t* DeviceStep::half_at(float* buffer, const float* place) {
@@ -263,17 +269,23 @@ uint16_t* DeviceStep::half_at(float* buffer, const float* place) {
 void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Work& work) {
   work.wait();  // later ops are issued after: they see the output
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
+  const std::optional<amp::Half> half = moved_as(exchange);
+  float* out = scatter ? chunk_buffer_[slot] : unit_buffer_[slot];
   if (scatter && partition_grads_) {
     const Unit& u = units_[unit];
-    if (grad_rounding_) device_.round_to(*grad_rounding_, chunk_buffer_[slot], u.chunk);
-    device_.accumulate(partition_ + u.part_offset, chunk_buffer_[slot], u.chunk);
-    if (grad_rounding_) device_.round_to(*grad_rounding_, partition_ + u.part_offset, u.chunk);
+    const float* sums = out;
+    if (half) {  // widened into the unit's buffer, free once the sum is done
+      device_.widen(*half, half_at(out, out), unit_buffer_[slot], u.chunk);
+      sums = unit_buffer_[slot];
+    }
+    device_.accumulate(partition_ + u.part_offset, sums, u.chunk);
+    if (half) device_.round_to(*half, partition_ + u.part_offset, u.chunk);
     return;
   }
   for (const Tensor* t : unit_tensors_[unit]) {
     const Copy c = scatter ? part(exchange, *t, slot) : whole(exchange, *t, slot);
     if (c.count == 0) continue;
-    if (!scatter && rounding_) device_.widen(*rounding_, half_at(unit_buffer_[slot], c.buffer), c.tensor, c.count);
+    if (half) device_.widen(*half, half_at(out, c.buffer), c.tensor, c.count);
     else device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
   }
 }

@@ -137,7 +137,8 @@ class DeviceStep {
   float* values(Exchange e, const Tensor& t) const { return e == Exchange::reduce_scatter_grads ? grad(t) : param(t); }
   Copy whole(Exchange e, const Tensor& t, size_t slot) const;  // the tensor, at its place in the unit
   Copy part(Exchange e, const Tensor& t, size_t slot) const;   // this rank's part, at its place in the chunk
-  // 16-bit gathers: where the element at `place` (a Copy's place in `buffer`) is when `buffer` holds 16-bit values.
+  std::optional<amp::Half> moved_as(Exchange exchange) const;  // the 16-bit type it moves; none: fp32
+  // Where the element at `place` (a Copy's place in `buffer`) is when `buffer` holds 16-bit values.
   static uint16_t* half_at(float* buffer, const float* place);
   void* allocate(size_t bytes, size_t MemoryReport::*kind);
   std::unique_ptr<Work> start_exchange(Exchange exchange, size_t unit, size_t slot);

@@ -404,14 +404,19 @@ TEST_CASE("device step: clipping on two ranks, partitioned") {
   }
 }
 
-// 16-bit gradient accumulation on two ranks: the host reduces the bf16 buffers, the device sums the
-// rounded sums in fp32 and rounds the result (the sum of two bf16 values is exact in fp32: the same bits).
-TEST_CASE("device step: two ranks with bf16 gradient accumulation") {
+// 16-bit gradient accumulation: the host reduces the bf16 buffers in bf16; so does the device when partitioned
+// (stages 1-3: the reduce-scatters move bf16), on three ranks too, where each addition's rounding shows. At stage
+// 0 it all-reduces the rounded sums in fp32 and rounds the result: the same bits on two ranks (the sum of two
+// bf16 values is exact in fp32).
+TEST_CASE("device step: two and three ranks with bf16 gradient accumulation") {
+  for (int world : {2, 3})
   for (int stage : {0, 1, 2, 3}) {
+    if (world == 3 && stage == 0) continue;
+    CAPTURE(world);
     CAPTURE(stage);
     RunSpec spec;
     spec.stage = stage;
-    spec.world = 2;
+    spec.world = world;
     spec.gas = 2;
     spec.steps = 5;
     spec.tweak = [](EngineConfig& e) {
@@ -433,11 +438,19 @@ TEST_CASE("device step: two ranks with bf16 gradient accumulation") {
 // Partitioned, each rank needs the sums of its parts only: the gradients are reduce-scattered (each rank
 // sends half of the model's bytes at two ranks) and the updated parameters all-gathered (the other half),
 // where all-reducing them would send one and a half times that. In bf16 the parameters are gathered in 16
-// bits (the gradients are summed in fp32): three quarters of that.
+// bits (the gradients, accumulated in fp32, are summed in fp32): three quarters of that; with bf16 gradient
+// accumulation they are reduce-scattered in 16 bits too: half.
 TEST_CASE("device step: partitioned, the gradients are reduce-scattered, not all-reduced") {
   const DsConfig config = adam_config(2);
-  for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16}) {
+  struct Case {
+    amp::Storage precision, grads;
+    double share;  // of the model's fp32 bytes
+  };
+  for (const Case c : {Case{amp::Storage::F32, amp::Storage::F32, 1.0}, Case{amp::Storage::BF16, amp::Storage::F32, 0.75},
+                       Case{amp::Storage::BF16, amp::Storage::BF16, 0.5}}) {
+    const amp::Storage precision = c.precision;
     CAPTURE(precision == amp::Storage::F32 ? "fp32" : "bf16");
+    CAPTURE(c.grads == amp::Storage::F32 ? "fp32 gradients" : "bf16 gradients");
     run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
       backend::Cuda cuda(0);
       auto plugin = Plugin::load(plugin_path(), kModel, cuda.table());
@@ -445,6 +458,7 @@ TEST_CASE("device step: partitioned, the gradients are reduce-scattered, not all
       EngineConfig e = on(cuda, true);
       e.zero_stage = 1;
       e.precision = precision;
+      e.grad_storage = c.grads;
       e.device_group = nccl.get();
       Engine engine = make_engine(e, *plugin, group, config);
       REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
@@ -453,9 +467,8 @@ TEST_CASE("device step: partitioned, the gradients are reduce-scattered, not all
       engine.step();
       const double sent = static_cast<double>(nccl->comms().sent_bytes() - before);
       const double model = static_cast<double>(engine.gather_parameters().size() * sizeof(float));
-      const double share = precision == amp::Storage::F32 ? 1.0 : 0.75;
-      CHECK(sent >= share * model);  // the units' padding aside, one model's bytes (bf16: 3/4)
-      CHECK(sent < (share + 0.25) * model);
+      CHECK(sent >= c.share * model);  // the units' padding aside
+      CHECK(sent < (c.share + 0.25) * model);
     });
   }
 }
