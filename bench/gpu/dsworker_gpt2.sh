@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # dsworker's own training of GPT-2 124M (12 layers of 768, 12 heads, context 1024, vocabulary 50257,
-# micro-batch 8, AdamW) on one GPU through dsrun, in the configs docs/benchmarks.md tabulates: bf16 at ZeRO 1
-# and 2, fp16 (dynamic loss scale) and fp32 at ZeRO 1 with the optimizer on the GPU, and bf16 at ZeRO 1 with
-# offload_optimizer (AdamW on the CPU). Prints each run's summary (steps, loss, tokens/s) and its step's phases
+# micro-batch 8, AdamW) on one GPU through dsrun, in the configs docs/benchmarks.md tabulates: bf16 at ZeRO 1,
+# 2 and 3 (each layer gathered on the GPU), fp16 (dynamic loss scale) and fp32 at ZeRO 1 with the optimizer on the
+# GPU, and bf16 at ZeRO 1 with offload_optimizer (AdamW on the CPU). Prints each run's summary (steps, loss, tokens/s) and its step's phases
 # (wall_clock_breakdown) and memory (the host's and the GPU's); exit status 1 when a run fails.
 # scripts/gpu-check.sh runs it, and again on every GPU where there are several (NCCL sums the gradients; at
-# ZeRO 2 each GPU keeps its partition's).
+# ZeRO 2 each GPU keeps its partition's, at ZeRO 3 its partition of the parameters too).
 #   bench/gpu/dsworker_gpt2.sh BUILD_DIR [STEPS] [GPUS]  (BUILD_DIR holds cli/dsrun and worker/dsworker; GPUS: 1)
 # DS_ACCELERATOR=cpu runs the same configs on the CPU (slowly: a check of the script itself).
 set -uo pipefail
@@ -45,6 +45,7 @@ EOF
 done <<'RUNS'
 ZeRO 1, bf16, optimizer on the GPU|"bf16": {"enabled": true}, "zero_optimization": {"stage": 1}
 ZeRO 2, bf16, optimizer on the GPU|"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}
+ZeRO 3, bf16, parameters gathered on the GPU|"bf16": {"enabled": true}, "zero_optimization": {"stage": 3}
 ZeRO 1, fp16, optimizer on the GPU|"fp16": {"enabled": true}, "zero_optimization": {"stage": 1}
 ZeRO 1, fp32, optimizer on the GPU|"zero_optimization": {"stage": 1}
 ZeRO 1, bf16, offload_optimizer (CPU)|"bf16": {"enabled": true}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}
