@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "zero/collective_type.h"
+
 namespace ds {
 
 DeviceGather::DeviceGather(backend::Device& device, DeviceLayers& layers, Plan plan)
@@ -69,11 +71,7 @@ void DeviceGather::load(const void* values) {
 void DeviceGather::store(void* values) { device_.to_host(values, partition_, plan_.n * elem_); }
 
 void DeviceGather::updated() {
-  for (Slot& slot : slots_) {
-    if (slot.gathering) slot.gathering->wait();  // (of the old values: dropped)
-    slot.gathering.reset();
-    revoke(slot);
-  }
+  for (Slot& slot : slots_) drop(slot);  // (a gather under way is of the old values)
   current_.reset();
 }
 
@@ -86,6 +84,12 @@ void DeviceGather::revoke(Slot& slot) {
   if (slot.layer) layers_.withdraw_params(*slot.layer);
   slot.layer.reset();
   slot.ready = false;
+}
+
+void DeviceGather::drop(Slot& slot) {
+  if (slot.gathering) slot.gathering->wait();
+  slot.gathering.reset();
+  revoke(slot);
 }
 
 void DeviceGather::acquire(size_t layer, std::optional<size_t> next) {
@@ -115,19 +119,15 @@ void DeviceGather::acquire(size_t layer, std::optional<size_t> next) {
 
 void DeviceGather::start_gather(size_t layer, size_t s) {
   for (Slot& other : slots_)
-    if (other.gathering) {  // a prefetch the engine did not take: the landing buffer is needed
-      other.gathering->wait();
-      other.gathering.reset();
-      revoke(other);
-    }
+    if (other.gathering) drop(other);  // a prefetch the engine did not take: the landing buffer is needed
   Slot& slot = slots_[s];
   revoke(slot);
   slot.layer = layer;
   const Unit& u = plan_.units[plan_.layers[layer].unit];
   if (landing_ == nullptr || u.chunk == 0) return;  // one rank: finish_gather copies from the partition
   device_.synchronize();  // the group's stream reads the partition (updated by ops) into a buffer the ops read last
-  const DataType type = !plan_.storage ? DataType::F32 : *plan_.storage == amp::Half::BF16 ? DataType::BF16 : DataType::F16;
-  slot.gathering = plan_.group->allgather_async(partition_ + u.part_offset * elem_, landing_, u.chunk, type);
+  slot.gathering = plan_.group->allgather_async(partition_ + u.part_offset * elem_, landing_, u.chunk,
+                                                zero::collective_type(plan_.storage));
 }
 
 // The gathered unit into the slot's views, widened from 16 bits or copied (later ops than those that read the

@@ -92,6 +92,7 @@ class DeviceGather {
   void start_gather(size_t layer, size_t slot);
   void finish_gather(size_t slot);              // waits, copies into the views, takes the tie copies
   void revoke(Slot& slot);                      // its layer's views no longer hold (DeviceLayers told)
+  void drop(Slot& slot);                        // waits for its gather, if any, and revokes it
 
   backend::Device& device_;
   DeviceLayers& layers_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "zero/collective_type.h"
+
 namespace ds {
 
 DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan)
@@ -253,7 +255,7 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
     else device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
   }
   device_.synchronize();  // the group's stream reads the input
-  const DataType type = !half ? DataType::F32 : *half == amp::Half::BF16 ? DataType::BF16 : DataType::F16;
+  const DataType type = zero::collective_type(half);
   return scatter ? group_->reduce_scatter_async(in, out, u.chunk, type, ReduceOp::Sum)
                  : group_->allgather_async(in, out, u.chunk, type);
 }
