@@ -306,19 +306,25 @@ void Engine::build_layers() {
   if (last_stage() && elements(shape) != 1)
     throw PluginError(fmt::format("plugin {}: the last layer '{}' must output the loss as [1], not {}",
                                   plugin_.path(), layers_.back().name, shape_text(shape)));
-  if (config_.recompute) shared_workspace_.resize(max_workspace);
+  // With a device the layers' activations, their gradients and workspaces live there (DeviceLayers):
+  // the host keeps only the loss (the last layer's output, [1]).
+  const bool on_host = config_.device == nullptr;
+  if (config_.recompute && on_host) shared_workspace_.resize(max_workspace);
   tied_values_.assign(tied, 0.0f);
   tied_grads_.assign(tied, 0.0f);
-  grad_a_.assign(max_activation, 0.0f);
-  grad_b_.assign(max_activation, 0.0f);
+  if (on_host) {
+    grad_a_.assign(max_activation, 0.0f);
+    grad_b_.assign(max_activation, 0.0f);
+  }
   const int buffers = config_.pipeline ? pipe::in_flight(stage, config_.pipeline->stages(), static_cast<int>(config_.grad_accum)) : 1;
   in_flight_.resize(static_cast<size_t>(buffers));
   for (MicroBatch& m : in_flight_) {
     m.input.resize(elements(batched(config_.micro_batch, data_.input_shape)));
     m.target.resize(elements(batched(config_.micro_batch, data_.target_shape)));
     for (size_t i = 0; i < layers_.size(); ++i) {
-      m.outputs.emplace_back(elements(layers_[i].output_shape));
-      m.workspaces.emplace_back(workspace_sizes[i]);
+      const bool kept = on_host || i + 1 == layers_.size();
+      m.outputs.emplace_back(kept ? elements(layers_[i].output_shape) : 0);
+      m.workspaces.emplace_back(on_host ? workspace_sizes[i] : 0);
     }
     if (!first_stage()) {
       m.stage_input.resize(elements(layers_.front().input_shape));
@@ -369,6 +375,7 @@ void Engine::build_device_layers() {
     grads_->release_storage();
     grads32_ = {};
     grad_scratch_ = {};
+    tied_grads_ = {};
     segments_.clear();
     optimizer_place_ = "the optimizer steps on the device: parameters, gradients and optimizer state stay there";
     if (policy_.parameters) optimizer_place_ += " (this rank's partition of the parameters, gathered there layer by layer)";
@@ -748,7 +755,8 @@ void Engine::views(const void* layer_base, const float* tied_base, size_t layer,
   for (size_t s = layers_[layer].first_slot; s < layers_[layer].first_slot + layers_[layer].num_slots; ++s) {
     const ParamSlot& slot = slots_[s];
     out.push_back(slot.owner >= 0
-                      ? ds_tensor{const_cast<float*>(tied_base + slot.tied_offset), DS_F32, slot.shape, DS_DEVICE_CPU}
+                      ? ds_tensor{tied_base ? const_cast<float*>(tied_base + slot.tied_offset) : nullptr, DS_F32,
+                                  slot.shape, DS_DEVICE_CPU}
                       : ds_tensor{layer_base ? const_cast<std::byte*>(static_cast<const std::byte*>(layer_base) +
                                                                        (slot.offset - begin) * elem)
                                                  : nullptr,

@@ -305,8 +305,8 @@ class Engine {
   struct MicroBatch {
     std::vector<float> input;                    // [micro_batch, *input sample] (F32 or I32 bit patterns)
     std::vector<int32_t> target;                 // [micro_batch, *target sample] (I32 or F32 bit patterns)
-    std::vector<std::vector<float>> outputs;     // per layer: its activation [micro_batch, ...]
-    std::vector<std::vector<float>> workspaces;  // per layer; empty with recompute (shared_workspace_)
+    std::vector<std::vector<float>> outputs;     // per layer: its activation [micro_batch, ...] (device: the loss only)
+    std::vector<std::vector<float>> workspaces;  // per layer; empty with recompute (shared_workspace_) or a device
     std::vector<float> stage_input;              // pipeline, after the first stage: the activation received
     std::vector<float> grad_output;              // pipeline, before the last stage: its gradient received
     std::vector<float> grad_input;               // pipeline, after the first stage: the input's gradient sent
@@ -483,8 +483,8 @@ class Engine {
   zero::Policy policy_;                            // what the stage shards
   std::vector<Segment> segments_;                  // what the optimizer updates (P elements)
   std::vector<TensorRange> tensor_ranges_;         // the tensors inside those P elements
-  std::vector<float> grad_a_, grad_b_;             // activation gradients, ping-pong, [max activation]
-  std::vector<float> shared_workspace_;            // recompute: [max layer workspace]
+  std::vector<float> grad_a_, grad_b_;             // activation gradients, ping-pong, [max activation] (host layers)
+  std::vector<float> shared_workspace_;            // recompute on the host: [max layer workspace]
   PageVector<float> tied_values_, tied_grads_;     // tied parameters' fp32 values and gradients [Σ tied sizes]
   std::vector<std::byte> inference_unit_;          // stage 3 forward-only passes: one gathered unit
   std::vector<MicroBatch> in_flight_;              // one, or with a pipeline one per micro-batch in flight

@@ -228,6 +228,9 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
           CHECK(device.downloaded == n * sizeof(float) + sizeof(double));  // the losses, Σg²
           if (stage < 3) CHECK(device.pinned.empty() == false);  // the parameters the first upload reads
           CHECK(engine.memory().grads == 0);  // nor does the host keep a gradient buffer the device fills
+          // nor the layers' activations, their gradients or workspaces: the micro-batch and the loss only
+          CHECK(engine.memory().activations == (4 * 12 + 4 + 1) * sizeof(float));
+          if (precision == amp::Storage::F32) CHECK(engine.memory().workspace == 0);
         });
       }
     }
