@@ -668,6 +668,22 @@ int train(const WorkerOptions& o) {
 }  // namespace
 }  // namespace ds
 
+namespace {
+
+// A number option's lower bound, its error naming the bound plainly (CLI11's PositiveNumber prints its
+// range up to the largest double).
+CLI::Validator at_least(double min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(value, v)) return fmt::format("{} is not a number", value);
+        return v >= min ? std::string() : fmt::format("must be at least {} (got {})", min, value);
+      },
+      fmt::format(">={}", min));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // A peer that dies closes its sockets; writing to one must fail as a communication error that names
   // the operation, not kill this rank with SIGPIPE (which dsrun would then race against the real cause).
@@ -689,10 +705,10 @@ int main(int argc, char** argv) {
   app.add_option("--config,--deepspeed_config", o.config, "ds_config file (JSON or YAML); required to train");
   // Given twice (scripts/demo.sh passes --steps 600, then the user's arguments), the last one counts.
   app.add_option("--steps", o.steps, "Optimizer steps to run (default: one epoch)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--epochs", o.epochs, "Passes over the data (ignored with --steps)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--seed", o.seed, "Seed for initialisation and data order (default: the config's seed)");
   app.add_option("--metrics", o.metrics, "Write one JSON object per step to this file (rank 0)");
@@ -715,16 +731,16 @@ int main(int argc, char** argv) {
   // The Hugging Face Trainer's arguments that its "auto" config values become (README: "auto" values).
   ds::TrainerArgs& t = o.trainer;
   app.add_option("--train_micro_batch_size_per_gpu,--per_device_train_batch_size", t.micro_batch,
-                 "\"auto\" micro batch (default 8, as the HF Trainer)")->check(CLI::PositiveNumber);
+                 "\"auto\" micro batch (default 8, as the HF Trainer)")->check(at_least(1));
   app.add_option("--gradient_accumulation_steps", t.grad_accum, "\"auto\" accumulation steps (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   app.add_option("--lr,--learning_rate", t.lr,
                  "\"auto\" learning rate (default 5e-5); also the lr of the default optimizer (no optimizer section)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--weight_decay", t.weight_decay, "\"auto\" weight decay (default 0); the default optimizer's (0.01)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_option("--warmup_steps", t.warmup_steps, "\"auto\" scheduler warmup_num_steps (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   app.add_flag("--fp16", t.fp16, "\"auto\" fp16.enabled becomes true");
   app.add_flag("--bf16", t.bf16, "\"auto\" bf16.enabled becomes true");
   try {

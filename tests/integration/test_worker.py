@@ -68,6 +68,18 @@ def test_a_bad_config_exits_2_through_dsrun(dsrun, clean_env, tmp_path):
     assert "stagee" in r.stderr and "stage" in r.stderr
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--steps", "0"], "--steps: must be at least 1 (got 0)"),
+    (["--epochs", "-2"], "--epochs: must be at least 1 (got -2)"),
+    (["--lr", "-0.1"], "--lr: must be at least 0 (got -0.1)"),
+    (["--steps", "ten"], "--steps: ten is not a number"),
+])
+def test_a_bad_number_option_exits_2_naming_its_bound(clean_env, args, message):
+    r = run([DSWORKER, "--model", "mlp", "--config", CONFIG, *args], clean_env, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+
+
 @pytest.mark.parametrize("model,block,message", [
     ("mlp", {"hiden": 64}, "model.hiden: unknown key (did you mean 'hidden'?)"),
     ("mlp", {"hidden": 0}, "model.hidden: 0 is not >= 1"),
