@@ -15,6 +15,8 @@
 //               dV += Pᵀ·dO and dK += dSᵀ·Q/√D with Δ from backward_dq. Above D = 64 (DT > 4) the
 //               dK and dV columns are split between two blocks (grid z), each forming Sᵀ and dPᵀ in
 //               full: their accumulators would not fit a thread's 255 registers.
+// Shared tiles' rows are padded by 16 bytes (launch_shape.h's strides), so that the rows a fragment
+// loads or stores fall in different banks.
 // No atomics: every sum has one order, so results are deterministic. The dQ kernel recomputes S and
 // dP once more than a kernel that adds dQ with atomics would.
 // Written in the CUDA subset (cuda_subset.h, cuda_mma.h): nvcc compiles it, the SIMT emulator runs it.
@@ -52,15 +54,15 @@ DS_DEVICE inline float warp_max(float v) {
   return v;
 }
 
-// tile[r][d] (16·DT columns) = half(src[(row0 + r)·stride + d]) for rows below T and d < D, zero
-// elsewhere; by the whole block.
+// tile[r][d] (16·DT columns, row stride flash_half_ld(DT)) = half(src[(row0 + r)·stride + d]) for rows
+// below T and d < D, zero elsewhere; by the whole block.
 template <int DT>
 DS_DEVICE inline void load_rows(amp::Half type, const float* src, int64_t stride, int64_t row0, int64_t T, int64_t D,
                                 uint16_t* tile) {
   constexpr int Dp = 16 * DT;
   for (int i = threadIdx.x; i < kFlashRows * Dp; i += blockDim.x) {
     const int r = i / Dp, d = i % Dp;
-    tile[i] = row0 + r < T && d < D ? to_half_bits(type, src[(row0 + r) * stride + d]) : uint16_t{0};
+    tile[r * flash_half_ld(DT) + d] = row0 + r < T && d < D ? to_half_bits(type, src[(row0 + r) * stride + d]) : uint16_t{0};
   }
 }
 
@@ -135,23 +137,24 @@ DS_KERNEL void flash_forward_kernel(const float* qkv, float* out, float* stats, 
                                     float scale) {
   namespace wmma = nvcuda::wmma;
   constexpr int R = kFlashRows, Dp = 16 * DT;
+  constexpr int Lh = flash_half_ld(DT), Lp = kFlashProbLd, Ls = kFlashScoreLd, Lo = flash_out_ld(DT);  // row strides
   constexpr amp::Half type = flash::half_type<Elem>();
   DS_EXTERN_SHARED(float, shared);
   uint16_t* q = reinterpret_cast<uint16_t*>(shared);  // [R, Dp] each
-  uint16_t* k = q + R * Dp;
-  uint16_t* v = k + R * Dp;
-  uint16_t* p = v + R * Dp;                        // [R, R]
-  float* s = reinterpret_cast<float*>(p + R * R);  // [R, R]
-  float* o = s + R * R;                            // [R, Dp]
+  uint16_t* k = q + R * Lh;
+  uint16_t* v = k + R * Lh;
+  uint16_t* p = v + R * Lh;                         // [R, R]
+  float* s = reinterpret_cast<float*>(p + R * Lp);  // [R, R]
+  float* o = s + R * Ls;                            // [R, Dp]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tile = gridDim.x - 1 - blockIdx.x;  // the longest tiles (the last rows) first
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, C = H * D, q0 = tile * R, row0 = q0 + warp * 16;
   const float* base = qkv + b * T * 3 * C + h * D;
   flash::load_rows<DT>(type, base, 3 * C, q0, T, D, q);
-  for (int i = threadIdx.x; i < R * Dp; i += blockDim.x) o[i] = 0.0f;
-  float* sw = s + warp * 16 * R;
-  uint16_t* pw = p + warp * 16 * R;
-  float* ow = o + warp * 16 * Dp;
+  for (int i = threadIdx.x; i < R * Lo; i += blockDim.x) o[i] = 0.0f;
+  float* sw = s + warp * 16 * Ls;
+  uint16_t* pw = p + warp * 16 * Lp;
+  float* ow = o + warp * 16 * Lo;
   float m[16], l[16];  // the warp's rows' running max and sum, the same in every lane
   DS_UNROLL
   for (int r = 0; r < 16; ++r) {
@@ -164,25 +167,25 @@ DS_KERNEL void flash_forward_kernel(const float* qkv, float* out, float* stats, 
     flash::load_rows<DT>(type, base + C, 3 * C, k0, T, D, k);
     flash::load_rows<DT>(type, base + 2 * C, 3 * C, k0, T, D, v);
     __syncthreads();
-    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(q + warp * 16 * Dp, Dp, k, Dp, sw, R, false);  // S = Q·Kᵀ
+    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(q + warp * 16 * Lh, Lh, k, Lh, sw, Ls, false);  // S = Q·Kᵀ
     __syncwarp();
     DS_UNROLL
     for (int r = 0; r < 16; ++r) {
       const int64_t t = row0 + r, c0 = k0 + lane, c1 = c0 + 32;
       const bool valid0 = t < T && c0 <= t, valid1 = t < T && c1 <= t;
-      const float x0 = valid0 ? sw[r * R + lane] * scale : -INFINITY;
-      const float x1 = valid1 ? sw[r * R + lane + 32] * scale : -INFINITY;
+      const float x0 = valid0 ? sw[r * Ls + lane] * scale : -INFINITY;
+      const float x1 = valid1 ? sw[r * Ls + lane + 32] * scale : -INFINITY;
       const float m_new = fmaxf(m[r], flash::warp_max(fmaxf(x0, x1)));
       const float p0 = valid0 ? expf(x0 - m_new) : 0.0f, p1 = valid1 ? expf(x1 - m_new) : 0.0f;
       const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
       l[r] = l[r] * alpha + flash::warp_sum(p0 + p1);
       m[r] = m_new;
-      pw[r * R + lane] = to_half_bits(type, p0);
-      pw[r * R + lane + 32] = to_half_bits(type, p1);
-      for (int d = lane; d < Dp; d += 32) ow[r * Dp + d] *= alpha;
+      pw[r * Lp + lane] = to_half_bits(type, p0);
+      pw[r * Lp + lane + 32] = to_half_bits(type, p1);
+      for (int d = lane; d < Dp; d += 32) ow[r * Lo + d] *= alpha;
     }
     __syncwarp();
-    flash::warp_product<Elem, R / 16, DT, wmma::row_major>(pw, R, v, Dp, ow, Dp, true);  // O += P·V
+    flash::warp_product<Elem, R / 16, DT, wmma::row_major>(pw, Lp, v, Lh, ow, Lo, true);  // O += P·V
     __syncwarp();
   }
   DS_UNROLL
@@ -190,7 +193,7 @@ DS_KERNEL void flash_forward_kernel(const float* qkv, float* out, float* stats, 
     const int64_t t = row0 + r;
     if (t >= T) continue;
     const float inv = 1.0f / l[r];
-    for (int d = lane; d < D; d += 32) out[(b * T + t) * C + h * D + d] = ow[r * Dp + d] * inv;
+    for (int d = lane; d < D; d += 32) out[(b * T + t) * C + h * D + d] = ow[r * Lo + d] * inv;
     if (lane == 0) {
       stats[2 * (bh * T + t)] = m[r];
       stats[2 * (bh * T + t) + 1] = logf(l[r]);
@@ -203,17 +206,18 @@ template <class Elem, int DT>
 DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, const float* dout, float* dqkv,
                                         float* delta, int64_t T, int64_t H, int64_t D, float scale) {
   namespace wmma = nvcuda::wmma;
-  constexpr int R = kFlashRows, Dp = 16 * DT;
+  constexpr int R = kFlashRows;
+  constexpr int Lh = flash_half_ld(DT), Lp = kFlashProbLd, Ls = kFlashScoreLd;  // row strides
   constexpr amp::Half type = flash::half_type<Elem>();
   DS_EXTERN_SHARED(float, shared);
-  uint16_t* q = reinterpret_cast<uint16_t*>(shared);  // [R, Dp] each
-  uint16_t* dO = q + R * Dp;
-  uint16_t* k = dO + R * Dp;
-  uint16_t* v = k + R * Dp;
-  uint16_t* ds = v + R * Dp;                        // [R, R]
-  float* s = reinterpret_cast<float*>(ds + R * R);  // [R, R]
-  float* dp = s + R * R;                            // [R, R]
-  float* lse = dp + R * R;                          // [R] each: the rows' m + log l and Δ (shared memory
+  uint16_t* q = reinterpret_cast<uint16_t*>(shared);  // [R, 16·DT] each
+  uint16_t* dO = q + R * Lh;
+  uint16_t* k = dO + R * Lh;
+  uint16_t* v = k + R * Lh;
+  uint16_t* ds = v + R * Lh;                         // [R, R]
+  float* s = reinterpret_cast<float*>(ds + R * Lp);  // [R, R]
+  float* dp = s + R * Ls;                            // [R, R]
+  float* lse = dp + R * Ls;                          // [R] each: the rows' m + log l and Δ (shared memory
   float* di = lse + R;                              // rather than registers: dQ's take them above D = 64)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tile = gridDim.x - 1 - blockIdx.x;
@@ -221,9 +225,9 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
   const float* base = qkv + b * T * 3 * C + h * D;
   flash::load_rows<DT>(type, base, 3 * C, q0, T, D, q);
   flash::load_rows<DT>(type, dout + b * T * C + h * D, C, q0, T, D, dO);
-  float* sw = s + warp * 16 * R;
-  float* dpw = dp + warp * 16 * R;
-  uint16_t* dsw = ds + warp * 16 * R;
+  float* sw = s + warp * 16 * Ls;
+  float* dpw = dp + warp * 16 * Ls;
+  uint16_t* dsw = ds + warp * 16 * Lp;
   float* lsew = lse + warp * 16;  // the warp's rows'
   float* diw = di + warp * 16;
   if (lane < 16) {
@@ -242,17 +246,17 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
       flash::load_rows<DT>(type, base + C, 3 * C, k0, T, D, k);
       flash::load_rows<DT>(type, base + 2 * C, 3 * C, k0, T, D, v);
       __syncthreads();
-      flash::warp_product<Elem, DT, R / 16, wmma::col_major>(q + warp * 16 * Dp, Dp, k, Dp, sw, R, false);    // S
-      flash::warp_product<Elem, DT, R / 16, wmma::col_major>(dO + warp * 16 * Dp, Dp, v, Dp, dpw, R, false);  // dP
+      flash::warp_product<Elem, DT, R / 16, wmma::col_major>(q + warp * 16 * Lh, Lh, k, Lh, sw, Ls, false);    // S
+      flash::warp_product<Elem, DT, R / 16, wmma::col_major>(dO + warp * 16 * Lh, Lh, v, Lh, dpw, Ls, false);  // dP
       __syncwarp();
       for (int r = 0; r < 16; ++r) {
         const int64_t t = row0 + r;
         float sum = 0.0f;
         for (int c = lane; c < R; c += 32) {
           const bool valid = t < T && k0 + c <= t;
-          const float pr = valid ? expf(sw[r * R + c] * scale - lsew[r]) : 0.0f;
-          if (pass == 0) sum += pr * dpw[r * R + c];
-          else dsw[r * R + c] = to_half_bits(type, pr * (dpw[r * R + c] - diw[r]));
+          const float pr = valid ? expf(sw[r * Ls + c] * scale - lsew[r]) : 0.0f;
+          if (pass == 0) sum += pr * dpw[r * Ls + c];
+          else dsw[r * Lp + c] = to_half_bits(type, pr * (dpw[r * Ls + c] - diw[r]));
         }
         if (pass == 0) {
           const float total = flash::warp_sum(sum);
@@ -260,7 +264,7 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
         }
       }
       __syncwarp();
-      if (pass == 1) flash::warp_mma<Elem, R / 16, DT, wmma::row_major>(dq, dsw, R, k, Dp);  // dQ += dS·K
+      if (pass == 1) flash::warp_mma<Elem, R / 16, DT, wmma::row_major>(dq, dsw, Lp, k, Lh);  // dQ += dS·K
       __syncwarp();
     }
   }
@@ -275,18 +279,19 @@ template <class Elem, int DT>
 DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, const float* dout, const float* delta,
                                           float* dqkv, int64_t T, int64_t H, int64_t D, float scale) {
   namespace wmma = nvcuda::wmma;
-  constexpr int R = kFlashRows, Dp = 16 * DT;
+  constexpr int R = kFlashRows;
+  constexpr int Lh = flash_half_ld(DT), Lp = kFlashProbLd, Ls = kFlashScoreLd;  // row strides
   constexpr amp::Half type = flash::half_type<Elem>();
   DS_EXTERN_SHARED(float, shared);
-  uint16_t* k = reinterpret_cast<uint16_t*>(shared);  // [R, Dp] each
-  uint16_t* v = k + R * Dp;
-  uint16_t* q = v + R * Dp;
-  uint16_t* dO = q + R * Dp;
-  uint16_t* p = dO + R * Dp;                        // [R, R] each: Pᵀ and dSᵀ, keys by queries
-  uint16_t* ds = p + R * R;
-  float* s = reinterpret_cast<float*>(ds + R * R);  // [R, R] each: Sᵀ and dPᵀ
-  float* dp = s + R * R;
-  float* lse = dp + R * R;  // [R] each, the query tile's
+  uint16_t* k = reinterpret_cast<uint16_t*>(shared);  // [R, 16·DT] each
+  uint16_t* v = k + R * Lh;
+  uint16_t* q = v + R * Lh;
+  uint16_t* dO = q + R * Lh;
+  uint16_t* p = dO + R * Lh;                         // [R, R] each: Pᵀ and dSᵀ, keys by queries
+  uint16_t* ds = p + R * Lp;
+  float* s = reinterpret_cast<float*>(ds + R * Lp);  // [R, R] each: Sᵀ and dPᵀ
+  float* dp = s + R * Ls;
+  float* lse = dp + R * Ls;  // [R] each, the query tile's
   float* di = lse + R;
   constexpr int NT = DT / kFlashDkdvSplits<DT>;
   const int64_t col0 = 16 * NT * blockIdx.z;
@@ -296,10 +301,10 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
   const float* base = qkv + b * T * 3 * C + h * D;
   flash::load_rows<DT>(type, base + C, 3 * C, k0, T, D, k);
   flash::load_rows<DT>(type, base + 2 * C, 3 * C, k0, T, D, v);
-  float* sw = s + warp * 16 * R;
-  float* dpw = dp + warp * 16 * R;
-  uint16_t* pw = p + warp * 16 * R;
-  uint16_t* dsw = ds + warp * 16 * R;
+  float* sw = s + warp * 16 * Ls;
+  float* dpw = dp + warp * 16 * Ls;
+  uint16_t* pw = p + warp * 16 * Lp;
+  uint16_t* dsw = ds + warp * 16 * Lp;
   flash::Acc dk[NT], dv[NT];
   DS_UNROLL
   for (int nn = 0; nn < NT; ++nn) {
@@ -317,22 +322,22 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
       di[i] = t < T ? delta[bh * T + t] : 0.0f;
     }
     __syncthreads();
-    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(k + warp * 16 * Dp, Dp, q, Dp, sw, R, false);    // Sᵀ
-    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(v + warp * 16 * Dp, Dp, dO, Dp, dpw, R, false);  // dPᵀ
+    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(k + warp * 16 * Lh, Lh, q, Lh, sw, Ls, false);    // Sᵀ
+    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(v + warp * 16 * Lh, Lh, dO, Lh, dpw, Ls, false);  // dPᵀ
     __syncwarp();
     for (int r = 0; r < 16; ++r) {
       const int64_t key = key0 + r;
       for (int c = lane; c < R; c += 32) {
         const int64_t t = q0 + c;
         const bool valid = t < T && key <= t;
-        const float pr = valid ? expf(sw[r * R + c] * scale - lse[c]) : 0.0f;
-        pw[r * R + c] = to_half_bits(type, pr);
-        dsw[r * R + c] = to_half_bits(type, pr * (dpw[r * R + c] - di[c]));
+        const float pr = valid ? expf(sw[r * Ls + c] * scale - lse[c]) : 0.0f;
+        pw[r * Lp + c] = to_half_bits(type, pr);
+        dsw[r * Lp + c] = to_half_bits(type, pr * (dpw[r * Ls + c] - di[c]));
       }
     }
     __syncwarp();
-    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dv, pw, R, dO + col0, Dp);  // dV += Pᵀ·dO
-    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dk, dsw, R, q + col0, Dp);  // dK += dSᵀ·Q
+    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dv, pw, Lp, dO + col0, Lh);  // dV += Pᵀ·dO
+    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dk, dsw, Lp, q + col0, Lh);  // dK += dSᵀ·Q
   }
   float* rows = dqkv + b * T * 3 * C + h * D;
   flash::store_rows<NT>(dk, sw, scale, rows + C, 3 * C, key0, T, col0, D);

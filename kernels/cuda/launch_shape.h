@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "simt/hd.h"
+
 namespace ds::cuda {
 
 // Threads for a row of `dim` elements: whole warps, at most 1024, about one element each.
@@ -45,15 +47,22 @@ inline unsigned flash_tiles(int64_t T) { return static_cast<unsigned>((T + kFlas
 inline int flash_column_tiles(int64_t D) { return D <= 64 ? static_cast<int>((D + 15) / 16) : D <= 96 ? 6 : 8; }
 template <int DT>
 constexpr unsigned kFlashDkdvSplits = DT > 4 ? 2 : 1;
+// The row strides (elements) of the kernels' shared tiles: each row padded by 16 bytes, so that the rows
+// a tensor-core fragment loads or stores start in different banks (rows of 128 or 256 bytes would all
+// start in the same ones). Every tile stays 32-byte aligned, as wmma requires.
+DS_HD constexpr int flash_half_ld(int DT) { return 16 * DT + 8; }  // 16-bit [rows, 16·DT]: Q, K, V, dO
+constexpr int kFlashProbLd = kFlashRows + 8;                   // 16-bit [rows, rows]: P, dS
+constexpr int kFlashScoreLd = kFlashRows + 4;                  // fp32 [rows, rows]: S, dP
+DS_HD constexpr int flash_out_ld(int DT) { return 16 * DT + 4; }    // fp32 [rows, 16·DT]: O
 // Each kernel's dynamic shared memory, in bytes.
 constexpr unsigned flash_forward_shared_bytes(int DT) {  // q, k, v (16-bit), p (16-bit), s, o
-  return 3 * kFlashRows * 16 * DT * 2 + kFlashRows * kFlashRows * (2 + 4) + kFlashRows * 16 * DT * 4;
+  return kFlashRows * (3 * flash_half_ld(DT) * 2 + kFlashProbLd * 2 + kFlashScoreLd * 4 + flash_out_ld(DT) * 4);
 }
 constexpr unsigned flash_dq_shared_bytes(int DT) {  // q, dO, k, v (16-bit), dS (16-bit), s, dP, lse, Δ
-  return 4 * kFlashRows * 16 * DT * 2 + kFlashRows * kFlashRows * (2 + 4 + 4) + 2 * kFlashRows * 4;
+  return kFlashRows * (4 * flash_half_ld(DT) * 2 + kFlashProbLd * 2 + 2 * kFlashScoreLd * 4 + 2 * 4);
 }
 constexpr unsigned flash_dkdv_shared_bytes(int DT) {  // k, v, q, dO (16-bit), p, dS (16-bit), s, dP, lse, Δ
-  return 4 * kFlashRows * 16 * DT * 2 + kFlashRows * kFlashRows * (2 + 2 + 4 + 4) + 2 * kFlashRows * 4;
+  return kFlashRows * (4 * flash_half_ld(DT) * 2 + 2 * kFlashProbLd * 2 + 2 * kFlashScoreLd * 4 + 2 * 4);
 }
 
 }  // namespace ds::cuda
