@@ -376,6 +376,10 @@ void Engine::build_device_layers() {
     grads32_ = {};
     grad_scratch_ = {};
     tied_grads_ = {};
+    if (policy_.parameters) {  // stage 3: the layers' values, tied ones' copies included, are gathered there
+      param_scratch_ = {};
+      tied_values_ = {};
+    }
     segments_.clear();
     optimizer_place_ = "the optimizer steps on the device: parameters, gradients and optimizer state stay there";
     if (policy_.parameters) optimizer_place_ += " (this rank's partition of the parameters, gathered there layer by layer)";

@@ -230,7 +230,8 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
           CHECK(engine.memory().grads == 0);  // nor does the host keep a gradient buffer the device fills
           // nor the layers' activations, their gradients or workspaces: the micro-batch and the loss only
           CHECK(engine.memory().activations == (4 * 12 + 4 + 1) * sizeof(float));
-          if (precision == amp::Storage::F32) CHECK(engine.memory().workspace == 0);
+          // (16-bit at stages 0-2: one layer's fp32 scratch, for uploads after a restore)
+          if (precision == amp::Storage::F32 || stage == 3) CHECK(engine.memory().workspace == 0);
         });
       }
     }
