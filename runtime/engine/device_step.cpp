@@ -83,9 +83,10 @@ void DeviceStep::load(const float* master, std::span<const StateView> state) {
     throw std::logic_error("DeviceStep: load() with another master or state than planned");
   if (master_) device_.to_device(master_, master, n_ * sizeof(float));
   for (size_t k = 0; k < state_.size(); ++k) {
-    if (state[k].storage != amp::Storage::F32 || state[k].size != n_ || state[k].data == nullptr)
+    if (state[k].storage != amp::Storage::F32 || state[k].size != n_)
       throw std::logic_error("DeviceStep: the optimizer's state is not fp32 [n]");
-    device_.to_device(state_[k], state[k].data, n_ * sizeof(float));
+    if (state[k].data == nullptr) device_.zero(state_[k], n_ * sizeof(float));  // a fresh state
+    else device_.to_device(state_[k], state[k].data, n_ * sizeof(float));
   }
   loaded_ = true;
 }

@@ -86,7 +86,8 @@ class DeviceStep {
   // The device memory it holds: the master and state (optimizer_state), the gradients' partition (grads),
   // the collectives' buffers and the norm's sums (workspace).
   const MemoryReport& memory() const { return held_; }
-  // Host to device: the master copy ([n] fp32, 16-bit training; else nullptr) and the state buffers (fp32).
+  // Host to device: the master copy ([n] fp32, 16-bit training; else nullptr) and the state buffers (fp32;
+  // one without data, a fresh state: zeroed there).
   void load(const float* master, std::span<const StateView> state);
   void forget() { loaded_ = false; }
   bool partitions_grads() const { return partition_grads_; }

@@ -381,6 +381,7 @@ void Engine::build_device_layers() {
       tied_values_ = {};
     }
     segments_.clear();
+    optimizer_->hold_state(false);  // a fresh state: zeroed there at the first update
     optimizer_place_ = "the optimizer steps on the device: parameters, gradients and optimizer state stay there";
     if (policy_.parameters) optimizer_place_ += " (this rank's partition of the parameters, gathered there layer by layer)";
   } else {
@@ -491,8 +492,9 @@ bool Engine::uses_tied_values(size_t layer) const {
 }
 
 void Engine::sync_host() {
-  if (!device_step_ || !host_stale_) return;
-  hold_host_state();
+  if (!device_step_) return;
+  hold_host_state();  // (before the first update: the fresh, zeroed optimizer state)
+  if (!host_stale_) return;
   device_step_->store(master_.empty() ? nullptr : master_.data(), optimizer_->state(),
                       [&](const DeviceStep::Tensor& t, const float* values) {
                         cpu::from_float(config_.precision, values, params_.data() + t.host * elem_, t.size);
@@ -503,7 +505,8 @@ void Engine::sync_host() {
 
 // The device step keeps the master and optimizer state there: the host's copies, which it reads at the first
 // update and brings up to date only when something reads them (sync_host) or replaces them (restore), are
-// freed after each update and made again for those.
+// freed after each update and made again for those. A fresh optimizer state is never on the host: the device
+// zeroes its own (the engine frees the host's when it builds the device step, before anything writes it).
 void Engine::release_host_state() {
   if (!host_state_held_) return;
   optimizer_->hold_state(false);
@@ -513,8 +516,8 @@ void Engine::release_host_state() {
 }
 
 void Engine::hold_host_state() {
+  optimizer_->hold_state(true);  // (made anew only where freed)
   if (host_state_held_) return;
-  optimizer_->hold_state(true);
   master_.assign(master_elems_, 0.0f);
   host_state_held_ = true;
 }

@@ -1,10 +1,13 @@
 // The optimizers' state buffers (fp32 or bf16 elements, zeroed), and the check that a segment's
 // storages are ones the SGD and LAMB loops take (fp32 or bf16; Adam's also reads fp16 gradients).
 #pragma once
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "amp/storage.h"
 #include "optim/optimizer.h"
@@ -16,30 +19,39 @@ inline void check_not_fp16(amp::Storage params, amp::Storage grads) {
     throw std::invalid_argument("optimizer: fp16 parameters, gradients or state are not supported");
 }
 
-// n zeroed elements of `storage` (fp32 or bf16).
+// n zeroed elements of `storage` (fp32 or bf16). They come from calloc: a large buffer's pages are the
+// kernel's zero pages until written, so a state that a device holds (freed before the host writes it)
+// never takes the host's memory.
 class StateBuffer {
  public:
-  StateBuffer(size_t n, amp::Storage storage) : storage_(storage), size_(n), bytes_(n * amp::storage_bytes(storage)) {
+  StateBuffer(size_t n, amp::Storage storage) : storage_(storage), size_(n) {
     if (storage == amp::Storage::F16) throw std::invalid_argument("optimizer: fp16 state is not supported");
+    hold(true);
   }
   template <class T>
   T* as() {
-    return reinterpret_cast<T*>(bytes_.data());
+    return reinterpret_cast<T*>(bytes_.get());
   }
   amp::Storage storage() const { return storage_; }
   size_t size() const { return size_; }
-  StateView view(std::string name) { return StateView{std::move(name), storage_, held() ? bytes_.data() : nullptr, size_}; }
+  StateView view(std::string name) { return StateView{std::move(name), storage_, bytes_.get(), size_}; }
   // Frees the elements (a device holds the state: Optimizer::hold_state), or makes them again, zeroed.
   void hold(bool held) {
-    if (!held) std::vector<std::byte>().swap(bytes_);
-    else if (!this->held()) bytes_.assign(size_ * amp::storage_bytes(storage_), std::byte{0});
+    if (!held) bytes_.reset();
+    else if (!this->held()) {
+      bytes_.reset(static_cast<std::byte*>(std::calloc(std::max<size_t>(size_ * amp::storage_bytes(storage_), 1), 1)));
+      if (!bytes_) throw std::bad_alloc();
+    }
   }
-  bool held() const { return bytes_.size() == size_ * amp::storage_bytes(storage_); }
+  bool held() const { return bytes_ != nullptr; }
 
  private:
+  struct Free {
+    void operator()(std::byte* p) const noexcept { std::free(p); }
+  };
   amp::Storage storage_;
   size_t size_;
-  std::vector<std::byte> bytes_;
+  std::unique_ptr<std::byte[], Free> bytes_;
 };
 
 }  // namespace ds::optim

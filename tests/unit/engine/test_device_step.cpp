@@ -279,6 +279,11 @@ TEST_CASE("device step: checkpoints, restores and predictions see the device's v
       e.optimizer_on_device = true;
       Engine on_device = make_engine(e, *plugin, group, config);
       Engine resumed = make_engine(e, *plugin, group, config);
+      // A fresh optimizer state is not on the host (the device zeroes its own at the first update); a
+      // checkpoint taken before any step holds the host engine's values all the same (zeros).
+      if (precision == amp::Storage::F32) CHECK(on_device.memory().optimizer_state == 0);
+      else CHECK(on_device.memory().optimizer_state == on_device.model_parameters() * sizeof(float));  // the master
+      CHECK(on_device.checkpoint_shard().tensors == on_host.checkpoint_shard().tensors);
       for (int s = 0; s < 3; ++s) {
         on_host.step();
         on_device.step();
