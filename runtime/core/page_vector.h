@@ -39,4 +39,11 @@ struct PageAllocator {
 template <class T>
 using PageVector = std::vector<T, PageAllocator<T>>;
 
+// Empties a vector and gives its storage back (`v = {}` assigns an empty initializer list, which keeps
+// the capacity: the memory stays allocated).
+template <class V>
+void free_storage(V& v) {
+  V().swap(v);
+}
+
 }  // namespace ds

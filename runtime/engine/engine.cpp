@@ -310,6 +310,7 @@ void Engine::build_layers() {
   // the host keeps only the loss (the last layer's output, [1]).
   const bool on_host = config_.device == nullptr;
   if (config_.recompute && on_host) shared_workspace_.resize(max_workspace);
+  tied_elems_ = tied;
   tied_values_.assign(tied, 0.0f);
   tied_grads_.assign(tied, 0.0f);
   if (on_host) {
@@ -373,13 +374,10 @@ void Engine::build_device_layers() {
     build_device_step();
     // The host's gradient buffers and its update's views of them go unused: the device keeps the sums.
     grads_->release_storage();
-    grads32_ = {};
-    grad_scratch_ = {};
-    tied_grads_ = {};
-    if (policy_.parameters) {  // stage 3: the layers' values, tied ones' copies included, are gathered there
-      param_scratch_ = {};
-      tied_values_ = {};
-    }
+    free_storage(grads32_);
+    for (PageVector<float>& scratch : grad_scratch_) free_storage(scratch);
+    free_storage(tied_grads_);
+    hold_upload_sources(false);  // (stage 3 never reads them: the layers' values, tied ones' included, are gathered there)
     segments_.clear();
     optimizer_->hold_state(false);  // a fresh state: zeroed there at the first update
     optimizer_place_ = "the optimizer steps on the device: parameters, gradients and optimizer state stay there";
@@ -585,7 +583,8 @@ void Engine::build_partition() {
   const bool fp32_copies = !config_.low_precision_master;
   if ((config_.precision != amp::Storage::F32 || config_.param_offload) && fp32_copies && !master_on_nvme_)
     master_.assign(partition, 0.0f);
-  if (config_.precision != amp::Storage::F32) param_scratch_.assign(max_layer, 0.0f);
+  if (config_.precision != amp::Storage::F32) param_scratch_elems_ = max_layer;
+  param_scratch_.assign(param_scratch_elems_, 0.0f);
   if (config_.grad_storage != amp::Storage::F32)  // a device's downloads alternate between two
     for (size_t k = 0; k < (config_.device != nullptr ? 2u : 1u); ++k) grad_scratch_[k].assign(max_layer, 0.0f);
   for (const ParamSlot& slot : slots_)
@@ -900,6 +899,7 @@ void Engine::forward_layer(size_t i, CallParams params, const ds_batch& batch, b
 // at once, on its copy stream, in their stored precision (the device widens 16-bit ones), so the
 // uploads overlap the forward pass. A tied parameter's fp32 values are taken from its owner first.
 void Engine::prefetch_device_params(bool training) {
+  hold_upload_sources(true);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (owns_tied(i)) copy_tied_values(i, acquire_params(i, training));
     views(layer_in_unit(params_.data() + layout_->unit_of_layer(i).begin * elem_, i, elem_), tied_values_.data(), i,
@@ -914,7 +914,8 @@ void Engine::acquire_on_device(size_t layer, std::optional<size_t> next) {
 }
 
 void Engine::forward(const ds_batch& batch, bool training) {
-  if (device_layers_ && device_layers_->keeps_params() && !device_holds_params(0)) prefetch_device_params(training);
+  const bool upload = device_layers_ && device_layers_->keeps_params() && !device_holds_params(0);
+  if (upload) prefetch_device_params(training);
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (device_gather_) acquire_on_device(i, i + 1 < layers_.size() ? std::optional<size_t>(i + 1) : std::nullopt);
     if (device_holds_params(i)) {
@@ -925,6 +926,19 @@ void Engine::forward(const ds_batch& batch, bool training) {
     if (params.type == DS_F32) copy_tied_values(i, static_cast<const float*>(params.data));  // (owners are fp32)
     forward_layer(i, params, batch);
     release_params(i, training);
+  }
+  if (upload && device_step_) hold_upload_sources(false);  // uploaded (the last layer waited): the device updates them
+}
+
+// 16-bit training's fp32 layer scratch and the tied parameters' fp32 copies, which the host's layer calls
+// and the device's uploads read. With the optimizer on the device they exist only for an upload.
+void Engine::hold_upload_sources(bool held) {
+  if (!held) {
+    free_storage(param_scratch_);
+    free_storage(tied_values_);
+  } else if (tied_values_.size() != tied_elems_ || param_scratch_.size() != param_scratch_elems_) {
+    param_scratch_.assign(param_scratch_elems_, 0.0f);
+    tied_values_.assign(tied_elems_, 0.0f);
   }
 }
 
@@ -1297,9 +1311,9 @@ std::vector<float> Engine::gather_parameters() {
   return out;
 }
 
-MemoryReport Engine::memory() const {
+MemoryReport Engine::memory() const {  // (capacities: what the buffers hold allocated)
   MemoryReport r;
-  r.params = params_.size();
+  r.params = params_.capacity();
   if (param_swapper_) {
     r.params += param_swapper_->memory_bytes() + param_swapper_->buffer_bytes();
     r.nvme_params = param_swapper_->file_bytes();
@@ -1313,16 +1327,16 @@ MemoryReport Engine::memory() const {
     r.nvme = swapper_->file_bytes();
   }
   r.optimizer_state += optimizer_->extra_bytes();
-  r.optimizer_state += master_.size() * sizeof(float);
-  r.activations = (grad_a_.size() + grad_b_.size()) * sizeof(float);
-  r.workspace = (grads32_.size() + param_scratch_.size() + grad_scratch_[0].size() + grad_scratch_[1].size() + shared_workspace_.size() +
-                 tied_values_.size() + tied_grads_.size()) * sizeof(float) + inference_unit_.size() +
-                chunk_scratch_.size();
+  r.optimizer_state += master_.capacity() * sizeof(float);
+  r.activations = (grad_a_.capacity() + grad_b_.capacity()) * sizeof(float);
+  r.workspace = (grads32_.capacity() + param_scratch_.capacity() + grad_scratch_[0].capacity() + grad_scratch_[1].capacity() + shared_workspace_.capacity() +
+                 tied_values_.capacity() + tied_grads_.capacity()) * sizeof(float) + inference_unit_.capacity() +
+                chunk_scratch_.capacity();
   for (const MicroBatch& m : in_flight_) {
-    r.activations += (m.input.size() + m.target.size() + m.stage_input.size() + m.grad_output.size() +
-                      m.grad_input.size()) * sizeof(float);
-    for (const auto& out : m.outputs) r.activations += out.size() * sizeof(float);
-    for (const auto& ws : m.workspaces) r.workspace += ws.size() * sizeof(float);
+    r.activations += (m.input.capacity() + m.target.capacity() + m.stage_input.capacity() + m.grad_output.capacity() +
+                      m.grad_input.capacity()) * sizeof(float);
+    for (const auto& out : m.outputs) r.activations += out.capacity() * sizeof(float);
+    for (const auto& ws : m.workspaces) r.workspace += ws.capacity() * sizeof(float);
   }
   return r;
 }

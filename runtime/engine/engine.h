@@ -321,6 +321,7 @@ class Engine {
   bool uses_tied_values(size_t layer) const;  // some of its parameters are tied to another layer's
   void release_host_state();
   void hold_host_state();
+  void hold_upload_sources(bool held);
   // The host's parameters, master and optimizer state brought up to date from the device's step.
   void sync_host();
   // timed_phases: waits for the device's work so far (the phase's end, as DeepSpeed's timers' events).
@@ -471,6 +472,7 @@ class Engine {
   bool fused_update_ = false;
                                                    // (empty with low_precision_master)
   PageVector<float> param_scratch_;                // 16-bit: one layer's fp32 parameters [max layer]
+  size_t param_scratch_elems_ = 0, tied_elems_ = 0;  // param_scratch_'s and tied_values_' sizes (hold_upload_sources)
   std::array<PageVector<float>, 2> grad_scratch_;  // 16-bit: one layer's fp32 gradients [max layer]; the second
                                                    // with a device only (grad_scratch())
   std::optional<amp::LossScaler> scaler_;

@@ -124,6 +124,6 @@ std::vector<std::span<std::byte>> GradientReducer::reserve_buckets() {
   return pool_.reserve(largest * elem_, max_in_flight_ + 1);  // one filling, the others being reduced
 }
 
-size_t GradientReducer::bytes() const { return grads_.size() + pool_.bytes(); }
+size_t GradientReducer::bytes() const { return grads_.capacity() + pool_.bytes(); }
 
 }  // namespace ds::zero

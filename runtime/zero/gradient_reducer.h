@@ -69,7 +69,7 @@ class GradientReducer {
   size_t bytes() const;  // gradient memory held: full buffer or partition, plus the pooled buckets
   // The gradients are summed and reduced elsewhere (the optimizer's step on a device): frees the host's
   // buffer. Afterwards only the averaging's factors and fresh() may be asked for.
-  void release_storage() { grads_ = {}; }
+  void release_storage() { free_storage(grads_); }
   // Stages 0-1: the full gradient buffer that unit_grads points into; stages 2-3: empty.
   std::span<std::byte> full_buffer() { return policy_.gradients ? std::span<std::byte>() : std::span<std::byte>(grads_); }
   // Stages 2-3: makes the pool hold every bucket a step will use (as many as are filled and reduced at
