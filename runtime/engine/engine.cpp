@@ -509,7 +509,7 @@ void Engine::release_host_state() {
   if (!host_state_held_) return;
   optimizer_->hold_state(false);
   master_elems_ = master_.size();
-  std::vector<float>().swap(master_);
+  free_storage(master_);
   host_state_held_ = false;
 }
 
@@ -936,10 +936,10 @@ void Engine::hold_upload_sources(bool held) {
   if (!held) {
     free_storage(param_scratch_);
     free_storage(tied_values_);
-  } else if (tied_values_.size() != tied_elems_ || param_scratch_.size() != param_scratch_elems_) {
-    param_scratch_.assign(param_scratch_elems_, 0.0f);
-    tied_values_.assign(tied_elems_, 0.0f);
+    return;
   }
+  if (param_scratch_.size() != param_scratch_elems_) param_scratch_.assign(param_scratch_elems_, 0.0f);
+  if (tied_values_.size() != tied_elems_) tied_values_.assign(tied_elems_, 0.0f);
 }
 
 // Backward through every layer, last to first, from d(loss)/d(loss) = loss scale / GAS. With
