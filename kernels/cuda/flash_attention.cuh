@@ -1,25 +1,32 @@
-// Fused causal self-attention with 16-bit products on the tensor cores (flash attention): the scores
-// never leave shared memory. Q, K, V and dO are rounded to bf16 or fp16 as they are loaded, P and dS
-// as they are formed; every product accumulates in fp32 (nvcuda::wmma, 16x16x16); the softmax is fp32.
-// The formulas, layouts and stats are kernels/cpu/attention.h's: qkv [B, T, 3, H, D] rows, out
-// [B, T, H, D], stats [B, H, T, 2] = (m, log l) with P_tj = exp(s_tj − m_t − log l_t), s = q·k/√D.
+// Fused causal self-attention with 16-bit products on the tensor cores (flash attention, in the manner of
+// FlashAttention-2): the scores live in registers, never in memory. Q, K, V and dO are rounded to bf16 or
+// fp16 as they are loaded into shared memory, P and dS as they are formed; every product accumulates in
+// fp32 (mma_16816, whose register layout is documented: simt/mma_sync.h); the softmax is fp32. The
+// formulas, layouts and stats are kernels/cpu/attention.h's: qkv [B, T, 3, H, D] rows, out [B, T, H, D],
+// stats [B, H, T, 2] = (m, log l) with P_tj = exp(s_tj − m_t − log l_t), s = q·k/√D. Inside, the
+// exponentials are base 2 (exp2 of s·log2(e)/√D), as the hardware's.
 //
-// Each block has kFlashThreads threads (4 warps; the sizes: launch_shape.h) and one tile of kFlashRows rows of one head
-// (grid: T/64 tiles × B·H heads); each warp owns 16 of the rows. D is padded with zeros to 16·DT
-// columns (DT = 1..4, 6 or 8, so D ≤ 128). Causality skips the tiles above the diagonal.
+// Each block has kFlashThreads threads (4 warps; the sizes: launch_shape.h) and one tile of kFlashRows
+// rows (queries or keys) of one head (grid: T/64 tiles × B·H heads); each warp owns 16 of the rows and
+// works through the other side's tile 32 columns (a "chunk") at a time. D is padded with zeros to 16·DT
+// columns (DT = 1..4, 6 or 8, so D ≤ 128). Causality skips the chunks above the diagonal.
 //   forward     per query tile, over the key tiles up to it: S = Q·Kᵀ, the online softmax (m, l, O
-//               rescaled by exp(m_old − m_new)), O += P·V; at the end O/l and the stats.
+//               rescaled by exp(m_old − m_new)), O += P·V with P straight from S's registers; at the end
+//               O/l and the stats.
 //   backward_dq per query tile, two passes over the key tiles: first Δ_t = Σ_j P_tj·dP_tj (dP =
-//               dO·Vᵀ), then dS = P∘(dP − Δ) and dQ = dS·K/√D; writes dQ and Δ.
+//               dO·Vᵀ), then dS = P∘(dP − Δ) and dQ += dS·K/√D; writes dQ and Δ.
 //   backward_dkdv per key tile, over the query tiles from it down: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, then
 //               dV += Pᵀ·dO and dK += dSᵀ·Q/√D with Δ from backward_dq. Above D = 64 (DT > 4) the
 //               dK and dV columns are split between two blocks (grid z), each forming Sᵀ and dPᵀ in
-//               full: their accumulators would not fit a thread's 255 registers.
-// Shared tiles' rows are padded by 16 bytes (launch_shape.h's strides), so that the rows a fragment
-// loads or stores fall in different banks.
+//               full, to bound a thread's registers.
+// A warp's own A operand (its 16 rows of Q, dO, K or V) is loaded into registers once; the other side's
+// tiles are in shared memory, row-major when a product reads their rows (K in Q·Kᵀ) and transposed too
+// when it reads their columns (V in P·V), so that every operand register is one aligned 32-bit load.
+// Rows are padded by 16 bytes (launch_shape.h's strides): the 8 rows a warp's loads touch fall in
+// different banks.
 // No atomics: every sum has one order, so results are deterministic. The dQ kernel recomputes S and
 // dP once more than a kernel that adds dQ with atomics would.
-// Written in the CUDA subset (cuda_subset.h, cuda_mma.h): nvcc compiles it, the SIMT emulator runs it.
+// Written in the CUDA subset (cuda_subset.h, mma_sync.h): nvcc compiles it, the SIMT emulator runs it.
 #pragma once
 #include <math.h>
 
@@ -31,338 +38,389 @@
 #include "cuda/block_reduce.cuh"
 #include "cuda/convert.cuh"
 #include "cuda/launch_shape.h"
-#include "simt/cuda_mma.h"
+#include "simt/cuda_subset.h"
+#include "simt/mma_sync.h"
 
 namespace ds::cuda {
 
 namespace flash {
 
-namespace wmma = nvcuda::wmma;
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+constexpr int kChunk = 32;                       // columns a warp forms at a time
+constexpr int kChunkTiles = kChunk / 8;          // its n-tiles of 8
+constexpr float kLog2e = 1.4426950408889634f;    // log2(e)
+constexpr float kLn2 = 0.6931471805599453f;      // ln(2)
 
-template <class Elem>
-DS_HD constexpr amp::Half half_type() {
-  return std::is_same<Elem, __half>::value ? amp::Half::F16 : amp::Half::BF16;
-}
-
-DS_DEVICE inline float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullWarp, v, offset);
-  return v;
-}
-DS_DEVICE inline float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
-  return v;
-}
-
-// tile[r][d] (16·DT columns, row stride flash_half_ld(DT)) = half(src[(row0 + r)·stride + d]) for rows
-// below T and d < D, zero elsewhere; by the whole block.
+// tile[r·flash_half_ld(DT) + d] and tile_t[d·kFlashTransposedLd + r] (each where not null) =
+// half(src[(row0 + r)·stride + d]) for rows below T and d < D, zero elsewhere, over kFlashRows rows and
+// 16·DT columns; by the whole block.
 template <int DT>
 DS_DEVICE inline void load_rows(amp::Half type, const float* src, int64_t stride, int64_t row0, int64_t T, int64_t D,
-                                uint16_t* tile) {
+                                uint16_t* tile, uint16_t* tile_t) {
   constexpr int Dp = 16 * DT;
   for (int i = threadIdx.x; i < kFlashRows * Dp; i += blockDim.x) {
     const int r = i / Dp, d = i % Dp;
-    tile[r * flash_half_ld(DT) + d] = row0 + r < T && d < D ? to_half_bits(type, src[(row0 + r) * stride + d]) : uint16_t{0};
+    const uint16_t h = row0 + r < T && d < D ? to_half_bits(type, src[(row0 + r) * stride + d]) : uint16_t{0};
+    if (tile) tile[r * flash_half_ld(DT) + d] = h;
+    if (tile_t) tile_t[d * kFlashTransposedLd + r] = h;
   }
 }
 
-// The warp's b operand tile (kk, nn) of B [16·KT, 16·NT]: B itself row-major (b[k·ldb + n]), or the
-// transpose of a row-major X [16·NT, 16·KT] (B = Xᵀ, b[n·ldb + k]).
-template <class Layout>
-DS_DEVICE inline const uint16_t* b_tile(const uint16_t* b, unsigned ldb, int kk, int nn) {
-  return std::is_same<Layout, wmma::row_major>::value ? b + kk * 16 * ldb + nn * 16 : b + nn * 16 * ldb + kk * 16;
+// The warp's A operand: rows [row, row + 16) of a row-major 16-bit tile, DT k-steps of 16 columns.
+template <int DT>
+DS_DEVICE inline void load_a(uint32_t (&a)[DT][4], const uint16_t* tile, int row) {
+  constexpr int L = flash_half_ld(DT);
+  const int lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+  const uint16_t* p = tile + (row + g) * L + c;
+  DS_UNROLL
+  for (int kk = 0; kk < DT; ++kk) {
+    a[kk][0] = load_half2(p + 16 * kk);
+    a[kk][1] = load_half2(p + 8 * L + 16 * kk);
+    a[kk][2] = load_half2(p + 16 * kk + 8);
+    a[kk][3] = load_half2(p + 8 * L + 16 * kk + 8);
+  }
 }
 
-// acc[nn] (+)= A·B over one warp: A [16, 16·KT] row-major 16-bit, B as b_tile; acc[nn] is columns
-// [16·nn, 16·nn + 16) of the product.
-template <class Elem, int KT, int NT, class Layout>
-DS_DEVICE inline void warp_mma(Acc (&acc)[NT], const uint16_t* a, unsigned lda, const uint16_t* b, unsigned ldb) {
+// The B operand for k-step k0 and the 8 columns from n0, where B[k][n] = rows[n·ld + k] (B is the
+// transpose of the row-major `rows`: Kᵀ in Q·Kᵀ, or a transposed tile's columns).
+DS_DEVICE inline void load_b(uint32_t (&b)[2], const uint16_t* rows, int ld, int k0, int n0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+  const uint16_t* p = rows + (n0 + g) * ld + k0 + c;
+  b[0] = load_half2(p);
+  b[1] = load_half2(p + 8);
+}
+
+// s[nt] = A·Bᵀ over the chunk of kChunk columns from n0 of the row-major tile `rows` (16·DT columns).
+template <amp::Half type, int DT>
+DS_DEVICE inline void chunk_product(float (&s)[kChunkTiles][4], const uint32_t (&a)[DT][4], const uint16_t* rows,
+                                    int n0) {
   DS_UNROLL
-  for (int kk = 0; kk < KT; ++kk) {  // one a fragment live at a time (each acc[nn] still sums in k's order)
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, Elem, wmma::row_major> fa;
-    wmma::load_matrix_sync(fa, reinterpret_cast<const Elem*>(a + kk * 16), lda);
+  for (int nt = 0; nt < kChunkTiles; ++nt) {
     DS_UNROLL
-    for (int nn = 0; nn < NT; ++nn) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, Elem, Layout> fb;
-      wmma::load_matrix_sync(fb, reinterpret_cast<const Elem*>(b_tile<Layout>(b, ldb, kk, nn)), ldb);
-      wmma::mma_sync(acc[nn], fa, fb, acc[nn]);
+    for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+  }
+  DS_UNROLL
+  for (int kk = 0; kk < DT; ++kk) {
+    DS_UNROLL
+    for (int nt = 0; nt < kChunkTiles; ++nt) {
+      uint32_t b[2];
+      load_b(b, rows, flash_half_ld(DT), 16 * kk, n0 + 8 * nt);
+      mma_16816<type>(s[nt], a[kk], b);
     }
   }
 }
 
-// c [16, 16·NT] (fp32, row-major, ldc) = A·B over one warp; with `accumulate`, c += A·B.
-template <class Elem, int KT, int NT, class Layout>
-DS_DEVICE inline void warp_product(const uint16_t* a, unsigned lda, const uint16_t* b, unsigned ldb, float* c,
-                                   unsigned ldc, bool accumulate) {
-  Acc acc[NT];
+// The chunk's [16, kChunk] values (s's accumulator layout) as the A operand of the next product: two
+// k-steps of 16 (the accumulators of n-tiles 2j and 2j + 1 are exactly k-step j's registers).
+template <amp::Half type>
+DS_DEVICE inline void to_a(uint32_t (&a)[kChunk / 16][4], const float (&s)[kChunkTiles][4]) {
   DS_UNROLL
-  for (int nn = 0; nn < NT; ++nn) {
-    if (accumulate) wmma::load_matrix_sync(acc[nn], c + nn * 16, ldc, wmma::mem_row_major);
-    else wmma::fill_fragment(acc[nn], 0.0f);
+  for (int j = 0; j < kChunk / 16; ++j) {
+    a[j][0] = pack_half2(type, s[2 * j][0], s[2 * j][1]);
+    a[j][1] = pack_half2(type, s[2 * j][2], s[2 * j][3]);
+    a[j][2] = pack_half2(type, s[2 * j + 1][0], s[2 * j + 1][1]);
+    a[j][3] = pack_half2(type, s[2 * j + 1][2], s[2 * j + 1][3]);
   }
-  warp_mma<Elem, KT, NT, Layout>(acc, a, lda, b, ldb);
-  DS_UNROLL
-  for (int nn = 0; nn < NT; ++nn) wmma::store_matrix_sync(c + nn * 16, acc[nn], ldc, wmma::mem_row_major);
 }
 
-// rows[(row0 + r)·stride + col0 + d] = scale · acc's [16, 16·NT] tile for rows below T and col0 + d < D,
-// through the warp's fp32 scratch [16, kFlashRows], 4 column tiles at a time.
-template <int NT>
-DS_DEVICE inline void store_rows(const Acc (&acc)[NT], float* scratch, float scale, float* rows, int64_t stride,
-                                 int64_t row0, int64_t T, int64_t col0, int64_t D) {
-  constexpr int kGroup = kFlashRows / 16;
-  const int lane = threadIdx.x % 32;
+// acc[nt] += A·B for the NT8 n-tiles of 8 columns from n0, A the chunk's [16, kChunk] (to_a) and
+// B[k][n] = transposed[n·kFlashTransposedLd + k0 + k]: the chunk's rows of a tile stored transposed.
+template <amp::Half type, int NT8>
+DS_DEVICE inline void accumulate(float (&acc)[NT8][4], const uint32_t (&a)[kChunk / 16][4], const uint16_t* transposed,
+                                 int k0, int n0) {
   DS_UNROLL
-  for (int g = 0; g < NT; g += kGroup) {
+  for (int j = 0; j < kChunk / 16; ++j) {
     DS_UNROLL
-    for (int nn = g; nn < NT && nn < g + kGroup; ++nn)
-      wmma::store_matrix_sync(scratch + (nn - g) * 16, acc[nn], kFlashRows, wmma::mem_row_major);
-    __syncwarp();
-    // the group's columns (fewer than kFlashRows when NT is not a multiple of kGroup), up to D
-    const int64_t c0 = col0 + 16 * g, group = 16 * (NT - g < kGroup ? NT - g : kGroup);
-    const int64_t cols = D - c0 < group ? D - c0 : group;
-    for (int r = 0; r < 16; ++r)
-      if (row0 + r < T)
-        for (int64_t d = lane; d < cols; d += 32)
-          rows[(row0 + r) * stride + c0 + d] = scratch[r * kFlashRows + d] * scale;
-    __syncwarp();
+    for (int nt = 0; nt < NT8; ++nt) {
+      uint32_t b[2];
+      load_b(b, transposed, kFlashTransposedLd, k0 + 16 * j, n0 + 8 * nt);
+      mma_16816<type>(acc[nt], a[j], b);
+    }
+  }
+}
+
+// The maximum and the sum over the 4 lanes that hold a row (lanes 4g .. 4g + 3).
+DS_DEVICE inline float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, 1));
+  return fmaxf(v, __shfl_xor_sync(kFullWarp, v, 2));
+}
+DS_DEVICE inline float quad_sum(float v) {
+  v += __shfl_xor_sync(kFullWarp, v, 1);
+  return v + __shfl_xor_sync(kFullWarp, v, 2);
+}
+
+// rows[(row0 + r)·stride + col0 + n] = scale · acc (the accumulator layout of NT8 n-tiles: the warp's 16
+// rows from row0, 8·NT8 columns), for rows below T and col0 + n < D.
+template <int NT8>
+DS_DEVICE inline void store_rows(const float (&acc)[NT8][4], float scale, float* rows, int64_t stride, int64_t row0,
+                                 int64_t T, int64_t col0, int64_t D) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
+  DS_UNROLL
+  for (int nt = 0; nt < NT8; ++nt) {
+    DS_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = row0 + g + 8 * (i / 2), n = col0 + 8 * nt + c + i % 2;
+      if (r < T && n < D) rows[r * stride + n] = acc[nt][i] * scale;
+    }
   }
 }
 
 }  // namespace flash
 
 // Forward: grid (tiles, B·H), kFlashThreads threads, flash_forward_shared_bytes(DT) of shared memory.
-template <class Elem, int DT>
+template <amp::Half type, int DT>
 DS_KERNEL void flash_forward_kernel(const float* qkv, float* out, float* stats, int64_t T, int64_t H, int64_t D,
                                     float scale) {
-  namespace wmma = nvcuda::wmma;
-  constexpr int R = kFlashRows, Dp = 16 * DT;
-  constexpr int Lh = flash_half_ld(DT), Lp = kFlashProbLd, Ls = kFlashScoreLd, Lo = flash_out_ld(DT);  // row strides
-  constexpr amp::Half type = flash::half_type<Elem>();
+  constexpr int R = kFlashRows, Lh = flash_half_ld(DT), NT8 = 2 * DT;
   DS_EXTERN_SHARED(float, shared);
-  uint16_t* q = reinterpret_cast<uint16_t*>(shared);  // [R, Dp] each
-  uint16_t* k = q + R * Lh;
-  uint16_t* v = k + R * Lh;
-  uint16_t* p = v + R * Lh;                         // [R, R]
-  float* s = reinterpret_cast<float*>(p + R * Lp);  // [R, R]
-  float* o = s + R * Ls;                            // [R, Dp]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint16_t* k = reinterpret_cast<uint16_t*>(shared);  // [R, Lh]: Q at first, then each key tile
+  uint16_t* vt = k + R * Lh;                           // [16·DT, kFlashTransposedLd]: V transposed
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
   const int64_t tile = gridDim.x - 1 - blockIdx.x;  // the longest tiles (the last rows) first
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, C = H * D, q0 = tile * R, row0 = q0 + warp * 16;
   const float* base = qkv + b * T * 3 * C + h * D;
-  flash::load_rows<DT>(type, base, 3 * C, q0, T, D, q);
-  for (int i = threadIdx.x; i < R * Lo; i += blockDim.x) o[i] = 0.0f;
-  float* sw = s + warp * 16 * Ls;
-  uint16_t* pw = p + warp * 16 * Lp;
-  float* ow = o + warp * 16 * Lo;
-  float m[16], l[16];  // the warp's rows' running max and sum, the same in every lane
+  const float scale2 = scale * flash::kLog2e;
+  flash::load_rows<DT>(type, base, 3 * C, q0, T, D, k, nullptr);
+  __syncthreads();
+  uint32_t qa[DT][4];
+  flash::load_a<DT>(qa, k, warp * 16);
+  float o[NT8][4];
   DS_UNROLL
-  for (int r = 0; r < 16; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-  }
-  for (int64_t kt = 0; kt <= tile; ++kt) {
-    const int64_t k0 = kt * R;
-    __syncthreads();  // k and v of the previous tile are read (and q and o are written, the first time)
-    flash::load_rows<DT>(type, base + C, 3 * C, k0, T, D, k);
-    flash::load_rows<DT>(type, base + 2 * C, 3 * C, k0, T, D, v);
-    __syncthreads();
-    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(q + warp * 16 * Lh, Lh, k, Lh, sw, Ls, false);  // S = Q·Kᵀ
-    __syncwarp();
+  for (int nt = 0; nt < NT8; ++nt) {
     DS_UNROLL
-    for (int r = 0; r < 16; ++r) {
-      const int64_t t = row0 + r, c0 = k0 + lane, c1 = c0 + 32;
-      const bool valid0 = t < T && c0 <= t, valid1 = t < T && c1 <= t;
-      const float x0 = valid0 ? sw[r * Ls + lane] * scale : -INFINITY;
-      const float x1 = valid1 ? sw[r * Ls + lane + 32] * scale : -INFINITY;
-      const float m_new = fmaxf(m[r], flash::warp_max(fmaxf(x0, x1)));
-      const float p0 = valid0 ? expf(x0 - m_new) : 0.0f, p1 = valid1 ? expf(x1 - m_new) : 0.0f;
-      const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
-      l[r] = l[r] * alpha + flash::warp_sum(p0 + p1);
-      m[r] = m_new;
-      pw[r * Lp + lane] = to_half_bits(type, p0);
-      pw[r * Lp + lane + 32] = to_half_bits(type, p1);
-      for (int d = lane; d < Dp; d += 32) ow[r * Lo + d] *= alpha;
+    for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
+  }
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8: base-2 max, this lane's partial sum
+  for (int64_t kt = 0; kt <= tile; ++kt) {
+    __syncthreads();  // the previous tile (or Q) is read
+    flash::load_rows<DT>(type, base + C, 3 * C, kt * R, T, D, k, nullptr);
+    flash::load_rows<DT>(type, base + 2 * C, 3 * C, kt * R, T, D, nullptr, vt);
+    __syncthreads();
+    for (int chunk = 0; chunk < R / flash::kChunk; ++chunk) {
+      const int64_t key0 = kt * R + chunk * flash::kChunk;
+      if (key0 > row0 + 15) continue;  // above the diagonal for all of the warp's rows
+      float s[flash::kChunkTiles][4];
+      flash::chunk_product<type, DT>(s, qa, k, chunk * flash::kChunk);
+      float top[2] = {m[0], m[1]};
+      DS_UNROLL
+      for (int nt = 0; nt < flash::kChunkTiles; ++nt) {
+        DS_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int64_t row = row0 + g + 8 * (i / 2), key = key0 + 8 * nt + c + i % 2;
+          s[nt][i] = key <= row ? s[nt][i] * scale2 : -INFINITY;
+          top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
+        }
+      }
+      float alpha[2];
+      DS_UNROLL
+      for (int half = 0; half < 2; ++half) {  // key 0 is in every row's first chunk: the new max is finite
+        top[half] = flash::quad_max(top[half]);
+        alpha[half] = exp2f(m[half] - top[half]);
+        m[half] = top[half];
+        l[half] *= alpha[half];
+      }
+      DS_UNROLL
+      for (int nt = 0; nt < flash::kChunkTiles; ++nt) {
+        DS_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          s[nt][i] = exp2f(s[nt][i] - m[i / 2]);  // 0 where masked
+          l[i / 2] += s[nt][i];
+        }
+      }
+      DS_UNROLL
+      for (int nt = 0; nt < NT8; ++nt) {
+        DS_UNROLL
+        for (int i = 0; i < 4; ++i) o[nt][i] *= alpha[i / 2];
+      }
+      uint32_t pa[flash::kChunk / 16][4];
+      flash::to_a<type>(pa, s);
+      flash::accumulate<type, NT8>(o, pa, vt, chunk * flash::kChunk, 0);  // O += P·V
     }
-    __syncwarp();
-    flash::warp_product<Elem, R / 16, DT, wmma::row_major>(pw, Lp, v, Lh, ow, Lo, true);  // O += P·V
-    __syncwarp();
+  }
+  float inv[2];
+  DS_UNROLL
+  for (int half = 0; half < 2; ++half) {
+    l[half] = flash::quad_sum(l[half]);
+    inv[half] = 1.0f / l[half];
+    const int64_t t = row0 + g + 8 * half;
+    if (c == 0 && t < T) {
+      stats[2 * (bh * T + t)] = m[half] * flash::kLn2;
+      stats[2 * (bh * T + t) + 1] = logf(l[half]);
+    }
   }
   DS_UNROLL
-  for (int r = 0; r < 16; ++r) {
-    const int64_t t = row0 + r;
-    if (t >= T) continue;
-    const float inv = 1.0f / l[r];
-    for (int d = lane; d < D; d += 32) out[(b * T + t) * C + h * D + d] = ow[r * Lo + d] * inv;
-    if (lane == 0) {
-      stats[2 * (bh * T + t)] = m[r];
-      stats[2 * (bh * T + t) + 1] = logf(l[r]);
-    }
+  for (int nt = 0; nt < NT8; ++nt) {
+    DS_UNROLL
+    for (int i = 0; i < 4; ++i) o[nt][i] *= inv[i / 2];
   }
+  flash::store_rows<NT8>(o, 1.0f, out + b * T * C + h * D, C, row0, T, 0, D);
 }
 
 // Backward, first kernel: dQ and Δ [B·H, T]. Grid and block as the forward's, flash_dq_shared_bytes(DT).
-template <class Elem, int DT>
+template <amp::Half type, int DT>
 DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, const float* dout, float* dqkv,
                                         float* delta, int64_t T, int64_t H, int64_t D, float scale) {
-  namespace wmma = nvcuda::wmma;
-  constexpr int R = kFlashRows;
-  constexpr int Lh = flash_half_ld(DT), Lp = kFlashProbLd, Ls = kFlashScoreLd;  // row strides
-  constexpr amp::Half type = flash::half_type<Elem>();
+  constexpr int R = kFlashRows, Lh = flash_half_ld(DT), NT8 = 2 * DT;
   DS_EXTERN_SHARED(float, shared);
-  uint16_t* q = reinterpret_cast<uint16_t*>(shared);  // [R, 16·DT] each
-  uint16_t* dO = q + R * Lh;
-  uint16_t* k = dO + R * Lh;
+  uint16_t* k = reinterpret_cast<uint16_t*>(shared);  // [R, Lh] each: Q and dO at first, then K and V
   uint16_t* v = k + R * Lh;
-  uint16_t* ds = v + R * Lh;                         // [R, R]
-  float* s = reinterpret_cast<float*>(ds + R * Lp);  // [R, R]
-  float* dp = s + R * Ls;                            // [R, R]
-  float* lse = dp + R * Ls;                          // [R] each: the rows' m + log l and Δ (shared memory
-  float* di = lse + R;                              // rather than registers: dQ's take them above D = 64)
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint16_t* kt_t = v + R * Lh;  // [16·DT, kFlashTransposedLd]: K transposed
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
   const int64_t tile = gridDim.x - 1 - blockIdx.x;
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, C = H * D, q0 = tile * R, row0 = q0 + warp * 16;
   const float* base = qkv + b * T * 3 * C + h * D;
-  flash::load_rows<DT>(type, base, 3 * C, q0, T, D, q);
-  flash::load_rows<DT>(type, dout + b * T * C + h * D, C, q0, T, D, dO);
-  float* sw = s + warp * 16 * Ls;
-  float* dpw = dp + warp * 16 * Ls;
-  uint16_t* dsw = ds + warp * 16 * Lp;
-  float* lsew = lse + warp * 16;  // the warp's rows'
-  float* diw = di + warp * 16;
-  if (lane < 16) {
-    const int64_t t = row0 + lane;
-    lsew[lane] = t < T ? stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1] : 0.0f;
-    diw[lane] = 0.0f;
-  }
-  __syncwarp();
-  flash::Acc dq[DT];
+  const float scale2 = scale * flash::kLog2e;
+  flash::load_rows<DT>(type, base, 3 * C, q0, T, D, k, nullptr);
+  flash::load_rows<DT>(type, dout + b * T * C + h * D, C, q0, T, D, v, nullptr);
+  __syncthreads();
+  uint32_t qa[DT][4], da[DT][4];
+  flash::load_a<DT>(qa, k, warp * 16);
+  flash::load_a<DT>(da, v, warp * 16);
+  float lse2[2], di[2] = {0.0f, 0.0f};  // rows g and g + 8: (m + log l)·log2(e), and Δ
   DS_UNROLL
-  for (int nn = 0; nn < DT; ++nn) wmma::fill_fragment(dq[nn], 0.0f);
+  for (int half = 0; half < 2; ++half) {
+    const int64_t t = row0 + g + 8 * half;
+    lse2[half] = t < T ? (stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1]) * flash::kLog2e : 0.0f;
+  }
+  float dq[NT8][4];
+  DS_UNROLL
+  for (int nt = 0; nt < NT8; ++nt) {
+    DS_UNROLL
+    for (int i = 0; i < 4; ++i) dq[nt][i] = 0.0f;
+  }
   for (int pass = 0; pass < 2; ++pass) {
     for (int64_t kt = 0; kt <= tile; ++kt) {
-      const int64_t k0 = kt * R;
       __syncthreads();
-      flash::load_rows<DT>(type, base + C, 3 * C, k0, T, D, k);
-      flash::load_rows<DT>(type, base + 2 * C, 3 * C, k0, T, D, v);
+      flash::load_rows<DT>(type, base + C, 3 * C, kt * R, T, D, k, pass == 1 ? kt_t : nullptr);
+      flash::load_rows<DT>(type, base + 2 * C, 3 * C, kt * R, T, D, v, nullptr);
       __syncthreads();
-      flash::warp_product<Elem, DT, R / 16, wmma::col_major>(q + warp * 16 * Lh, Lh, k, Lh, sw, Ls, false);    // S
-      flash::warp_product<Elem, DT, R / 16, wmma::col_major>(dO + warp * 16 * Lh, Lh, v, Lh, dpw, Ls, false);  // dP
-      __syncwarp();
-      for (int r = 0; r < 16; ++r) {
-        const int64_t t = row0 + r;
-        float sum = 0.0f;
-        for (int c = lane; c < R; c += 32) {
-          const bool valid = t < T && k0 + c <= t;
-          const float pr = valid ? expf(sw[r * Ls + c] * scale - lsew[r]) : 0.0f;
-          if (pass == 0) sum += pr * dpw[r * Ls + c];
-          else dsw[r * Lp + c] = to_half_bits(type, pr * (dpw[r * Ls + c] - diw[r]));
+      for (int chunk = 0; chunk < R / flash::kChunk; ++chunk) {
+        const int64_t key0 = kt * R + chunk * flash::kChunk;
+        if (key0 > row0 + 15) continue;
+        float s[flash::kChunkTiles][4], dp[flash::kChunkTiles][4];
+        flash::chunk_product<type, DT>(s, qa, k, chunk * flash::kChunk);   // S
+        flash::chunk_product<type, DT>(dp, da, v, chunk * flash::kChunk);  // dP = dO·Vᵀ
+        DS_UNROLL
+        for (int nt = 0; nt < flash::kChunkTiles; ++nt) {
+          DS_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const int64_t row = row0 + g + 8 * (i / 2), key = key0 + 8 * nt + c + i % 2;
+            const float p = key <= row && row < T ? exp2f(s[nt][i] * scale2 - lse2[i / 2]) : 0.0f;
+            if (pass == 0) di[i / 2] += p * dp[nt][i];
+            else s[nt][i] = p * (dp[nt][i] - di[i / 2]);  // dS
+          }
         }
-        if (pass == 0) {
-          const float total = flash::warp_sum(sum);
-          if (lane == 0) diw[r] += total;
+        if (pass == 1) {
+          uint32_t dsa[flash::kChunk / 16][4];
+          flash::to_a<type>(dsa, s);
+          flash::accumulate<type, NT8>(dq, dsa, kt_t, chunk * flash::kChunk, 0);  // dQ += dS·K
         }
       }
-      __syncwarp();
-      if (pass == 1) flash::warp_mma<Elem, R / 16, DT, wmma::row_major>(dq, dsw, Lp, k, Lh);  // dQ += dS·K
-      __syncwarp();
+    }
+    if (pass == 0) {
+      DS_UNROLL
+      for (int half = 0; half < 2; ++half) di[half] = flash::quad_sum(di[half]);
     }
   }
-  flash::store_rows<DT>(dq, sw, scale, dqkv + b * T * 3 * C + h * D, 3 * C, row0, T, 0, D);
-  if (lane < 16 && row0 + lane < T) delta[bh * T + row0 + lane] = diw[lane];
+  flash::store_rows<NT8>(dq, scale, dqkv + b * T * 3 * C + h * D, 3 * C, row0, T, 0, D);
+  DS_UNROLL
+  for (int half = 0; half < 2; ++half) {
+    const int64_t t = row0 + g + 8 * half;
+    if (c == 0 && t < T) delta[bh * T + t] = di[half];
+  }
 }
 
 // Backward, second kernel: dK and dV, after backward_dq (its Δ). Grid (key tiles, B·H,
 // kFlashDkdvSplits<DT>), kFlashThreads threads, flash_dkdv_shared_bytes(DT); block z accumulates
-// the NT = DT / splits column tiles from 16·NT·z.
-template <class Elem, int DT>
+// the 16·DT / splits columns from 16·DT / splits·z.
+template <amp::Half type, int DT>
 DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, const float* dout, const float* delta,
                                           float* dqkv, int64_t T, int64_t H, int64_t D, float scale) {
-  namespace wmma = nvcuda::wmma;
-  constexpr int R = kFlashRows;
-  constexpr int Lh = flash_half_ld(DT), Lp = kFlashProbLd, Ls = kFlashScoreLd;  // row strides
-  constexpr amp::Half type = flash::half_type<Elem>();
+  constexpr int R = kFlashRows, Lh = flash_half_ld(DT), Lt = kFlashTransposedLd;
+  constexpr int NT8 = 2 * DT / kFlashDkdvSplits<DT>;  // n-tiles of 8 columns this block accumulates
   DS_EXTERN_SHARED(float, shared);
-  uint16_t* k = reinterpret_cast<uint16_t*>(shared);  // [R, 16·DT] each
-  uint16_t* v = k + R * Lh;
-  uint16_t* q = v + R * Lh;
+  uint16_t* q = reinterpret_cast<uint16_t*>(shared);  // [R, Lh] each: K and V at first, then Q and dO
   uint16_t* dO = q + R * Lh;
-  uint16_t* p = dO + R * Lh;                         // [R, R] each: Pᵀ and dSᵀ, keys by queries
-  uint16_t* ds = p + R * Lp;
-  float* s = reinterpret_cast<float*>(ds + R * Lp);  // [R, R] each: Sᵀ and dPᵀ
-  float* dp = s + R * Ls;
-  float* lse = dp + R * Ls;  // [R] each, the query tile's
-  float* di = lse + R;
-  constexpr int NT = DT / kFlashDkdvSplits<DT>;
-  const int64_t col0 = 16 * NT * blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint16_t* q_t = dO + R * Lh;  // [16·DT, Lt] each: Q and dO transposed
+  uint16_t* dO_t = q_t + 16 * DT * Lt;
+  float* lse2 = reinterpret_cast<float*>(dO_t + 16 * DT * Lt);  // [R] each, the query tile's
+  float* di = lse2 + R;
+  const int col0 = 8 * NT8 * static_cast<int>(blockIdx.z);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = 2 * (lane % 4);
   const int64_t tiles = gridDim.x, tile = blockIdx.x;  // the longest (the first keys) first
   const int64_t bh = blockIdx.y, b = bh / H, h = bh % H, C = H * D, k0 = tile * R, key0 = k0 + warp * 16;
   const float* base = qkv + b * T * 3 * C + h * D;
-  flash::load_rows<DT>(type, base + C, 3 * C, k0, T, D, k);
-  flash::load_rows<DT>(type, base + 2 * C, 3 * C, k0, T, D, v);
-  float* sw = s + warp * 16 * Ls;
-  float* dpw = dp + warp * 16 * Ls;
-  uint16_t* pw = p + warp * 16 * Lp;
-  uint16_t* dsw = ds + warp * 16 * Lp;
-  flash::Acc dk[NT], dv[NT];
+  const float scale2 = scale * flash::kLog2e;
+  flash::load_rows<DT>(type, base + C, 3 * C, k0, T, D, q, nullptr);
+  flash::load_rows<DT>(type, base + 2 * C, 3 * C, k0, T, D, dO, nullptr);
+  __syncthreads();
+  uint32_t ka[DT][4], va[DT][4];
+  flash::load_a<DT>(ka, q, warp * 16);
+  flash::load_a<DT>(va, dO, warp * 16);
+  float dk[NT8][4], dv[NT8][4];
   DS_UNROLL
-  for (int nn = 0; nn < NT; ++nn) {
-    wmma::fill_fragment(dk[nn], 0.0f);
-    wmma::fill_fragment(dv[nn], 0.0f);
+  for (int nt = 0; nt < NT8; ++nt) {
+    DS_UNROLL
+    for (int i = 0; i < 4; ++i) dk[nt][i] = dv[nt][i] = 0.0f;
   }
   for (int64_t qt = tile; qt < tiles; ++qt) {
     const int64_t q0 = qt * R;
     __syncthreads();
-    flash::load_rows<DT>(type, base, 3 * C, q0, T, D, q);
-    flash::load_rows<DT>(type, dout + b * T * C + h * D, C, q0, T, D, dO);
+    flash::load_rows<DT>(type, base, 3 * C, q0, T, D, q, q_t);
+    flash::load_rows<DT>(type, dout + b * T * C + h * D, C, q0, T, D, dO, dO_t);
     for (int i = threadIdx.x; i < R; i += blockDim.x) {
       const int64_t t = q0 + i;
-      lse[i] = t < T ? stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1] : 0.0f;
+      lse2[i] = t < T ? (stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1]) * flash::kLog2e : 0.0f;
       di[i] = t < T ? delta[bh * T + t] : 0.0f;
     }
     __syncthreads();
-    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(k + warp * 16 * Lh, Lh, q, Lh, sw, Ls, false);    // Sᵀ
-    flash::warp_product<Elem, DT, R / 16, wmma::col_major>(v + warp * 16 * Lh, Lh, dO, Lh, dpw, Ls, false);  // dPᵀ
-    __syncwarp();
-    for (int r = 0; r < 16; ++r) {
-      const int64_t key = key0 + r;
-      for (int c = lane; c < R; c += 32) {
-        const int64_t t = q0 + c;
-        const bool valid = t < T && key <= t;
-        const float pr = valid ? expf(sw[r * Ls + c] * scale - lse[c]) : 0.0f;
-        pw[r * Lp + c] = to_half_bits(type, pr);
-        dsw[r * Lp + c] = to_half_bits(type, pr * (dpw[r * Ls + c] - di[c]));
+    for (int chunk = 0; chunk < R / flash::kChunk; ++chunk) {
+      const int first = chunk * flash::kChunk;
+      if (q0 + first + flash::kChunk - 1 < key0) continue;  // every query of the chunk before the warp's keys
+      float st[flash::kChunkTiles][4], dpt[flash::kChunkTiles][4];
+      flash::chunk_product<type, DT>(st, ka, q, first);    // Sᵀ = K·Qᵀ
+      flash::chunk_product<type, DT>(dpt, va, dO, first);  // dPᵀ = V·dOᵀ
+      DS_UNROLL
+      for (int nt = 0; nt < flash::kChunkTiles; ++nt) {
+        DS_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int j = first + 8 * nt + c + i % 2;  // the query, in the tile
+          const int64_t key = key0 + g + 8 * (i / 2), t = q0 + j;
+          const float p = key <= t && t < T ? exp2f(st[nt][i] * scale2 - lse2[j]) : 0.0f;
+          st[nt][i] = p;                         // Pᵀ
+          dpt[nt][i] = p * (dpt[nt][i] - di[j]);  // dSᵀ
+        }
       }
+      uint32_t pa[flash::kChunk / 16][4], dsa[flash::kChunk / 16][4];
+      flash::to_a<type>(pa, st);
+      flash::to_a<type>(dsa, dpt);
+      flash::accumulate<type, NT8>(dv, pa, dO_t, first, col0);  // dV += Pᵀ·dO
+      flash::accumulate<type, NT8>(dk, dsa, q_t, first, col0);  // dK += dSᵀ·Q
     }
-    __syncwarp();
-    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dv, pw, Lp, dO + col0, Lh);  // dV += Pᵀ·dO
-    flash::warp_mma<Elem, R / 16, NT, wmma::row_major>(dk, dsw, Lp, q + col0, Lh);  // dK += dSᵀ·Q
   }
   float* rows = dqkv + b * T * 3 * C + h * D;
-  flash::store_rows<NT>(dk, sw, scale, rows + C, 3 * C, key0, T, col0, D);
-  flash::store_rows<NT>(dv, sw, 1.0f, rows + 2 * C, 3 * C, key0, T, col0, D);
+  flash::store_rows<NT8>(dk, scale, rows + C, 3 * C, key0, T, col0, D);
+  flash::store_rows<NT8>(dv, 1.0f, rows + 2 * C, 3 * C, key0, T, col0, D);
 }
 
-// For the launchers: calls f(Elem{}, std::integral_constant<int, DT>{}) with the 16-bit type of `products`
-// and D's column tiles (flash_column_tiles: 1..4, 6 or 8).
+// For the launchers: calls f(std::integral_constant<amp::Half, products>{}, std::integral_constant<int, DT>{})
+// with D's column tiles (flash_column_tiles: 1..4, 6 or 8).
 template <class F>
 void with_flash_types(amp::Half products, int64_t D, F&& f) {
-  const auto tiles = [&](auto elem) {
+  const auto tiles = [&](auto type) {
     switch (flash_column_tiles(D)) {
-      case 1: return f(elem, std::integral_constant<int, 1>{});
-      case 2: return f(elem, std::integral_constant<int, 2>{});
-      case 3: return f(elem, std::integral_constant<int, 3>{});
-      case 4: return f(elem, std::integral_constant<int, 4>{});
-      case 6: return f(elem, std::integral_constant<int, 6>{});
-      case 8: return f(elem, std::integral_constant<int, 8>{});
+      case 1: return f(type, std::integral_constant<int, 1>{});
+      case 2: return f(type, std::integral_constant<int, 2>{});
+      case 3: return f(type, std::integral_constant<int, 3>{});
+      case 4: return f(type, std::integral_constant<int, 4>{});
+      case 6: return f(type, std::integral_constant<int, 6>{});
+      case 8: return f(type, std::integral_constant<int, 8>{});
       default:
         throw std::invalid_argument("flash attention: head dimension " + std::to_string(D) + " above " +
                                     std::to_string(kFlashMaxHeadDim));
     }
   };
-  if (products == amp::Half::BF16) tiles(__nv_bfloat16{});
-  else tiles(__half{});
+  if (products == amp::Half::BF16) tiles(std::integral_constant<amp::Half, amp::Half::BF16>{});
+  else tiles(std::integral_constant<amp::Half, amp::Half::F16>{});
 }
 
 }  // namespace ds::cuda

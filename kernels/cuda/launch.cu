@@ -243,9 +243,9 @@ void allow_shared(Kernel kernel, unsigned bytes, const char* what) {
 void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
                              amp::Half products, void* stream) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
-  with_flash_types(products, D, [&](auto elem, auto tiles) {
+  with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
-    const auto kernel = flash_forward_kernel<decltype(elem), DT>;
+    const auto kernel = flash_forward_kernel<decltype(half)::value, DT>;
     allow_shared(kernel, flash_forward_shared_bytes(DT), "flash attention forward: shared memory");
     kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H)), kFlashThreads, flash_forward_shared_bytes(DT),
              static_cast<cudaStream_t>(stream)>>>(qkv, out, stats, T, H, D, 1.0f / std::sqrt(static_cast<float>(D)));
@@ -256,9 +256,9 @@ void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t
 void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,
                                  int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void* stream) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
-  with_flash_types(products, D, [&](auto elem, auto tiles) {
+  with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
-    const auto kernel = flash_backward_dq_kernel<decltype(elem), DT>;
+    const auto kernel = flash_backward_dq_kernel<decltype(half)::value, DT>;
     allow_shared(kernel, flash_dq_shared_bytes(DT), "flash attention backward (dq): shared memory");
     kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H)), kFlashThreads, flash_dq_shared_bytes(DT),
              static_cast<cudaStream_t>(stream)>>>(qkv, stats, dout, dqkv, delta, T, H, D,
@@ -271,9 +271,9 @@ void flash_attention_backward_dkdv(const float* qkv, const float* stats, const f
                                    float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products,
                                    void* stream) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
-  with_flash_types(products, D, [&](auto elem, auto tiles) {
+  with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
-    const auto kernel = flash_backward_dkdv_kernel<decltype(elem), DT>;
+    const auto kernel = flash_backward_dkdv_kernel<decltype(half)::value, DT>;
     allow_shared(kernel, flash_dkdv_shared_bytes(DT), "flash attention backward (dk, dv): shared memory");
     kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H), kFlashDkdvSplits<DT>), kFlashThreads,
              flash_dkdv_shared_bytes(DT),

@@ -277,10 +277,10 @@ void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t
                              amp::Half products, void*) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  with_flash_types(products, D, [&](auto elem, auto tiles) {
+  with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
     simt::launch(flash_grid(B, T, H), kFlashThreads, {flash_forward_shared_bytes(DT)},
-                 [&] { flash_forward_kernel<decltype(elem), DT>(qkv, out, stats, T, H, D, scale); });
+                 [&] { flash_forward_kernel<decltype(half)::value, DT>(qkv, out, stats, T, H, D, scale); });
   });
 }
 
@@ -288,10 +288,10 @@ void flash_attention_backward_dq(const float* qkv, const float* stats, const flo
                                  int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void*) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  with_flash_types(products, D, [&](auto elem, auto tiles) {
+  with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
     simt::launch(flash_grid(B, T, H), kFlashThreads, {flash_dq_shared_bytes(DT)}, [&] {
-      flash_backward_dq_kernel<decltype(elem), DT>(qkv, stats, dout, dqkv, delta, T, H, D, scale);
+      flash_backward_dq_kernel<decltype(half)::value, DT>(qkv, stats, dout, dqkv, delta, T, H, D, scale);
     });
   });
 }
@@ -301,10 +301,10 @@ void flash_attention_backward_dkdv(const float* qkv, const float* stats, const f
                                    void*) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  with_flash_types(products, D, [&](auto elem, auto tiles) {
+  with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
     simt::launch(flash_grid(B, T, H, kFlashDkdvSplits<DT>), kFlashThreads, {flash_dkdv_shared_bytes(DT)}, [&] {
-      flash_backward_dkdv_kernel<decltype(elem), DT>(qkv, stats, dout, delta, dqkv, T, H, D, scale);
+      flash_backward_dkdv_kernel<decltype(half)::value, DT>(qkv, stats, dout, delta, dqkv, T, H, D, scale);
     });
   });
 }

@@ -47,22 +47,19 @@ inline unsigned flash_tiles(int64_t T) { return static_cast<unsigned>((T + kFlas
 inline int flash_column_tiles(int64_t D) { return D <= 64 ? static_cast<int>((D + 15) / 16) : D <= 96 ? 6 : 8; }
 template <int DT>
 constexpr unsigned kFlashDkdvSplits = DT > 4 ? 2 : 1;
-// The row strides (elements) of the kernels' shared tiles: each row padded by 16 bytes, so that the rows
-// a tensor-core fragment loads or stores start in different banks (rows of 128 or 256 bytes would all
-// start in the same ones). Every tile stays 32-byte aligned, as wmma requires.
-DS_HD constexpr int flash_half_ld(int DT) { return 16 * DT + 8; }  // 16-bit [rows, 16·DT]: Q, K, V, dO
-constexpr int kFlashProbLd = kFlashRows + 8;                   // 16-bit [rows, rows]: P, dS
-constexpr int kFlashScoreLd = kFlashRows + 4;                  // fp32 [rows, rows]: S, dP
-DS_HD constexpr int flash_out_ld(int DT) { return 16 * DT + 4; }    // fp32 [rows, 16·DT]: O
+// The row strides (elements) of the kernels' 16-bit shared tiles: each row padded by 16 bytes, so that the
+// 8 rows whose 32-bit words a warp loads at once (mma_sync.h's operands) start in 8 different banks.
+DS_HD constexpr int flash_half_ld(int DT) { return 16 * DT + 8; }  // [rows, 16·DT]: Q, K, V, dO
+constexpr int kFlashTransposedLd = kFlashRows + 8;                  // [16·DT, rows]: the same, transposed
 // Each kernel's dynamic shared memory, in bytes.
-constexpr unsigned flash_forward_shared_bytes(int DT) {  // q, k, v (16-bit), p (16-bit), s, o
-  return kFlashRows * (3 * flash_half_ld(DT) * 2 + kFlashProbLd * 2 + kFlashScoreLd * 4 + flash_out_ld(DT) * 4);
+constexpr unsigned flash_forward_shared_bytes(int DT) {  // K (Q at first), V transposed
+  return 2 * (kFlashRows * flash_half_ld(DT) + 16 * DT * kFlashTransposedLd);
 }
-constexpr unsigned flash_dq_shared_bytes(int DT) {  // q, dO, k, v (16-bit), dS (16-bit), s, dP, lse, Δ
-  return kFlashRows * (4 * flash_half_ld(DT) * 2 + kFlashProbLd * 2 + 2 * kFlashScoreLd * 4 + 2 * 4);
+constexpr unsigned flash_dq_shared_bytes(int DT) {  // K, V (Q, dO at first), K transposed
+  return 2 * (2 * kFlashRows * flash_half_ld(DT) + 16 * DT * kFlashTransposedLd);
 }
-constexpr unsigned flash_dkdv_shared_bytes(int DT) {  // k, v, q, dO (16-bit), p, dS (16-bit), s, dP, lse, Δ
-  return kFlashRows * (4 * flash_half_ld(DT) * 2 + 2 * kFlashProbLd * 2 + 2 * kFlashScoreLd * 4 + 2 * 4);
+constexpr unsigned flash_dkdv_shared_bytes(int DT) {  // Q, dO (K, V at first), both transposed, lse, Δ
+  return 2 * (2 * kFlashRows * flash_half_ld(DT) + 2 * 16 * DT * kFlashTransposedLd) + 2 * kFlashRows * 4;
 }
 
 }  // namespace ds::cuda

@@ -15,7 +15,7 @@
 #define DS_DEVICE __device__
 #define DS_KERNEL __global__
 #define DS_SHARED(type, name, count) __shared__ type name[count]
-#define DS_EXTERN_SHARED(type, name) extern __shared__ __align__(128) type name[]  // wmma needs 32
+#define DS_EXTERN_SHARED(type, name) extern __shared__ __align__(128) type name[]
 #define DS_UNROLL _Pragma("unroll")
 
 #else

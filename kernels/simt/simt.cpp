@@ -3,6 +3,7 @@
 #include "simt/simt.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <vector>
@@ -30,7 +31,7 @@ namespace {
 
 namespace fctx = boost::context::detail;
 
-enum class WarpOp { shfl, shfl_xor, shfl_down, shfl_up, ballot, sync };
+enum class WarpOp { shfl, shfl_xor, shfl_down, shfl_up, ballot, sync, gather };
 
 const char* op_name(WarpOp op) {
   switch (op) {
@@ -40,6 +41,7 @@ const char* op_name(WarpOp op) {
     case WarpOp::shfl_up: return "__shfl_up_sync";
     case WarpOp::ballot: return "__ballot_sync";
     case WarpOp::sync: return "__syncwarp";
+    case WarpOp::gather: return "warp_gather";
   }
   return "?";
 }
@@ -58,6 +60,8 @@ struct Fiber {
   WarpOp op = WarpOp::sync;   // the collective it waits in
   uint32_t mask = 0, value = 0, result = 0;
   int arg = 0;
+  const uint32_t* send = nullptr;  // warp_gather: the lane's `arg` words, and where all lanes' go
+  uint32_t* receive = nullptr;
   void* fake_stack = nullptr;  // AddressSanitizer's, while switched out
 };
 
@@ -65,7 +69,7 @@ struct Declaration {
   size_t bytes, offset;
 };
 
-// Shared memory: 128-byte aligned, as the GPU's (wmma's pointers must be 32-byte aligned).
+// Shared memory: 128-byte aligned, as the GPU's.
 struct AlignedBytes {
   struct alignas(128) Line {
     std::byte bytes[128];
@@ -189,7 +193,7 @@ void check_agreement(const Launch& l, const Fiber* lanes, uint32_t exists) {
     for (int j = 0; j < kWarpSize; ++j) {
       if (!(a.mask >> j & 1) || !(exists >> j & 1) || lanes[j].state != State::at_warp) continue;
       const Fiber& b = lanes[j];
-      if (b.mask != a.mask || b.op != a.op || b.collectives != a.collectives)
+      if (b.mask != a.mask || b.op != a.op || b.collectives != a.collectives || (a.op == WarpOp::gather && b.arg != a.arg))
         throw SimtError(fmt::format("simt: {}: lanes {} and {} of a warp disagree: {} mask {:#010x} (collective {}) "
                                     "and {} mask {:#010x} (collective {})", where(l, a), i, j, op_name(a.op), a.mask,
                                     a.collectives + 1, op_name(b.op), b.mask, b.collectives + 1));
@@ -236,12 +240,16 @@ bool release_warps(Launch& l) {
           case WarpOp::shfl_down: src = j + lane.arg < kWarpSize ? j + lane.arg : j; break;
           case WarpOp::shfl_up: src = j - lane.arg >= 0 ? j - lane.arg : j; break;
           case WarpOp::ballot:
-          case WarpOp::sync: break;
+          case WarpOp::sync:
+          case WarpOp::gather: break;
         }
         if (!(mask >> src & 1))
           throw SimtError(fmt::format("simt: {}: {} reads lane {}, which is not in the mask {:#010x}", where(l, lane),
                                       op_name(lane.op), src, mask));
         lane.result = lane.op == WarpOp::ballot ? votes : lanes[src].value;
+        if (lane.op == WarpOp::gather)
+          for (int i = 0; i < kWarpSize; ++i)
+            if (mask >> i & 1) std::memcpy(lane.receive + i * lane.arg, lanes[i].send, lane.arg * sizeof(uint32_t));
       }
       for (int j = 0; j < kWarpSize; ++j)
         if (mask >> j & 1) {
@@ -310,7 +318,8 @@ void run_block(Launch& l) {
   }
 }
 
-uint32_t collective(WarpOp op, uint32_t mask, uint32_t value, int arg) {
+uint32_t collective(WarpOp op, uint32_t mask, uint32_t value, int arg, const uint32_t* send = nullptr,
+                    uint32_t* receive = nullptr) {
   Launch& l = launch_state(op_name(op));
   Fiber& f = *l.current;
   if (!(mask >> (f.linear % kWarpSize) & 1))
@@ -320,6 +329,8 @@ uint32_t collective(WarpOp op, uint32_t mask, uint32_t value, int arg) {
   f.mask = mask;
   f.value = value;
   f.arg = arg;
+  f.send = send;
+  f.receive = receive;
   f.state = State::at_warp;
   yield(l, f);
   return f.result;
@@ -408,5 +419,8 @@ uint32_t shfl_up(uint32_t mask, uint32_t value, unsigned delta) {
 }
 uint32_t ballot(uint32_t mask, bool predicate) { return collective(WarpOp::ballot, mask, predicate ? 1 : 0, 0); }
 void warp_sync(uint32_t mask) { collective(WarpOp::sync, mask, 0, 0); }
+void warp_gather(uint32_t mask, const uint32_t* mine, int words, uint32_t* all) {
+  collective(WarpOp::gather, mask, 0, words, mine, all);
+}
 
 }  // namespace ds::simt

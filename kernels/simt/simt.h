@@ -77,5 +77,9 @@ uint32_t shfl_down(uint32_t mask, uint32_t value, unsigned delta);
 uint32_t shfl_up(uint32_t mask, uint32_t value, unsigned delta);
 uint32_t ballot(uint32_t mask, bool predicate);
 void warp_sync(uint32_t mask);
+// all[i·words .. i·words + words) = lane i's `mine` for every lane i in `mask` (the others' left as
+// they were): the register exchange an emulated warp-wide instruction (mma.sync) needs. Every lane
+// passes the same `words`.
+void warp_gather(uint32_t mask, const uint32_t* mine, int words, uint32_t* all);
 
 }  // namespace ds::simt

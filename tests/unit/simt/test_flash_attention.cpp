@@ -32,8 +32,8 @@ Result run_kernels(Half type, const Shape& s, const Floats& qkv, const Floats& d
   const int64_t n = s.B * s.T * s.H * s.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   Result r{Floats(n, NAN), Floats(2 * s.B * s.H * s.T, NAN), Floats(3 * n, NAN), Floats(s.B * s.H * s.T, NAN)};
-  ds::cuda::with_flash_types(type, s.D, [&](auto elem, auto tiles) {
-    using Elem = decltype(elem);
+  ds::cuda::with_flash_types(type, s.D, [&](auto half, auto tiles) {
+    constexpr Half Elem = decltype(half)::value;
     constexpr int DT = decltype(tiles)::value;
     const ds::simt::dim3 grid(ds::cuda::flash_tiles(s.T), static_cast<unsigned>(s.B * s.H));
     LaunchOptions o;

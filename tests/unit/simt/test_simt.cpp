@@ -121,6 +121,37 @@ TEST_CASE("simt: warp shuffles and ballot over whole and partial masks") {
   }
 }
 
+TEST_CASE("simt: warp_gather hands every lane all lanes' words, per warp and per mask") {
+  std::vector<uint32_t> seen(64 * 64, 0);
+  for (Order order : {Order::forward, Order::reverse}) {
+    ds::simt::launch(1, 64, options(order), [&] {
+      const uint32_t t = threadIdx.x, mine[2] = {t, 1000 + t};
+      ds::simt::warp_gather(0xffffffffu, mine, 2, &seen[t * 64]);
+    });
+    for (int t = 0; t < 64; ++t)
+      for (int i = 0; i < 32; ++i) {
+        CHECK(seen[t * 64 + 2 * i] == uint32_t(t / 32 * 32 + i));
+        CHECK(seen[t * 64 + 2 * i + 1] == uint32_t(1000 + t / 32 * 32 + i));
+      }
+  }
+  uint32_t out[32] = {};
+  ds::simt::launch(1, 32, {}, [&] {  // two half-warp gathers; a lane's words from outside its mask stay as they were
+    const uint32_t lane = threadIdx.x, mine = 7 * lane;
+    uint32_t all[32];
+    for (uint32_t& w : all) w = 99;
+    ds::simt::warp_gather(lane < 16 ? 0x0000ffffu : 0xffff0000u, &mine, 1, all);
+    out[lane] = all[lane < 16 ? 31 : 3] == 99 ? all[(lane + 1) % 32] : 0;
+  });
+  CHECK(out[0] == 7);
+  CHECK(out[15] == 99);  // lane 16 is outside lane 15's mask: left as it was
+  CHECK(out[16] == 7 * 17);
+  CHECK_THROWS_WITH_AS(ds::simt::launch(1, 32, {}, [] {
+                         uint32_t mine[2] = {}, all[64];
+                         ds::simt::warp_gather(0xffffffffu, mine, threadIdx.x == 3 ? 1 : 2, all);
+                       }),
+                       doctest::Contains("warp_gather"), SimtError);
+}
+
 TEST_CASE("simt: warp collectives whose lanes disagree, are missing or wait at a barrier are errors") {
   CHECK_THROWS_WITH_AS(ds::simt::launch(1, 32, {}, [] { __shfl_xor_sync(threadIdx.x < 8 ? 0xffu : 0xffffffffu, 1, 1); }),
                        "simt: block (0,0,0) thread (8,0,0): lanes 8 and 0 of a warp disagree: __shfl_xor_sync mask "
