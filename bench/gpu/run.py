@@ -2,7 +2,7 @@
 """GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16,nccl] [--reps 3]
+    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_bf16_fused,gpt_fp16,nccl] [--reps 3]
                              [--steps 20] [--nccl_bytes N] [--json PATH]
 
 adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
@@ -23,6 +23,8 @@ gpt        GPT-2 124M (12 layers x 768, context 1024, vocabulary 50257, batch --
            torch (TF32 off, fused AdamW): tokens/s and the model's TFLOP/s (6·Ψ + 12·L·T·C per token).
 gpt_bf16   the same with bf16 products: ours the backend's bf16 matmuls and attention products (fp32 parameters),
            the peer under torch.autocast(bfloat16).
+gpt_bf16_fused  gpt_bf16 with our attention through the fused kernel (DS_CUDA_ATTENTION=fused) rather than the
+           default GEMM form: whether the fused kernel should become the default.
 gpt_fp16   the same with fp16 products (the peer: torch.autocast(float16)).
 nccl       bus bandwidth of all-reduce, reduce-scatter, all-gather and broadcast over every visible GPU, --nccl_bytes
            fp32 buffers (256 MiB): ours runtime/comm's NCCL group (one thread rank per GPU), the peer
@@ -44,11 +46,14 @@ def options(a, bench):
         return ["--size", str(a.size), "--steps", str(a.steps)]
     if bench == "nccl":
         return ["--bytes", str(a.nccl_bytes), "--steps", str(a.steps)]
-    if bench in ("gpt", "gpt_bf16", "gpt_fp16"):
+    if bench in GPT_BENCHES:
         return ["--batch", str(a.gpt_batch), "--seq", "1024", "--layers", "12", "--heads", "12", "--embd", "768",
                 "--vocab", "50257", "--steps", str(min(a.steps, 10))]
     heads, head_dim = attention_heads(bench)
     return ["--batch", "8", "--seq", "1024", "--heads", str(heads), "--head_dim", str(head_dim), "--steps", str(a.steps)]
+
+
+GPT_BENCHES = ("gpt", "gpt_bf16", "gpt_bf16_fused", "gpt_fp16")
 
 
 def attention_heads(bench):  # (heads, head size) of an attention bench
@@ -56,9 +61,10 @@ def attention_heads(bench):  # (heads, head size) of an attention bench
 
 
 def run_side(a, bench, side):
-    command = "attention" if bench.startswith("attention") else bench
+    command = "attention" if bench.startswith("attention") else bench.removesuffix("_fused")
     argv = ([a.ours] if side == "ours" else [a.python, os.path.join(HERE, "peer_torch.py")]) + [command] + options(a, bench)
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, DS_CUDA_ATTENTION="fused") if bench.endswith("_fused") else None
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     if r.returncode != 0:
         return {"side": side, "bench": bench, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -109,8 +115,10 @@ def report(a, bench, samples):
             if ours_us and torch_us:
                 print(f"  {op:15} ours {ours_us:9.1f} us {ours_bw:7.1f} GB/s   torch {torch_us:9.1f} us {torch_bw:7.1f} GB/s"
                       f"   ours / torch (rate): {torch_us / ours_us:.2f}x")
-    elif bench in ("gpt", "gpt_bf16", "gpt_fp16"):
-        kind = "fp32" if bench == "gpt" else f"{bench[4:]} products (torch: autocast)"
+    elif bench in GPT_BENCHES:
+        kind = "fp32" if bench == "gpt" else f"{bench[4:8]} products (torch: autocast)"
+        if bench.endswith("_fused"):
+            kind += ", our attention through the fused kernel"
         print(f"GPT-2 124M training steps, {kind}, batch {a.gpt_batch} x 1024 tokens, median of {a.reps} runs")
         for side in ("ours", "torch"):
             ms, tps, tf = (median(samples, side, k) for k in ("step_ms", "tokens_per_s", "model_tflops"))
@@ -142,7 +150,7 @@ def report(a, bench, samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_fp16,nccl")
+    p.add_argument("--benches", default="adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_bf16_fused,gpt_fp16,nccl")
     p.add_argument("--nccl_bytes", type=int, default=256 << 20)
     p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
