@@ -699,27 +699,34 @@ void Engine::initial_chunk(size_t layer, std::vector<float>& chunk) const {
   }
 }
 
-// Stages 0-2 build the full buffer (rank 0's, broadcast, so every replica starts identical even if
-// ranks' maths libraries differ); stage 3 one layer's chunk at a time, so that no more than a layer
-// is ever held in fp32 beyond the master copy.
+// Stages 0-2 fill the full buffer tensor by tensor (rank 0's values, broadcast, so every replica starts
+// identical even if ranks' maths libraries differ), rounding each to the stored precision as it comes, so
+// that no more than one tensor is ever held in fp32 beyond the master copy; stage 3 one layer's chunk at a
+// time, for the same reason.
 void Engine::init_parameters() {
   if (!policy_.parameters) {
     const bool fp32 = config_.precision == amp::Storage::F32;
-    const size_t n = layout_->full_size();
-    std::vector<float> rounded_later(fp32 ? 0 : n);
-    float* full = fp32 ? reinterpret_cast<float*>(params_.data()) : rounded_later.data();  // [n], fp32
+    auto* full32 = reinterpret_cast<float*>(params_.data());  // (fp32 training: the parameters are the fp32 values)
+    // This rank's fp32 chunks: the master, or, with the master on NVMe, a partition for the swap file's first pass.
+    std::vector<float> owned_initial(!fp32 && master_.empty() && swapper_ ? layout_->partition_size() : 0);
+    float* owned = !master_.empty() ? master_.data() : !owned_initial.empty() ? owned_initial.data() : nullptr;
     std::vector<float> values;
-    for (size_t s = 0; s < slots_.size(); ++s) {
-      if (slots_[s].owner >= 0) continue;
-      initial_values(s, values);
-      std::copy(values.begin(), values.end(), full + slots_[s].offset);
-    }
-    group_.broadcast(full, n, DataType::F32, 0);
-    if (!fp32) cpu::from_float(config_.precision, full, params_.data(), n);
+    for (const Layer& layer : layers_)
+      for (size_t s = layer.first_slot; s < layer.first_slot + layer.num_slots; ++s) {
+        const ParamSlot& slot = slots_[s];
+        if (slot.owner >= 0) continue;
+        initial_values(s, values);
+        group_.broadcast(values.data(), values.size(), DataType::F32, 0);
+        if (fp32) std::copy(values.begin(), values.end(), full32 + slot.offset);
+        else cpu::from_float(config_.precision, values.data(), params_.data() + slot.offset * elem_, values.size());
+        const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
+        if (mine.size == 0 || owned == nullptr) continue;
+        const zero::Unit& u = layout_->unit_of_layer(static_cast<size_t>(&layer - layers_.data()));
+        const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
+        std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, owned + mine.offset);
+      }
     if (swapper_)
-      init_swapped([&](const zero::Unit& u) { return full + layout_->owned_begin(u); });
-    if (!master_.empty())
-      for (const zero::Unit& u : layout_->units()) std::copy_n(full + layout_->owned_begin(u), u.chunk, master_.data() + u.part_offset);
+      init_swapped([&](const zero::Unit& u) { return fp32 ? full32 + layout_->owned_begin(u) : owned + u.part_offset; });
     return;
   }
   std::vector<float> chunk;
