@@ -8,16 +8,10 @@
 #include <cstdint>
 
 #include "cpu/adam_element.h"
+#include "cuda/float4.cuh"
 #include "simt/cuda_subset.h"
 
 namespace ds::cuda {
-
-// Four consecutive floats, for one 128-bit access.
-struct alignas(16) Float4 {
-  float x[4];
-};
-
-DS_HD inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // p, m, v [n] updated in place from g [n]; any grid and block.
 template <bool kDecoupled>

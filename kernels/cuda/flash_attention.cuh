@@ -37,6 +37,7 @@
 
 #include "cuda/block_reduce.cuh"
 #include "cuda/convert.cuh"
+#include "cuda/float4.cuh"
 #include "cuda/launch_shape.h"
 #include "simt/cuda_subset.h"
 #include "simt/mma_sync.h"
@@ -52,11 +53,42 @@ constexpr float kLn2 = 0.6931471805599453f;      // ln(2)
 
 // tile[r·flash_half_ld(DT) + d] and tile_t[d·kFlashTransposedLd + r] (each where not null) =
 // half(src[(row0 + r)·stride + d]) for rows below T and d < D, zero elsewhere, over kFlashRows rows and
-// 16·DT columns; by the whole block.
+// 16·DT columns; by the whole block (kFlashThreads threads). Where D, the stride and src allow 16-byte
+// accesses (a multiple of 4 floats, aligned: GPT's heads), each thread loads its groups of 4 floats a batch of
+// up to 8 at a time, every load of a batch issued before the first is used, so that a warp waits for memory
+// once per batch rather than once per element; elsewhere one element at a time.
 template <int DT>
 DS_DEVICE inline void load_rows(amp::Half type, const float* src, int64_t stride, int64_t row0, int64_t T, int64_t D,
                                 uint16_t* tile, uint16_t* tile_t) {
-  constexpr int Dp = 16 * DT;
+  constexpr int Dp = 16 * DT, kRowGroups = Dp / 4;
+  constexpr int kGroups = kFlashRows * kRowGroups / static_cast<int>(kFlashThreads);  // per thread: 2·DT
+  constexpr int kBatch = kGroups % 4 == 0 ? 4 : 2;  // at most 16 registers (kGroups = 2·DT)
+  static_assert(kGroups % kBatch == 0, "whole batches");
+  if (D % 4 == 0 && stride % 4 == 0 && aligned16(src)) {
+    for (int first = 0; first < kGroups; first += kBatch) {
+      Float4 v[kBatch];
+      DS_UNROLL
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = static_cast<int>(threadIdx.x) + (first + j) * static_cast<int>(kFlashThreads);
+        const int r = i / kRowGroups, d = 4 * (i % kRowGroups);
+        v[j] = row0 + r < T && d < D ? *reinterpret_cast<const Float4*>(src + (row0 + r) * stride + d) : Float4{};
+      }
+      DS_UNROLL
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = static_cast<int>(threadIdx.x) + (first + j) * static_cast<int>(kFlashThreads);
+        const int r = i / kRowGroups, d = 4 * (i % kRowGroups);
+        if (tile) {
+          uint16_t* at = tile + r * flash_half_ld(DT) + d;  // 8-byte aligned
+          store_half2(at, pack_half2(type, v[j].x[0], v[j].x[1]));
+          store_half2(at + 2, pack_half2(type, v[j].x[2], v[j].x[3]));
+        }
+        if (tile_t)
+          DS_UNROLL
+          for (int e = 0; e < 4; ++e) tile_t[(d + e) * kFlashTransposedLd + r] = to_half_bits(type, v[j].x[e]);
+      }
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < kFlashRows * Dp; i += blockDim.x) {
     const int r = i / Dp, d = i % Dp;
     const uint16_t h = row0 + r < T && d < D ? to_half_bits(type, src[(row0 + r) * stride + d]) : uint16_t{0};

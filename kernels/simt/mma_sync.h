@@ -50,6 +50,15 @@ DS_HD inline uint32_t load_half2(const uint16_t* p) {
 #endif
 }
 
+// Stores w as the two 16-bit values at p (p 4-byte aligned), w's low half first: load_half2's inverse.
+DS_HD inline void store_half2(uint16_t* p, uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<uint32_t*>(p) = w;
+#else
+  std::memcpy(p, &w, sizeof w);
+#endif
+}
+
 // d += a·b over the warp (the layout above); `type` the inputs' 16-bit type.
 template <amp::Half type>
 DS_DEVICE inline void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {

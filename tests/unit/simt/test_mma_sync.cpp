@@ -78,7 +78,8 @@ TEST_CASE("emulated mma.m16n8k16: the PTX ISA's register layout, bf16 and fp16, 
   }
 }
 
-TEST_CASE("pack_half2 puts the first value in the low half, rounded to nearest even, as load_half2 reads memory") {
+TEST_CASE("pack_half2 puts the first value in the low half, rounded to nearest even, as load_half2 and store_half2 "
+          "read and write memory") {
   for (const Half type : {Half::BF16, Half::F16}) {
     const float lo = 1.0f + 0x1p-13f, hi = -3.25f;  // lo rounds to 1 in both types
     const uint32_t packed = ds::cuda::pack_half2(type, lo, hi);
@@ -86,6 +87,10 @@ TEST_CASE("pack_half2 puts the first value in the low half, rounded to nearest e
     CHECK((packed >> 16) == ds::amp::half_from_float(type, hi));
     const uint16_t memory[2] = {ds::amp::half_from_float(type, lo), ds::amp::half_from_float(type, hi)};
     CHECK(ds::cuda::load_half2(memory) == packed);
+    uint16_t stored[2] = {};
+    ds::cuda::store_half2(stored, packed);
+    CHECK(stored[0] == memory[0]);
+    CHECK(stored[1] == memory[1]);
   }
 }
 
