@@ -220,6 +220,13 @@ bool DeviceLayers::pin(void* p, size_t bytes, std::string& why) {
   return true;
 }
 
+void DeviceLayers::unpin(void* p) {
+  const auto at = std::find(pinned_.begin(), pinned_.end(), p);
+  if (at == pinned_.end()) return;
+  device_.unpin_host(p);
+  pinned_.erase(at);
+}
+
 ds_batch DeviceLayers::device_batch(const ds_batch& batch) {
   ds_batch out{&input_t_, &target_t_, batch.step, batch.micro_step, nullptr};
   if (batch.predictions != nullptr) out.predictions = &predictions_t_;

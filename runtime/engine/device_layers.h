@@ -125,9 +125,11 @@ class DeviceLayers {
   // references stay valid until the layer's parameters are uploaded again.
   const std::vector<ds_tensor>& device_params(size_t i);
   const std::vector<ds_tensor>& device_grads(size_t i) const;
-  // Page-locks host memory [p, p + bytes) that the copies use, until this object goes (which must be
-  // before that memory is freed). False, with the reason in `why`, when the device's system refuses.
+  // Page-locks host memory [p, p + bytes) that the copies use, until this object goes or unpin(p) (one
+  // of which must come before that memory is freed). False, with the reason in `why`, when the device's
+  // system refuses.
   bool pin(void* p, size_t bytes, std::string& why);
+  void unpin(void* p);  // (nothing if p is not pinned)
   // The device memory these buffers take, by kind (params, grads, activations with the batch, workspace).
   const MemoryReport& memory() const { return held_; }
 

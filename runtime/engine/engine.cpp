@@ -501,15 +501,22 @@ void Engine::sync_host() {
   host_stale_ = false;
 }
 
-// The device step keeps the master and optimizer state there: the host's copies, which it reads at the first
-// update and brings up to date only when something reads them (sync_host) or replaces them (restore), are
-// freed after each update and made again for those. A fresh optimizer state is never on the host: the device
-// zeroes its own (the engine frees the host's when it builds the device step, before anything writes it).
+// The device step keeps the master and optimizer state there, and at stages 0-2 the full parameters too:
+// the host's copies, which it reads at the first update and brings up to date only when something reads
+// them (sync_host) or replaces them (restore), are freed after each update and made again for those (the
+// parameters unpinned first, and pageable when made again). A fresh optimizer state is never on the host:
+// the device zeroes its own (the engine frees the host's when it builds the device step, before anything
+// writes it).
 void Engine::release_host_state() {
   if (!host_state_held_) return;
   optimizer_->hold_state(false);
   master_elems_ = master_.size();
   free_storage(master_);
+  if (!policy_.parameters) {  // (stage 3's partition stays: the device gathers from it after a restore)
+    device_layers_->unpin(params_.data());
+    params_bytes_ = params_.size();
+    free_storage(params_);
+  }
   host_state_held_ = false;
 }
 
@@ -517,6 +524,8 @@ void Engine::hold_host_state() {
   if (device_step_) optimizer_->hold_state(true);  // (made anew only where freed)
   if (host_state_held_) return;
   master_.assign(master_elems_, 0.0f);
+  if (params_bytes_ > 0) params_.assign(params_bytes_, std::byte{0});
+  params_bytes_ = 0;
   host_state_held_ = true;
 }
 

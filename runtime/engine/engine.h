@@ -504,6 +504,7 @@ class Engine {
   bool host_stale_ = false;                        // device_step_ updated since the host's copies were synced
   bool host_state_held_ = true;  // master_ and the optimizer's state hold elements (device_step_ frees them)
   size_t master_elems_ = 0;      // master_'s size while freed
+  size_t params_bytes_ = 0;      // params_'s size while freed (stages 0-2 with device_step_; 0 while held)
   int64_t micro_ = 0;                              // the step's micro-batch under way
   std::string optimizer_place_;                    // optimizer_place()
   std::string device_note_;                        // device_note()

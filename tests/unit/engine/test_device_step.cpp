@@ -214,7 +214,8 @@ TEST_CASE("device step: clipping by the device's norm") {
   CHECK(device.params != device.initial);
 }
 
-// What crosses per step: the micro-batches up, each micro-batch's loss and the squared norm down.
+// What crosses per step: the micro-batches up, each micro-batch's loss and the squared norm down; what the
+// host keeps meanwhile.
 TEST_CASE("device step: a step moves no parameters or gradients between host and device") {
   const DsConfig config = adam_config(1);
   for (int stage : {0, 2, 3}) {
@@ -237,11 +238,16 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
           const auto n = static_cast<size_t>(gas);
           CHECK(device.uploaded == n * (4 * 12 + 4 + 1) * sizeof(float));  // inputs, targets, d(total)/d(loss)
           CHECK(device.downloaded == n * sizeof(float) + sizeof(double));  // the losses, Σg²
-          if (stage < 3) CHECK(device.pinned.empty() == false);  // the parameters the first upload reads
+          // At stages 0-2 the host keeps no parameters either (the first upload's source: unpinned and freed
+          // after the update; stage 3's partition stays), until a checkpoint reads them.
+          if (stage < 3) CHECK(engine.memory().params == 0);
+          CHECK(device.pinned.empty());
           CHECK(engine.memory().grads == 0);  // nor does the host keep a gradient buffer the device fills
           // nor the layers' activations, their gradients or workspaces: the micro-batch and the loss only
           CHECK(engine.memory().activations == (4 * 12 + 4 + 1) * sizeof(float));
           CHECK(engine.memory().workspace == 0);  // (16-bit training's layer scratch: made only for an upload)
+          (void)engine.checkpoint_shard();
+          CHECK(engine.memory().params > 0);
         });
       }
     }
