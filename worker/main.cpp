@@ -27,6 +27,7 @@
 #include "config/ds_config.h"
 #include "core/errors.h"
 #include "cpu/blas.h"
+#include "cpu/matmul_half.h"
 #include "cpu/parallel.h"
 #include "backend/backend.h"
 #include "cuda/launch.h"
@@ -179,6 +180,16 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
                                                  : "";
   note = fmt::format("the layers run on cuda:{}, {}{}", device, cuda->describe(), arithmetic);
   return cuda;
+}
+
+// The CPU's ops: with bf16 or fp16 its matmuls multiply 16-bit operands (as on a GPU and in DeepSpeed).
+const ds_backend* cpu_table(const DsConfig& config, std::string& note) {
+  if (!config.bf16.enabled && !config.fp16.enabled) return backend::cpu();
+  note = config.bf16.enabled
+             ? fmt::format("the layers run on the CPU (bf16 matmuls with fp32 accumulation on {}, the other ops in fp32)",
+                           cpu::matmul_bf16_kernel())
+             : "the layers run on the CPU (fp16 matmuls with fp32 accumulation, the other ops in fp32)";
+  return backend::cpu(config.bf16.enabled ? amp::Half::BF16 : amp::Half::F16);
 }
 
 int world_size_from_env() {
@@ -349,6 +360,7 @@ int train(const WorkerOptions& o) {
   int device_index = 0;
   bool own_gpu = false;
   const std::unique_ptr<backend::Device> device = select_device(config, device_note, device_index, own_gpu);
+  const ds_backend* table = device ? device->table() : cpu_table(config, device_note);
   const bool lead = env.rank == 0;
   cpu::set_threads(kernel_threads_for());
   if (lead) {
@@ -367,8 +379,8 @@ int train(const WorkerOptions& o) {
                                 static_cast<int>(config.sequence_parallel_size)};
   const pipe::Topology::Coord me = topology.coord(env.rank);
   const ParallelRank tp{me.model, topology.model_size}, sp{me.seq, topology.seq_size};
-  if (!plugin || (device && &plugin->backend() != device->table()) || tp.size > 1 || sp.size > 1)
-    plugin = load_plugin(o, config.model, device ? device->table() : nullptr, tp, sp);
+  if (!plugin || &plugin->backend() != table || tp.size > 1 || sp.size > 1)
+    plugin = load_plugin(o, config.model, table, tp, sp);
   std::shared_ptr<Store> store;
   std::unique_ptr<TcpStoreServer> server;
   if (env.world_size == 1) {

@@ -15,9 +15,11 @@
 
 namespace ds::backend {
 
-// The CPU backend: one table for the process, safe to use from several threads (last_error is per
-// thread).
-const ds_backend* cpu();
+// The CPU backend: tables for the process, safe to use from several threads (last_error is per
+// thread). With `products` bf16 or fp16 the matmul op rounds its operands to that type and sums their
+// products in fp32 (cpu/matmul_half.h: oneDNN's AMX or AVX-512-BF16 kernels for bf16), as DeepSpeed's 16-bit
+// models multiply and as Device::set_half_matmuls does on a GPU; every other op is the same in all three.
+const ds_backend* cpu(std::optional<amp::Half> products = std::nullopt);
 
 // What the engine needs of a backend whose memory is not the host's, besides its ops: device
 // memory, copies to and from the host (which wait for the ops before them; those to the host also

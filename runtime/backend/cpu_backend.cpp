@@ -15,6 +15,7 @@
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
+#include "cpu/matmul_half.h"
 #include "cpu/vocab_parallel.h"
 
 namespace ds::backend {
@@ -58,6 +59,11 @@ ds_status copy(void*, void* dst, const void* src, size_t bytes) {
 ds_status matmul(void*, const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int32_t ta,
                  int32_t tb, int32_t acc) {
   return guarded([&] { cpu::matmul(a, b, c, m, n, k, ta != 0, tb != 0, acc != 0); });
+}
+template <amp::Half type>
+ds_status half_matmul(void*, const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k, int32_t ta,
+                      int32_t tb, int32_t acc) {
+  return guarded([&] { cpu::matmul_half(type, a, b, c, m, n, k, ta != 0, tb != 0, acc != 0); });
 }
 ds_status bias_fill(void*, float* y, const float* bias, int64_t rows, int64_t cols) {
   return guarded([&] { cpu::bias_fill(y, bias, rows, cols); });
@@ -142,16 +148,24 @@ ds_status cross_entropy_shard_backward(void*, const float* logits, const int32_t
   return guarded([&] { cpu::cross_entropy_shard_backward(logits, labels, stats, dloss[0], n, classes, first, dlogits); });
 }
 
-const ds_backend kCpu = {
-    DS_BACKEND_VERSION, "cpu", DS_DEVICE_CPU, nullptr, last_error, alloc, release, copy, matmul, bias_fill, bias_add,
+// The table with `products` as its matmul op.
+constexpr ds_backend table(decltype(ds_backend::matmul) products) {
+  return {
+    DS_BACKEND_VERSION, "cpu", DS_DEVICE_CPU, nullptr, last_error, alloc, release, copy, products, bias_fill, bias_add,
     bias_grad, add_into, add, layernorm_forward, layernorm_backward, gelu_forward, gelu_backward, relu_forward,
     relu_backward, attention_forward, attention_backward, embedding_forward, embedding_backward,
     cross_entropy_forward, cross_entropy_backward, embedding_rows_forward, embedding_rows_backward,
     cross_entropy_shard_max, cross_entropy_shard_sumexp, cross_entropy_shard_loss, cross_entropy_shard_backward,
-};
+  };
+}
+constexpr ds_backend kCpu = table(matmul), kCpuBf16 = table(half_matmul<amp::Half::BF16>),
+                     kCpuFp16 = table(half_matmul<amp::Half::F16>);
 
 }  // namespace
 
-const ds_backend* cpu() { return &kCpu; }
+const ds_backend* cpu(std::optional<amp::Half> products) {
+  if (!products) return &kCpu;
+  return *products == amp::Half::BF16 ? &kCpuBf16 : &kCpuFp16;
+}
 
 }  // namespace ds::backend

@@ -502,52 +502,69 @@ TEST_CASE("every op on the CPU backend gives the same bits at 1 and 2 threads") 
   ds::cpu::set_threads(saved);
 }
 
-// 16-bit training on a device (set_half_matmuls): the matmul op multiplies its inputs rounded to bf16
-// or fp16, with fp32 accumulation, in every transpose and with accumulation into c. The products of
-// 16-bit values are exact in fp32, so the result is the reference product of the rounded inputs up to
-// the order of the fp32 sums; it differs from the fp32 product by far more. Shapes whose leading
-// dimensions are not multiples of 8 run on operands padded with zeros (and c through a padded temporary):
-// each of m, n and k misaligned alone, all three, and none.
+// 16-bit training (a device's set_half_matmuls, the CPU's cpu(type) tables): the matmul op multiplies its
+// inputs rounded to bf16 or fp16, with fp32 accumulation, in every transpose and with accumulation into c.
+// The products of 16-bit values are exact in fp32, so the result is the reference product of the rounded
+// inputs up to the order of the fp32 sums; it differs from the fp32 product by far more.
+void check_16bit_products(const Ops& ops, ds::amp::Half type, int64_t m, int64_t n, int64_t k) {
+  const bool bf16 = type == ds::amp::Half::BF16;
+  CAPTURE(bf16);
+  CAPTURE(m);
+  CAPTURE(n);
+  CAPTURE(k);
+  Rng rng(31);
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (bool acc : {false, true}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(acc);
+        const Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n);
+        const Floats c0 = ds::test::random_vec(rng, m * n);
+        Floats a16 = a, b16 = b;
+        const auto storage = bf16 ? ds::amp::Storage::BF16 : ds::amp::Storage::F16;
+        ds::cpu::round_to(storage, a16.data(), a16.size());
+        ds::cpu::round_to(storage, b16.data(), b16.size());
+        Floats want = c0, fp32 = c0, got = c0;
+        ds::cpu::matmul_reference(a16.data(), b16.data(), want.data(), m, n, k, ta, tb, acc);
+        ds::cpu::matmul_reference(a.data(), b.data(), fp32.data(), m, n, k, ta, tb, acc);
+        ops.matmul(a.data(), b.data(), got.data(), m, n, k, ta, tb, acc);
+        ds::test::check_close("16-bit matmul", got.data(), want.data(), got.size(), 1e-6, 1e-6);
+        double off = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) off = std::max(off, std::abs(double(got[i]) - fp32[i]));
+        CHECK(off > (bf16 ? 1e-4 : 1e-5));  // the rounding (2^-9 relative in bf16, 2^-12 in fp16) shows in sums of 33-40 products
+      }
+    }
+  }
+}
+
+// Shapes whose leading dimensions are not multiples of 8 run on operands padded with zeros (and c through a
+// padded temporary): each of m, n and k misaligned alone, all three, and none.
 TEST_CASE("the CUDA backend (emulated) with 16-bit matmuls multiplies the rounded inputs") {
   for (const auto type : {ds::amp::Half::BF16, ds::amp::Half::F16})
   for (const auto& [m, n, k] : {std::array<int64_t, 3>{5, 7, 33}, {8, 16, 40}, {5, 16, 40}, {8, 7, 40}, {8, 16, 33}}) {
-    const bool bf16 = type == ds::amp::Half::BF16;
-    CAPTURE(bf16);
-    CAPTURE(m);
-    CAPTURE(n);
-    CAPTURE(k);
     ds::backend::Cuda cuda(0);
     cuda.set_half_matmuls(type);
     const Ops ops(cuda.table());
-    Rng rng(31);
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (bool acc : {false, true}) {
-          CAPTURE(ta);
-          CAPTURE(tb);
-          CAPTURE(acc);
-          const Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n);
-          const Floats c0 = ds::test::random_vec(rng, m * n);
-          Floats a16 = a, b16 = b;
-          const auto storage = bf16 ? ds::amp::Storage::BF16 : ds::amp::Storage::F16;
-          ds::cpu::round_to(storage, a16.data(), a16.size());
-          ds::cpu::round_to(storage, b16.data(), b16.size());
-          Floats want = c0, fp32 = c0, got = c0;
-          ds::cpu::matmul_reference(a16.data(), b16.data(), want.data(), m, n, k, ta, tb, acc);
-          ds::cpu::matmul_reference(a.data(), b.data(), fp32.data(), m, n, k, ta, tb, acc);
-          ops.matmul(a.data(), b.data(), got.data(), m, n, k, ta, tb, acc);
-          ds::test::check_close("16-bit matmul", got.data(), want.data(), got.size(), 1e-6, 1e-6);
-          double off = 0.0;
-          for (size_t i = 0; i < got.size(); ++i) off = std::max(off, std::abs(double(got[i]) - fp32[i]));
-          CHECK(off > (bf16 ? 1e-4 : 1e-5));  // the rounding (2^-9 relative in bf16, 2^-12 in fp16) shows in sums of 33-40 products
-        }
-      }
-    }
+    check_16bit_products(ops, type, m, n, k);
     cuda.set_half_matmuls(std::nullopt);
+    Rng rng(32);
     Floats a = ds::test::random_vec(rng, m * k), b = ds::test::random_vec(rng, k * n), got(m * n), want(m * n);
     ds::cpu::matmul_reference(a.data(), b.data(), want.data(), m, n, k, false, false, false);
     ops.matmul(a.data(), b.data(), got.data(), m, n, k, false, false, false);
     ds::test::check_close("fp32 matmul again", got.data(), want.data(), got.size(), 1e-6, 1e-6);
+  }
+}
+
+// The CPU's 16-bit tables differ from cpu() in their matmul op alone.
+TEST_CASE("the CPU backend's bf16 and fp16 tables multiply the rounded inputs") {
+  for (const auto type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
+    const ds_backend* half = ds::backend::cpu(type);
+    CHECK(half != ds::backend::cpu());
+    CHECK((half->matmul != ds::backend::cpu()->matmul));
+    CHECK((half->attention_forward == ds::backend::cpu()->attention_forward));
+    const Ops ops(half);
+    for (const auto& [m, n, k] : {std::array<int64_t, 3>{5, 7, 33}, {8, 16, 40}}) check_16bit_products(ops, type, m, n, k);
   }
 }
 

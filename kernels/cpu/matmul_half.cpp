@@ -1,0 +1,199 @@
+// matmul_half: 16-bit products on oneDNN's bf16 kernels, or sgemm on rounded operands (matmul_half.h).
+#include "cpu/matmul_half.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "cpu/convert.h"
+#include "cpu/matmul.h"
+#include "cpu/parallel.h"
+
+namespace ds::cpu {
+namespace {
+
+using dnnl::memory;
+
+void check_sizes(int64_t M, int64_t N, int64_t K) {
+  for (int64_t v : {M, N, K})
+    if (v < 0 || v > INT_MAX)
+      throw std::invalid_argument("matmul_half: size " + std::to_string(v) + " (M=" + std::to_string(M) +
+                                  " N=" + std::to_string(N) + " K=" + std::to_string(K) + ") is outside [0, 2^31)");
+}
+
+// As matmul.cpp: products of at least kSplitMNK multiply-adds are cut into at most kSplitBlocks blocks of C's
+// longer side (multiples of kSplitAlign), by the shape alone.
+constexpr double kSplitMNK = 1 << 24;
+constexpr int64_t kSplitAlign = 64;
+constexpr int64_t kSplitBlocks = 16;
+
+// oneDNN's calls run on the calling thread alone (it reads the OpenMP thread count when a kernel is made
+// and when it runs): the threads are ours, one block each.
+class OneThread {
+ public:
+  OneThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// A dense bf16 operand [rows, cols] as stored: row-major, or transposed (column-major).
+memory::desc operand(memory::data_type type, int64_t rows, int64_t cols, bool transposed) {
+  return memory::desc({rows, cols}, type, transposed ? memory::dims{1, rows} : memory::dims{cols, 1});
+}
+
+// One oneDNN matmul, C[m,n] (=, or += with `sum`) A[m,k]·B[k,n], bf16 operands, fp32 C (dense rows).
+struct Kernel {
+  dnnl::matmul op;
+  memory::desc a, b, c, scratch;
+  std::string name;
+};
+
+const Kernel& kernel(int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool sum) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, bool>, std::unique_ptr<Kernel>> made;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Kernel>& slot = made[{m, n, k, ta, tb, sum}];
+  if (!slot) {
+    const OneThread one;
+    const memory::desc a = operand(memory::data_type::bf16, m, k, ta), b = operand(memory::data_type::bf16, k, n, tb),
+                       c = operand(memory::data_type::f32, m, n, false);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (sum) {
+      dnnl::post_ops post;
+      post.append_sum(1.0f);
+      attr.set_post_ops(post);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+    slot = std::make_unique<Kernel>(Kernel{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc(), pd.impl_info_str()});
+  }
+  return *slot;
+}
+
+void run(const Kernel& k, const uint16_t* a, const uint16_t* b, float* c) {
+  const OneThread one;
+  thread_local std::vector<char> scratch;
+  thread_local dnnl::stream stream(cpu_engine());
+  scratch.resize(std::max<size_t>(scratch.size(), k.scratch.get_size()));
+  memory ma(k.a, cpu_engine(), const_cast<uint16_t*>(a)), mb(k.b, cpu_engine(), const_cast<uint16_t*>(b)),
+      mc(k.c, cpu_engine(), c), ms(k.scratch, cpu_engine(), scratch.data());
+  k.op.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
+  stream.wait();
+}
+
+// What oneDNN runs bf16 products with here, "" when it has only its reference loops (CPUs without AVX-512).
+const std::string& onednn_bf16() {
+  static const std::string name = [] {
+    try {
+      const std::string impl = kernel(64, 64, 64, false, false, false).name;
+      return impl.rfind("ref", 0) == 0 ? std::string() : impl;
+    } catch (const dnnl::error&) {
+      return std::string();
+    }
+  }();
+  return name;
+}
+
+// Columns [c0, c1) of a row-major [rows, cols] fp32 matrix, rounded into dense 16 bits [rows, c1 - c0].
+void round_columns(amp::Half type, const float* x, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
+                   uint16_t* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    from_float(type, x + r * cols + c0, out + r * (c1 - c0), static_cast<size_t>(c1 - c0));
+}
+
+// fp16, and bf16 where oneDNN has no bf16 kernels: the rounded values multiplied by sgemm.
+void matmul_rounded(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
+                    bool trans_a, bool trans_b, bool accumulate) {
+  const amp::Storage storage = type == amp::Half::BF16 ? amp::Storage::BF16 : amp::Storage::F16;
+  std::vector<float> a(A, A + M * K), b(B, B + K * N);
+  round_to(storage, a.data(), a.size());
+  round_to(storage, b.data(), b.size());
+  matmul(a.data(), b.data(), C, M, N, K, trans_a, trans_b, accumulate);
+}
+
+}  // namespace
+
+std::string matmul_bf16_kernel() {
+  const std::string& name = onednn_bf16();
+  return name.empty() ? "sgemm on rounded operands" : name;
+}
+
+void matmul_half(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
+                 bool trans_a, bool trans_b, bool accumulate) {
+  check_sizes(M, N, K);
+  if (M == 0 || N == 0 || K == 0 || type == amp::Half::F16 || onednn_bf16().empty()) {
+    matmul_rounded(type, A, B, C, M, N, K, trans_a, trans_b, accumulate);
+    return;
+  }
+  const bool split = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kSplitMNK;
+  const bool by_rows = !split || M >= N;
+  // The operand every block reads, rounded whole in its stored layout.
+  thread_local std::vector<uint16_t> shared;
+  shared.resize(static_cast<size_t>(by_rows ? K * N : M * K));
+  from_float(type, by_rows ? B : A, shared.data(), shared.size());
+  const uint16_t* whole = shared.data();  // the blocks' threads have thread_locals of their own
+  if (!split) {
+    thread_local std::vector<uint16_t> a;
+    a.resize(static_cast<size_t>(M * K));
+    from_float(type, A, a.data(), a.size());
+    run(kernel(M, N, K, trans_a, trans_b, accumulate), a.data(), whole, C);
+    return;
+  }
+  const int64_t side = by_rows ? M : N;
+  const int64_t per_block = (side + kSplitBlocks - 1) / kSplitBlocks;
+  const int64_t block = (per_block + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  const int64_t blocks = (side + block - 1) / block;
+  // Each block rounds its own rows of A (or columns of B) into a dense operand of the stored orientation.
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<uint16_t> part;
+    thread_local std::vector<float> product;
+    for (int64_t i = b0; i < b1; ++i) {
+      const int64_t lo = i * block, hi = std::min(side, lo + block), width = hi - lo;
+      part.resize(static_cast<size_t>(width * K));
+      if (by_rows) {  // C's rows [lo, hi): A's rows, stored [width, K] or transposed [K, width]
+        if (trans_a) round_columns(type, A, K, M, lo, hi, part.data());
+        else from_float(type, A + lo * K, part.data(), part.size());
+        run(kernel(width, N, K, trans_a, trans_b, accumulate), part.data(), whole, C + lo * N);
+        continue;
+      }
+      // C's columns [lo, hi): B's columns, stored [K, width] or transposed [width, K], into a dense product.
+      if (trans_b) from_float(type, B + lo * K, part.data(), part.size());
+      else round_columns(type, B, K, N, lo, hi, part.data());
+      product.resize(static_cast<size_t>(M * width));
+      run(kernel(M, width, K, trans_a, trans_b, false), whole, part.data(), product.data());
+      for (int64_t r = 0; r < M; ++r) {
+        float* row = C + r * N + lo;
+        const float* from = product.data() + r * width;
+        for (int64_t j = 0; j < width; ++j) row[j] = accumulate ? row[j] + from[j] : from[j];
+      }
+    }
+  });
+}
+
+void matmul_half_reference(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
+                           bool trans_a, bool trans_b, bool accumulate) {
+  check_sizes(M, N, K);
+  std::vector<float> a(A, A + M * K), b(B, B + K * N);
+  for (float& x : a) x = amp::half_to_float(type, amp::half_from_float(type, x));
+  for (float& x : b) x = amp::half_to_float(type, amp::half_from_float(type, x));
+  matmul_reference(a.data(), b.data(), C, M, N, K, trans_a, trans_b, accumulate);
+}
+
+}  // namespace ds::cpu
