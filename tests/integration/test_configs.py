@@ -6,6 +6,7 @@ import json, os, re
 import pytest
 
 from conftest import ROOT, run
+from throwaway_sshd import free_port
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
 TWO = {"DSRUN_LOCAL_SLOTS": "2"}
@@ -46,7 +47,7 @@ def test_deepspeeds_getting_started_config_with_cpu_offload_trains_unchanged(dsr
            "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
            "model": {"in_features": 32, "hidden": 128, "classes": 10}}
     m = tmp_path / "m.jsonl"
-    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", write(tmp_path, "c.json", cfg),
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", write(tmp_path, "c.json", cfg),
              "--epochs", "3", "--metrics", str(m)], dict(clean_env, **TWO), timeout=120)
     assert r.returncode == 0, r.stderr
     assert "offload_optimizer: device \"cpu\": on CPU ranks the optimizer state already lives in host memory" in r.stderr
@@ -79,7 +80,7 @@ def test_hugging_face_auto_config_prints_what_each_auto_became(clean_env, tmp_pa
 
 def test_hugging_face_auto_config_trains_on_two_ranks(dsrun, clean_env, tmp_path):
     m = tmp_path / "m.jsonl"
-    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", write(tmp_path, "hf.json", HF_ZERO3),
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", write(tmp_path, "hf.json", HF_ZERO3),
              "--bf16", "--lr", "3e-3", "--warmup_steps", "5", "--epochs", "2", "--metrics", str(m)],
             dict(clean_env, **TWO), timeout=120)
     assert r.returncode == 0, r.stderr
@@ -161,7 +162,7 @@ def test_deepspeeds_bf16_master_weights_config_trains_with_a_third_of_the_optimi
         if not low:
             del cfg["bf16"]["bf16_master_weights_and_grads"], cfg["bf16"]["bf16_optimizer_states"]
         m = tmp_path / f"m{low}.jsonl"
-        r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", write(tmp_path, f"c{low}.json", cfg),
+        r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", write(tmp_path, f"c{low}.json", cfg),
                  "--epochs", "2", "--metrics", str(m)], dict(clean_env, **TWO), timeout=120)
         assert r.returncode == 0, r.stderr
         assert ("bf16 (gradients bf16, bf16 master weights, bf16 optimizer states)" in r.stderr) == low

@@ -11,6 +11,7 @@ import json, os
 import pytest
 
 from conftest import ROOT, run
+from throwaway_sshd import free_port
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
 EMULATED = "DSWORKER_GPU_BIN" not in os.environ
@@ -40,7 +41,7 @@ def train(dsrun, env, tmp_path, name, worker, accelerator, cfg=CONFIG, steps=4, 
     env = dict(env, DSRUN_LOCAL_SLOTS=str(gpus), DS_ACCELERATOR=accelerator)
     if attention:
         env["DS_CUDA_ATTENTION"] = attention
-    r = run([dsrun, "--num_gpus", str(gpus), worker, "--model", "gpt", "--config", str(path), "--steps", str(steps),
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", str(gpus), worker, "--model", "gpt", "--config", str(path), "--steps", str(steps),
              "--metrics", str(metrics)], env, timeout=300)
     assert r.returncode == 0, r.stderr
     return r, losses(metrics)
@@ -156,7 +157,7 @@ def test_16_bit_training_on_the_emulated_cuda_device_multiplies_in_16_bits(dsrun
 def test_a_bad_attention_kernel_choice_is_an_error_at_start(dsrun, clean_env, tmp_path):
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps(CONFIG))
-    r = run([dsrun, "--num_gpus", "1", DSWORKER_EMU, "--model", "gpt", "--config", str(path), "--steps", "1"],
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "1", DSWORKER_EMU, "--model", "gpt", "--config", str(path), "--steps", "1"],
             dict(clean_env, DSRUN_LOCAL_SLOTS="1", DS_ACCELERATOR="cuda", DS_CUDA_ATTENTION="flash"), timeout=120)
     assert r.returncode != 0
     assert "DS_CUDA_ATTENTION='flash': expected fused or gemm (from the environment)" in r.stderr

@@ -7,6 +7,7 @@ import contextlib, json, os, re, subprocess
 import pytest
 
 from conftest import ROOT, run
+from throwaway_sshd import free_port
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
 TWO = {"DSRUN_LOCAL_SLOTS": "2"}
@@ -55,7 +56,7 @@ def two_rank_losses(dsrun, clean_env, tmp_path, cfg, offloaded, steps):
     losses, result = {}, None
     for offload in (False, True):
         m = tmp_path / f"m{offload}.jsonl"
-        r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config",
+        r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config",
                  write(tmp_path, f"c{offload}.json", offloaded if offload else cfg), "--steps", str(steps),
                  "--metrics", str(m)], dict(clean_env, **TWO), timeout=120)
         assert r.returncode == 0, r.stderr

@@ -10,6 +10,7 @@ T x S x D = 2 x 2 x 2 layout."""
 import json, os
 
 from conftest import ROOT, run
+from throwaway_sshd import free_port
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
 
@@ -34,7 +35,7 @@ def train(dsrun, env, tmp_path, name, ranks, cfg, steps=6):
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(cfg))
     out = tmp_path / f"{name}.jsonl"
-    r = run([dsrun, "--num_gpus", str(ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps", str(steps),
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", str(ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps", str(steps),
              "--metrics", str(out)], dict(env, DSRUN_LOCAL_SLOTS=str(ranks)), timeout=300)
     return r, out
 
@@ -120,7 +121,7 @@ def test_checkpoints_move_between_a_pipeline_and_data_parallel_ranks(dsrun, clea
         path = tmp_path / f"{name}-resumed.json"
         path.write_text(json.dumps(with_checkpoints(loader, name)))
         resumed_out = tmp_path / f"{name}-resumed.jsonl"
-        r = run([dsrun, "--num_gpus", str(loader_ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps",
+        r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", str(loader_ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps",
                  "6", "--resume", "global_step3", "--metrics", str(resumed_out)],
                 dict(clean_env, DSRUN_LOCAL_SLOTS=str(loader_ranks)), timeout=300)
         assert r.returncode == 0, r.stderr
@@ -161,7 +162,7 @@ def test_checkpoints_move_between_tensor_parallel_shares_and_one_rank(dsrun, cle
         path = tmp_path / f"{name}-resumed.json"
         path.write_text(json.dumps(dict(loader, checkpoint={"dir": str(tmp_path / name)})))
         resumed_out = tmp_path / f"{name}-resumed.jsonl"
-        r = run([dsrun, "--num_gpus", str(loader_ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps",
+        r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", str(loader_ranks), DSWORKER, "--model", "gpt", "--config", str(path), "--steps",
                  "6", "--resume", "global_step3", "--metrics", str(resumed_out)],
                 dict(clean_env, DSRUN_LOCAL_SLOTS=str(loader_ranks)), timeout=300)
         assert r.returncode == 0, r.stderr
@@ -212,7 +213,7 @@ def test_sequence_parallel_ranks_train_as_one_and_in_the_hugging_face_3d_layout(
     path = tmp_path / "resume.json"
     path.write_text(json.dumps(dict(cfg, checkpoint={"dir": str(ckpt)})))
     resumed_out = tmp_path / "resumed.jsonl"
-    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "gpt", "--config", str(path), "--steps", "6", "--resume",
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "gpt", "--config", str(path), "--steps", "6", "--resume",
              "global_step3", "--metrics", str(resumed_out)], dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=300)
     assert r.returncode == 0, r.stderr
     assert close(metrics(resumed_out)[0], metrics(out3)[0][3:], 1e-5)
@@ -227,7 +228,7 @@ def test_sequence_parallel_refusals(dsrun, clean_env, tmp_path):
     assert "sequence_parallel_size: 2 does not divide the world size 3" in r.stderr
     path = tmp_path / "mlp.json"
     path.write_text(json.dumps({"train_batch_size": 4, "sequence_parallel_size": 2}))
-    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "1"],
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "1"],
             dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
     assert r.returncode != 0
     assert "the mlp model cannot split its sequences for sequence parallelism (sequence_parallel_size 2)" in r.stderr

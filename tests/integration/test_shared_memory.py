@@ -6,6 +6,7 @@ import json, os, shutil, signal, subprocess, time
 import pytest
 
 from conftest import ROOT, rank_pids, run
+from throwaway_sshd import free_port
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
 CONFIG = os.path.join(ROOT, "configs", "mlp.json")
@@ -25,7 +26,7 @@ def config(tmp_path, stage):
 
 
 def train(dsrun, env, cfg, metrics, ranks=3, prefix=()):
-    return run([*prefix, dsrun, "--num_gpus", str(ranks), DSWORKER, "--model", "mlp", "--config", cfg,
+    return run([*prefix, dsrun, "--master_port", str(free_port()), "--num_gpus", str(ranks), DSWORKER, "--model", "mlp", "--config", cfg,
                 "--steps", "12", "--metrics", str(metrics)], dict(env, DSRUN_LOCAL_SLOTS=str(ranks)), timeout=120)
 
 
@@ -68,7 +69,7 @@ def test_a_dev_shm_too_small_for_the_segment_means_tcp(dsrun, clean_env, tmp_pat
 
 def test_nothing_is_left_in_dev_shm_after_a_rank_is_killed(dsrun, clean_env, tmp_path):
     marker = tmp_path / "m.jsonl"
-    proc = subprocess.Popen([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", CONFIG,
+    proc = subprocess.Popen([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", CONFIG,
                              "--epochs", "1000", "--metrics", str(marker)],
                             env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -4,6 +4,7 @@ with DeepSpeed's tags and x axis (global samples), read here with tensorboard fr
 import json, os, subprocess
 
 from conftest import ROOT, run
+from throwaway_sshd import free_port
 
 DSWORKER = os.environ.get("DSWORKER_BIN", os.path.join(ROOT, "build", "worker", "dsworker"))
 VENV_PYTHON = os.path.join(ROOT, ".venv-tests", "bin", "python")
@@ -24,7 +25,7 @@ def test_tensorboard_reads_our_scalars_with_deepspeeds_tags(dsrun, clean_env, tm
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps(cfg))
     m = tmp_path / "m.jsonl"
-    r = run([dsrun, "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "7",
+    r = run([dsrun, "--master_port", str(free_port()), "--num_gpus", "2", DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "7",
              "--metrics", str(m)], dict(clean_env, DSRUN_LOCAL_SLOTS="2"), timeout=120)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in m.read_text().splitlines()]
