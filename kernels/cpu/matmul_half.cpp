@@ -122,7 +122,9 @@ void round_columns(amp::Half type, const float* x, int64_t rows, int64_t cols, i
 void matmul_rounded(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                     bool trans_a, bool trans_b, bool accumulate) {
   const amp::Storage storage = type == amp::Half::BF16 ? amp::Storage::BF16 : amp::Storage::F16;
-  std::vector<float> a(A, A + M * K), b(B, B + K * N);
+  thread_local std::vector<float> a, b;  // kept: a fresh buffer per product would fault its pages in each time
+  a.assign(A, A + M * K);
+  b.assign(B, B + K * N);
   round_to(storage, a.data(), a.size());
   round_to(storage, b.data(), b.size());
   matmul(a.data(), b.data(), C, M, N, K, trans_a, trans_b, accumulate);
