@@ -51,6 +51,21 @@ constexpr int kChunkTiles = kChunk / 8;          // its n-tiles of 8
 constexpr float kLog2e = 1.4426950408889634f;    // log2(e)
 constexpr float kLn2 = 0.6931471805599453f;      // ln(2)
 
+// Every accumulator of a warp's n-tiles set to 0.
+template <int N>
+DS_DEVICE inline void zero(float (&acc)[N][4]) {
+  DS_UNROLL
+  for (int nt = 0; nt < N; ++nt) {
+    DS_UNROLL
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  }
+}
+
+// Row t's log-sum-exp in base 2, (m + log l)·log2(e), from the forward's stats [B·H, T, 2]; 0 past the end.
+DS_DEVICE inline float lse2_of(const float* stats, int64_t bh, int64_t T, int64_t t) {
+  return t < T ? (stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1]) * kLog2e : 0.0f;
+}
+
 // tile[r·flash_half_ld(DT) + d] and tile_t[d·kFlashTransposedLd + r] (each where not null) =
 // half(src[(row0 + r)·stride + d]) for rows below T and d < D, zero elsewhere, over kFlashRows rows and
 // 16·DT columns; by the whole block (kFlashThreads threads). Where D, the stride and src allow 16-byte
@@ -125,11 +140,7 @@ DS_DEVICE inline void load_b(uint32_t (&b)[2], const uint16_t* rows, int ld, int
 template <amp::Half type, int DT>
 DS_DEVICE inline void chunk_product(float (&s)[kChunkTiles][4], const uint32_t (&a)[DT][4], const uint16_t* rows,
                                     int n0) {
-  DS_UNROLL
-  for (int nt = 0; nt < kChunkTiles; ++nt) {
-    DS_UNROLL
-    for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
-  }
+  zero(s);
   DS_UNROLL
   for (int kk = 0; kk < DT; ++kk) {
     DS_UNROLL
@@ -216,11 +227,7 @@ DS_KERNEL void flash_forward_kernel(const float* qkv, float* out, float* stats, 
   uint32_t qa[DT][4];
   flash::load_a<DT>(qa, k, warp * 16);
   float o[NT8][4];
-  DS_UNROLL
-  for (int nt = 0; nt < NT8; ++nt) {
-    DS_UNROLL
-    for (int i = 0; i < 4; ++i) o[nt][i] = 0.0f;
-  }
+  flash::zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8: base-2 max, this lane's partial sum
   for (int64_t kt = 0; kt <= tile; ++kt) {
     __syncthreads();  // the previous tile (or Q) is read
@@ -311,14 +318,10 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
   DS_UNROLL
   for (int half = 0; half < 2; ++half) {
     const int64_t t = row0 + g + 8 * half;
-    lse2[half] = t < T ? (stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1]) * flash::kLog2e : 0.0f;
+    lse2[half] = flash::lse2_of(stats, bh, T, t);
   }
   float dq[NT8][4];
-  DS_UNROLL
-  for (int nt = 0; nt < NT8; ++nt) {
-    DS_UNROLL
-    for (int i = 0; i < 4; ++i) dq[nt][i] = 0.0f;
-  }
+  flash::zero(dq);
   for (int pass = 0; pass < 2; ++pass) {
     for (int64_t kt = 0; kt <= tile; ++kt) {
       __syncthreads();
@@ -389,11 +392,8 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
   flash::load_a<DT>(ka, q, warp * 16);
   flash::load_a<DT>(va, dO, warp * 16);
   float dk[NT8][4], dv[NT8][4];
-  DS_UNROLL
-  for (int nt = 0; nt < NT8; ++nt) {
-    DS_UNROLL
-    for (int i = 0; i < 4; ++i) dk[nt][i] = dv[nt][i] = 0.0f;
-  }
+  flash::zero(dk);
+  flash::zero(dv);
   for (int64_t qt = tile; qt < tiles; ++qt) {
     const int64_t q0 = qt * R;
     __syncthreads();
@@ -401,7 +401,7 @@ DS_KERNEL void flash_backward_dkdv_kernel(const float* qkv, const float* stats, 
     flash::load_rows<DT>(type, dout + b * T * C + h * D, C, q0, T, D, dO, dO_t);
     for (int i = threadIdx.x; i < R; i += blockDim.x) {
       const int64_t t = q0 + i;
-      lse2[i] = t < T ? (stats[2 * (bh * T + t)] + stats[2 * (bh * T + t) + 1]) * flash::kLog2e : 0.0f;
+      lse2[i] = flash::lse2_of(stats, bh, T, t);
       di[i] = t < T ? delta[bh * T + t] : 0.0f;
     }
     __syncthreads();
