@@ -700,12 +700,20 @@ void Engine::initial_chunk(size_t layer, std::vector<float>& chunk) const {
     const size_t index = layers_[layer].first_slot + j;
     const ParamSlot& slot = slots_[index];
     if (slot.owner >= 0) continue;  // tied: the owner's values
-    const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
-    if (mine.size == 0) continue;
+    if (layout_->owned_part(slot.offset, slot.size).size == 0) continue;
     initial_values(index, values);
-    const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
-    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, chunk.begin() + static_cast<std::ptrdiff_t>(mine.offset - u.part_offset));
+    copy_owned_part(slot, u, values, chunk.data(), u.part_offset);
   }
+}
+
+// This rank's part of a slot's whole tensor `values` (in unit u) into `out`, which starts at partition position
+// `out_begin`.
+void Engine::copy_owned_part(const ParamSlot& slot, const zero::Unit& u, const std::vector<float>& values, float* out,
+                             size_t out_begin) const {
+  const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
+  if (mine.size == 0) return;
+  const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
+  std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, out + (mine.offset - out_begin));
 }
 
 // Stages 0-2 fill the full buffer tensor by tensor (rank 0's values, broadcast, so every replica starts
@@ -728,11 +736,8 @@ void Engine::init_parameters() {
         group_.broadcast(values.data(), values.size(), DataType::F32, 0);
         if (fp32) std::copy(values.begin(), values.end(), full32 + slot.offset);
         else cpu::from_float(config_.precision, values.data(), params_.data() + slot.offset * elem_, values.size());
-        const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
-        if (mine.size == 0 || owned == nullptr) continue;
-        const zero::Unit& u = layout_->unit_of_layer(static_cast<size_t>(&layer - layers_.data()));
-        const size_t first = layout_->owned_begin(u) + (mine.offset - u.part_offset) - slot.offset;  // in `values`
-        std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(first), mine.size, owned + mine.offset);
+        if (owned != nullptr)
+          copy_owned_part(slot, layout_->unit_of_layer(static_cast<size_t>(&layer - layers_.data())), values, owned, 0);
       }
     if (swapper_)
       init_swapped([&](const zero::Unit& u) { return fp32 ? full32 + layout_->owned_begin(u) : owned + u.part_offset; });

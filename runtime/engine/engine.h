@@ -332,6 +332,8 @@ class Engine {
   void init_parameters();
   void initial_values(size_t slot, std::vector<float>& values) const;  // [slot size]
   void initial_chunk(size_t layer, std::vector<float>& chunk) const;  // stage 3: this rank's [chunk]
+  void copy_owned_part(const ParamSlot& slot, const zero::Unit& u, const std::vector<float>& values, float* out,
+                       size_t out_begin) const;
   void init_swapped(const std::function<const float*(const zero::Unit&)>& chunk_of);
   // training: through the stage 3 fetcher, and with backward to follow (else forward only).
   void forward(const ds_batch& batch, bool training);
