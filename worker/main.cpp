@@ -642,7 +642,7 @@ int train(const WorkerOptions& o) {
     else if (engine.skipped_steps() > 0)
       line += fmt::format(" | {} skipped on overflow", engine.skipped_steps());
     std::printf("%s\n", line.c_str());
-    std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.memory()).c_str(),
+    std::printf("memory per rank at peak: %s; peak RSS %s\n", memory_line(engine.peak_memory()).c_str(),
                 format_bytes(peak_rss()).c_str());
     if (const auto device = engine.device_memory())
       std::printf("device memory per rank at peak: %s (the engine's buffers)\n", memory_line(*device).c_str());

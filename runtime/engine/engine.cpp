@@ -509,6 +509,7 @@ void Engine::sync_host() {
 // writes it).
 void Engine::release_host_state() {
   if (!host_state_held_) return;
+  freed_peak_.keep_larger(memory());
   optimizer_->hold_state(false);
   master_elems_ = master_.size();
   free_storage(master_);
@@ -1359,6 +1360,12 @@ MemoryReport Engine::memory() const {  // (capacities: what the buffers hold all
     for (const auto& out : m.outputs) r.activations += out.capacity() * sizeof(float);
     for (const auto& ws : m.workspaces) r.workspace += ws.capacity() * sizeof(float);
   }
+  return r;
+}
+
+MemoryReport Engine::peak_memory() const {
+  MemoryReport r = memory();
+  r.keep_larger(freed_peak_);
   return r;
 }
 

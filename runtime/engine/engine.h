@@ -275,6 +275,10 @@ class Engine {
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const zero::PartitionLayout& layout() const { return *layout_; }
   MemoryReport memory() const;
+  // memory() with each kind at the most it has held: the host frees its parameters (stages 0-2), master and
+  // optimizer state after each update when the optimizer steps on the device, and makes them again for a
+  // checkpoint.
+  MemoryReport peak_memory() const;
   // With the layers on a device: the bytes the engine holds in its memory (the layers' buffers, and the
   // optimizer's when it steps there), at their peak so far.
   std::optional<MemoryReport> device_memory() const;
@@ -504,6 +508,7 @@ class Engine {
   std::unique_ptr<DeviceStep> device_step_;        // the optimizer on the device (after device_layers_ and
                                                    // device_gather_)
   bool host_stale_ = false;                        // device_step_ updated since the host's copies were synced
+  MemoryReport freed_peak_;  // memory() as it was before release_host_state freed anything, the largest
   bool host_state_held_ = true;  // master_ and the optimizer's state hold elements (device_step_ frees them)
   size_t master_elems_ = 0;      // master_'s size while freed
   size_t params_bytes_ = 0;      // params_'s size while freed (stages 0-2 with device_step_; 0 while held)

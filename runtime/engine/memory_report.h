@@ -2,6 +2,7 @@
 // (Engine::device_memory).
 #pragma once
 #include <cstddef>
+#include <utility>
 
 namespace ds {
 
@@ -14,6 +15,12 @@ struct MemoryReport {
   size_t nvme = 0;         // bytes of optimizer state in this rank's swap file, not in memory
   size_t nvme_params = 0;  // bytes of parameters in this rank's swap file (offload_param), not in memory
   size_t model_states() const { return params + grads + optimizer_state; }
+  void keep_larger(const MemoryReport& o) {  // each kind the larger of the two
+    for (auto [mine, theirs] : {std::pair{&params, o.params}, {&grads, o.grads}, {&optimizer_state, o.optimizer_state},
+                                {&activations, o.activations}, {&workspace, o.workspace}, {&nvme, o.nvme},
+                                {&nvme_params, o.nvme_params}})
+      if (theirs > *mine) *mine = theirs;
+  }
 };
 
 }  // namespace ds

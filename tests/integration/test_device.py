@@ -68,8 +68,8 @@ def test_two_ranks_train_gpt_on_the_emulated_cuda_device_as_on_the_cpu(dsrun, cl
 # One rank: the optimizer steps on the device (engine/device_step.h), unless offload_optimizer keeps it on
 # the CPU; both train as the CPU does. At stage 3 the device keeps the parameters' partition and gathers each
 # layer there (engine/device_gather.h). In bf16 at ZeRO 2-3 the gradients accumulate in bf16 (DeepSpeed's
-# default there), rounded on the device; the device's matmuls multiply in bf16, the CPU's in fp32 on
-# bf16-rounded values: within bf16's unit roundoff.
+# default there), rounded on the device; the device's and the CPU's matmuls both multiply bf16 operands (attention's
+# products too on the device only), summed in other orders: within bf16's unit roundoff.
 @pytest.mark.parametrize("stage", [2, 3])
 @pytest.mark.parametrize("offload,precision", [(False, "fp32"), (True, "fp32"), (False, "bf16")])
 def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clean_env, tmp_path, offload, precision,
@@ -88,9 +88,11 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
     # the device's own line: its optimizer state is there only when the optimizer steps there
     device_line = next(l for l in r.stdout.splitlines() if "device memory per rank at peak: " in l)
     assert ("optimizer state 0 B" in device_line) == offload, device_line
-    # the host's copies of the master and state are freed while the device holds them (made again for checkpoints)
+    # the host never holds Adam's state when the device steps (the device zeroes a fresh one); the summary gives each
+    # kind at its peak, so bf16's fp32 master counts as it was before the first update freed it (engine_tests check
+    # that the host's master and state are freed while the device holds them)
     host_line = next(l for l in r.stdout.splitlines() if "] memory per rank at peak: " in l)
-    assert ("optimizer state 0 B" in host_line) != offload, host_line
+    assert ("optimizer state 0 B" in host_line) == (not offload and precision == "fp32"), host_line
     cpu_run, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg, gpus=1)
     assert "device memory per rank" not in cpu_run.stdout
     assert len(on_device) == len(on_cpu) == 4

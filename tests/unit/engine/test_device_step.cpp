@@ -241,6 +241,12 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
           // At stages 0-2 the host keeps no parameters either (the first upload's source: unpinned and freed
           // after the update; stage 3's partition stays), until a checkpoint reads them.
           if (stage < 3) CHECK(engine.memory().params == 0);
+          CHECK(engine.memory().optimizer_state == 0);
+          // What the run's summary reports: each kind at its most, the parameters and the 16-bit training's fp32
+          // master as they were before the first update freed them (Adam's fresh state was never on the host).
+          const bool fp32 = precision == amp::Storage::F32;
+          if (stage < 3) CHECK(engine.peak_memory().params == engine.num_parameters() * (fp32 ? 4 : 2));
+          CHECK(engine.peak_memory().optimizer_state == (fp32 ? 0 : engine.num_parameters() * 4));
           CHECK(device.pinned.empty());
           CHECK(engine.memory().grads == 0);  // nor does the host keep a gradient buffer the device fills
           // nor the layers' activations, their gradients or workspaces: the micro-batch and the loss only
