@@ -98,12 +98,13 @@ void run(const Kernel& k, const uint16_t* a, const uint16_t* b, float* c) {
   stream.wait();
 }
 
-// What oneDNN runs bf16 products with here, "" when it has only its reference loops (CPUs without AVX-512).
+// What oneDNN runs bf16 products with here, "" unless it is a kernel for bf16 units (AMX, AVX-512-BF16): on other
+// CPUs oneDNN emulates bf16 arithmetic or runs its reference loops, slower than sgemm on the rounded values.
 const std::string& onednn_bf16() {
   static const std::string name = [] {
     try {
       const std::string impl = kernel(64, 64, 64, false, false, false).name;
-      return impl.rfind("ref", 0) == 0 ? std::string() : impl;
+      return impl.find("amx") != std::string::npos || impl.find("_bf16") != std::string::npos ? impl : std::string();
     } catch (const dnnl::error&) {
       return std::string();
     }

@@ -6,9 +6,10 @@
 // bf16 runs on oneDNN's AMX or AVX-512-BF16 kernels where the CPU has them (~3x OpenBLAS's sgemm on
 // an AMX Xeon); fp16, and bf16 on CPUs without those units, multiply the rounded values with sgemm.
 // Both are exact products (8- or 11-bit significands) summed in fp32, so the paths differ only in
-// the summation order. Deterministic at any thread count: the product is cut into blocks by its
-// shape alone (as matmul does), each block one single-threaded oneDNN call, and its K loop the one
-// a single call runs.
+// the summation order. On oneDNN, deterministic at any thread count: the product is cut into blocks
+// by its shape alone (as matmul does), each block one single-threaded oneDNN call, and its K loop the
+// one a single call runs; on sgemm, matmul's rules (README.md: small products follow OpenBLAS's
+// threads on some cores).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,7 +26,7 @@ void matmul_half_reference(amp::Half type, const float* A, const float* B, float
                            bool trans_a, bool trans_b, bool accumulate);
 
 // What runs bf16 products here: oneDNN's implementation name (e.g. "brg:avx512_core_amx_bf16"), or
-// "sgemm on rounded operands" when this CPU has no bf16 units oneDNN uses.
+// "sgemm on rounded operands" when this CPU has no bf16 units (AMX or AVX-512-BF16) for oneDNN to use.
 std::string matmul_bf16_kernel();
 
 }  // namespace ds::cpu

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <stdexcept>
 
@@ -38,6 +40,9 @@ void compare(Half type, const Dims& d, bool ta, bool tb, bool acc, Rng& rng) {
 
 TEST_CASE("matmul_half matches the reference on rounded operands, small and split, every transpose") {
   std::printf("bf16 products: %s\n", ds::cpu::matmul_bf16_kernel().c_str());
+  // ctest runs these again with oneDNN held to AVX2 (tests/unit/CMakeLists.txt): the sgemm path.
+  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (isa != nullptr && std::string(isa) == "AVX2") CHECK(ds::cpu::matmul_bf16_kernel() == "sgemm on rounded operands");
   Rng rng(11);
   // Small ones run as one call; from 2^24 multiply-adds by rows (M >= N) or by columns, ragged last blocks.
   const Dims shapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 128, 32}, {1000, 70, 300}, {70, 1000, 300},
@@ -82,6 +87,7 @@ TEST_CASE("matmul_half with an empty dimension, over NaN, and bad sizes") {
 
 TEST_CASE("matmul_half gives the same bits at 1 and 2 threads, run to run") {
   const int saved = ds::cpu::threads();
+  const bool on_onednn = ds::cpu::matmul_bf16_kernel() != "sgemm on rounded operands";
   Rng rng(5);
   for (const Dims d : {Dims{1000, 70, 300}, Dims{70, 1000, 300}, Dims{100, 90, 80}})
     for (int t = 0; t < 8; ++t) {
@@ -95,7 +101,7 @@ TEST_CASE("matmul_half gives the same bits at 1 and 2 threads, run to run") {
       ds::cpu::matmul_half(Half::BF16, A.data(), B.data(), two.data(), d.M, d.N, d.K, ta, tb, acc);
       ds::cpu::matmul_half(Half::BF16, A.data(), B.data(), again.data(), d.M, d.N, d.K, ta, tb, acc);
       INFO("M=", d.M, " N=", d.N, " K=", d.K, " trans_a=", ta, " trans_b=", tb, " accumulate=", acc);
-      CHECK(ds::test::bit_identical(one, two));
+      if (on_onednn) CHECK(ds::test::bit_identical(one, two));  // (sgemm's small products: matmul.h's rules)
       CHECK(ds::test::bit_identical(two, again));
     }
   ds::cpu::set_threads(saved);
