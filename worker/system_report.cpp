@@ -18,6 +18,7 @@
 
 #include "comm/process_group.h"
 #include "cpu/blas.h"
+#include "cpu/matmul_half.h"
 #include "plugin/ds_plugin.h"
 #include "plugin/plugin.h"
 
@@ -128,8 +129,9 @@ ojson system_report() {
                 {"kernel (core)", cpu::blas_corename()},
                 {"threading", cpu::blas_threading()},
                 {"OPENBLAS_CORETYPE", std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset"}};
+  ojson onednn = {{"version", cpu::onednn_version()}, {"bf16 matmuls", cpu::matmul_bf16_kernel()}};
   ojson comm = {{"CPU collectives", "Gloo over TCP"}, {"listen address", gloo_listen_address()}};
-  return {{"build", build}, {"cpu", cpu_section()}, {"openblas", blas}, {"communication", comm},
+  return {{"build", build}, {"cpu", cpu_section()}, {"openblas", blas}, {"onednn", onednn}, {"communication", comm},
           {"cuda", cuda_section()}, {"plugins", plugin_section()}};
 }
 

@@ -138,6 +138,12 @@ std::string matmul_bf16_kernel() {
   return name.empty() ? "sgemm on rounded operands" : name;
 }
 
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " (" +
+         (v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "not OpenMP") + ")";
+}
+
 void matmul_half(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                  bool trans_a, bool trans_b, bool accumulate) {
   check_sizes(M, N, K);

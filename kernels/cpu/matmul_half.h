@@ -28,5 +28,7 @@ void matmul_half_reference(amp::Half type, const float* A, const float* B, float
 // What runs bf16 products here: oneDNN's implementation name (e.g. "brg:avx512_core_amx_bf16"), or
 // "sgemm on rounded operands" when this CPU has no bf16 units (AMX or AVX-512-BF16) for oneDNN to use.
 std::string matmul_bf16_kernel();
+// The oneDNN library loaded, e.g. "2.6.3 (OpenMP)": its CPU runtime must be OpenMP, our threads' pool.
+std::string onednn_version();
 
 }  // namespace ds::cpu

@@ -15,10 +15,12 @@ def report(dsrun, env, *args):
 
 def test_report_names_every_section_and_the_plugins(dsrun, clean_env):
     text = report(dsrun, clean_env)
-    for section in ("launcher", "build", "cpu", "openblas", "communication", "cuda", "plugins"):
+    for section in ("launcher", "build", "cpu", "openblas", "onednn", "communication", "cuda", "plugins"):
         assert f"\n{section}\n" in "\n" + text, section
     assert "Gloo over TCP" in text and "vector tier" in text
     data = json.loads(report(dsrun, clean_env, "--format", "json"))
+    assert data["runtime"]["onednn"]["version"].endswith("(OpenMP)")  # the pool our kernels and OpenBLAS share
+    assert data["runtime"]["onednn"]["bf16 matmuls"]  # a oneDNN kernel, or sgemm on the rounded values
     assert data["launcher"]["dsrun"] == data["runtime"]["build"]["dsworker"]
     found = data["runtime"]["plugins"]["plugins found"]
     assert "gpt (" in found and "mlp (" in found
