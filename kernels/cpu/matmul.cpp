@@ -13,14 +13,6 @@
 namespace ds::cpu {
 namespace {
 
-void check_sizes(int64_t M, int64_t N, int64_t K) {
-  for (int64_t v : {M, N, K})
-    if (v < 0 || v > INT_MAX)
-      throw std::invalid_argument("matmul: size " + std::to_string(v) + " (M=" + std::to_string(M) +
-                                  " N=" + std::to_string(N) + " K=" + std::to_string(K) +
-                                  ") is outside [0, 2^31)");
-}
-
 // Products of at least this many multiply-adds are cut by matmul itself into blocks of C's longer
 // side, one single-threaded sgemm each, spread over the threads. The blocks depend on the shape
 // only, never on the thread count, so any number of threads gives the bits of one: OpenBLAS's
@@ -31,9 +23,28 @@ constexpr int64_t kSplitBlocks = 16;  // at most this many blocks: the shared op
 
 }  // namespace
 
+MatmulSplit matmul_split(int64_t M, int64_t N, int64_t K) {
+  MatmulSplit s;
+  s.split = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kSplitMNK;
+  s.by_rows = !s.split || M >= N;
+  if (!s.split) return s;
+  const int64_t side = s.by_rows ? M : N;
+  const int64_t per_block = (side + kSplitBlocks - 1) / kSplitBlocks;
+  s.block = (per_block + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  s.blocks = (side + s.block - 1) / s.block;
+  return s;
+}
+
+void check_matmul_sizes(const char* op, int64_t M, int64_t N, int64_t K) {
+  for (int64_t v : {M, N, K})
+    if (v < 0 || v > INT_MAX)
+      throw std::invalid_argument(std::string(op) + ": size " + std::to_string(v) + " (M=" + std::to_string(M) +
+                                  " N=" + std::to_string(N) + " K=" + std::to_string(K) + ") is outside [0, 2^31)");
+}
+
 void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, bool trans_a,
             bool trans_b, bool accumulate) {
-  check_sizes(M, N, K);
+  check_matmul_sizes("matmul", M, N, K);
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum; BLAS implementations disagree on whether they touch C here
     if (!accumulate)
@@ -55,21 +66,19 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
                 static_cast<int>(M), static_cast<int>(c1 - c0), static_cast<int>(K), 1.0f, A, lda,
                 trans_b ? B + c0 * K : B + c0, ldb, beta, C + c0, static_cast<int>(N));
   };
-  if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) < kSplitMNK) {
+  const MatmulSplit split = matmul_split(M, N, K);
+  if (!split.split) {
     rows(0, M);  // OpenBLAS on one thread (small products)
     return;
   }
   // Large products: independent sgemms rather than OpenBLAS's threaded one, which synchronises its
   // threads with sched_yield loops that on a small machine cost more than packing the shared
   // operand once per block.
-  const int64_t side = M >= N ? M : N;
-  const int64_t per_block = (side + kSplitBlocks - 1) / kSplitBlocks;
-  const int64_t block = (per_block + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-  const int64_t blocks = (side + block - 1) / block;
-  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+  const int64_t side = split.by_rows ? M : N;
+  parallel_for(split.blocks, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t lo = b * block, hi = std::min(side, lo + block);
-      if (M >= N)
+      const int64_t lo = b * split.block, hi = std::min(side, lo + split.block);
+      if (split.by_rows)
         rows(lo, hi);
       else
         columns(lo, hi);
@@ -79,7 +88,7 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
 
 void matmul_reference(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                       bool trans_a, bool trans_b, bool accumulate) {
-  check_sizes(M, N, K);
+  check_matmul_sizes("matmul", M, N, K);
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double sum = 0.0;

@@ -18,6 +18,16 @@ namespace ds::cpu {
 void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, bool trans_a,
             bool trans_b, bool accumulate);
 
+// How matmul (and matmul_half) cut a product over the threads, by its shape alone: below 2^24 multiply-adds
+// one call; above, C's rows (M >= N) or columns in `blocks` blocks of `block` (a multiple of 64; the last ragged).
+struct MatmulSplit {
+  bool split = false, by_rows = true;
+  int64_t block = 0, blocks = 1;
+};
+MatmulSplit matmul_split(int64_t M, int64_t N, int64_t K);
+// Throws std::invalid_argument, naming `op` and the sizes, for negative sizes or sizes past BLAS's 32-bit range.
+void check_matmul_sizes(const char* op, int64_t M, int64_t N, int64_t K);
+
 // Scalar reference: plain loops, each dot product summed in double and rounded once.
 void matmul_reference(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                       bool trans_a, bool trans_b, bool accumulate);

@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <climits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,19 +20,6 @@ namespace ds::cpu {
 namespace {
 
 using dnnl::memory;
-
-void check_sizes(int64_t M, int64_t N, int64_t K) {
-  for (int64_t v : {M, N, K})
-    if (v < 0 || v > INT_MAX)
-      throw std::invalid_argument("matmul_half: size " + std::to_string(v) + " (M=" + std::to_string(M) +
-                                  " N=" + std::to_string(N) + " K=" + std::to_string(K) + ") is outside [0, 2^31)");
-}
-
-// As matmul.cpp: products of at least kSplitMNK multiply-adds are cut into at most kSplitBlocks blocks of C's
-// longer side (multiples of kSplitAlign), by the shape alone.
-constexpr double kSplitMNK = 1 << 24;
-constexpr int64_t kSplitAlign = 64;
-constexpr int64_t kSplitBlocks = 16;
 
 // oneDNN's calls run on the calling thread alone (it reads the OpenMP thread count when a kernel is made
 // and when it runs): the threads are ours, one block each.
@@ -146,31 +132,28 @@ std::string onednn_version() {
 
 void matmul_half(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                  bool trans_a, bool trans_b, bool accumulate) {
-  check_sizes(M, N, K);
+  check_matmul_sizes("matmul_half", M, N, K);
   if (M == 0 || N == 0 || K == 0 || type == amp::Half::F16 || onednn_bf16().empty()) {
     matmul_rounded(type, A, B, C, M, N, K, trans_a, trans_b, accumulate);
     return;
   }
-  const bool split = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kSplitMNK;
-  const bool by_rows = !split || M >= N;
+  const MatmulSplit split = matmul_split(M, N, K);  // matmul's blocks, each one single-threaded oneDNN call
+  const bool by_rows = split.by_rows;
   // The operand every block reads, rounded whole in its stored layout.
   thread_local std::vector<uint16_t> shared;
   shared.resize(static_cast<size_t>(by_rows ? K * N : M * K));
   from_float(type, by_rows ? B : A, shared.data(), shared.size());
   const uint16_t* whole = shared.data();  // the blocks' threads have thread_locals of their own
-  if (!split) {
+  if (!split.split) {
     thread_local std::vector<uint16_t> a;
     a.resize(static_cast<size_t>(M * K));
     from_float(type, A, a.data(), a.size());
     run(kernel(M, N, K, trans_a, trans_b, accumulate), a.data(), whole, C);
     return;
   }
-  const int64_t side = by_rows ? M : N;
-  const int64_t per_block = (side + kSplitBlocks - 1) / kSplitBlocks;
-  const int64_t block = (per_block + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-  const int64_t blocks = (side + block - 1) / block;
+  const int64_t side = by_rows ? M : N, block = split.block;
   // Each block rounds its own rows of A (or columns of B) into a dense operand of the stored orientation.
-  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(split.blocks, 1, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<uint16_t> part;
     thread_local std::vector<float> product;
     for (int64_t i = b0; i < b1; ++i) {
@@ -198,7 +181,7 @@ void matmul_half(amp::Half type, const float* A, const float* B, float* C, int64
 
 void matmul_half_reference(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                            bool trans_a, bool trans_b, bool accumulate) {
-  check_sizes(M, N, K);
+  check_matmul_sizes("matmul_half", M, N, K);
   std::vector<float> a(A, A + M * K), b(B, B + K * N);
   for (float& x : a) x = amp::half_to_float(type, amp::half_from_float(type, x));
   for (float& x : b) x = amp::half_to_float(type, amp::half_from_float(type, x));
