@@ -87,9 +87,10 @@ class Device {
                           float scale) = 0;
 };
 
-// A CUDA device's backend: its ops run on one stream of `device` (the current device is set to it
-// when created), its asynchronous copies on a second (non-blocking) one and to_device_after's uploads on a
-// third, ordered by events. Temporaries come from a cache of device allocations kept until the backend goes.
+// A CUDA device's backend: its ops run on the default stream of `device` (the current device is set
+// to it when created; the NCCL group's collectives start after the work issued there), its
+// asynchronous copies on a second (non-blocking) one and to_device_after's uploads on a third,
+// ordered by events. Temporaries come from a cache of device allocations kept until the backend goes.
 // Throws std::runtime_error naming CUDA's error when the device cannot be used (or the build has
 // no CUDA).
 class Cuda : public Device {

@@ -29,6 +29,7 @@ NcclApi load() {
   api.stream_destroy = cudaStreamDestroy;
   api.event_create = cudaEventCreateWithFlags;
   api.event_record = [](cudaEvent_t event, cudaStream_t stream) { return cudaEventRecord(event, stream); };
+  api.stream_wait_event = [](cudaStream_t stream, cudaEvent_t event) { return cudaStreamWaitEvent(stream, event, 0); };
   api.event_query = cudaEventQuery;
   api.event_destroy = cudaEventDestroy;
   api.malloc = cudaMalloc;

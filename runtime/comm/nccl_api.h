@@ -15,7 +15,8 @@ struct NcclApi {
   cudaError_t (*stream_create)(cudaStream_t* stream, unsigned int flags);
   cudaError_t (*stream_destroy)(cudaStream_t stream);
   cudaError_t (*event_create)(cudaEvent_t* event, unsigned int flags);
-  cudaError_t (*event_record)(cudaEvent_t event, cudaStream_t stream);
+  cudaError_t (*event_record)(cudaEvent_t event, cudaStream_t stream);  // stream nullptr: the default stream
+  cudaError_t (*stream_wait_event)(cudaStream_t stream, cudaEvent_t event);  // later work on `stream` waits for it
   cudaError_t (*event_query)(cudaEvent_t event);  // cudaSuccess once reached, cudaErrorNotReady before
   cudaError_t (*event_destroy)(cudaEvent_t event);
   cudaError_t (*malloc)(void** pointer, size_t bytes);

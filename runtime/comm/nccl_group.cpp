@@ -164,12 +164,16 @@ class NcclGroup final : public ProcessGroup {
   CommsLogger& logger() { return comms_; }
 
  private:
-  // The device, the stream, the unique id from rank 0, the communicator and the barrier's flag.
+  // The device, the stream and its ordering event, the unique id from rank 0, the communicator and the
+  // barrier's flag.
   void set_up(Store& store, int device) {
     cuda(api_.set_device(device), fmt::format("selecting device {}", device));
     cudaStream_t stream = nullptr;  // kept only once made: release() must not destroy what a failed call left
     cuda(api_.stream_create(&stream, cudaStreamNonBlocking), "creating its stream");
     stream_ = stream;
+    cudaEvent_t issued = nullptr;
+    cuda(api_.event_create(&issued, cudaEventDisableTiming), "creating its ordering event");
+    issued_ = issued;
     ncclUniqueId id{};
     const std::string key = prefix_ + "/nccl_id";
     if (rank_ == 0) {
@@ -199,6 +203,7 @@ class NcclGroup final : public ProcessGroup {
     if (comm_) api_.comm_destroy(comm_);  // an aborted communicator is already gone (comm_ null)
     comm_ = nullptr;
     if (stream_) api_.stream_destroy(stream_);
+    if (issued_) api_.event_destroy(issued_);
     if (flag_) api_.free(flag_);
   }
 
@@ -210,6 +215,10 @@ class NcclGroup final : public ProcessGroup {
     std::lock_guard lock(mutex_);
     if (broken_) throw CommError(broken_reason_);
     const std::string what = fmt::format("{} of {} {}", op, count, data_type_name(type));
+    // After the work issued so far on the default stream (where the CUDA backend's ops write the buffers and
+    // read those the collective overwrites), without the host waiting for it.
+    cuda(api_.event_record(issued_, nullptr), what + ": marking the default stream's work");
+    cuda(api_.stream_wait_event(stream_, issued_), what + ": ordering it after the default stream's work");
     settle(enqueue(), what);
     cudaEvent_t event = nullptr;
     cuda(api_.event_create(&event, cudaEventDisableTiming), what + ": creating its event");
@@ -261,6 +270,7 @@ class NcclGroup final : public ProcessGroup {
   Millis timeout_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t issued_ = nullptr;  // recorded on the default stream before each collective; stream_ waits for it
   void* flag_ = nullptr;  // [1] int32 on the device: the barrier's all-reduce
   std::mutex mutex_;
   bool broken_ = false;

@@ -1,7 +1,10 @@
 // The NCCL process group for CUDA ranks: ProcessGroup's collectives on buffers in the memory of
-// `device`, run by NCCL on a stream of the group's own (so they overlap the compute stream). The
-// NCCL unique id travels from rank 0 through the job's token-protected store (key `prefix/nccl_id`).
-// The communicator is non-blocking and watched: a set-up or collective that has not finished within
+// `device`, run by NCCL on a stream of the group's own (so they overlap the compute stream); each
+// collective starts after the work issued before it on the device's default stream (where the CUDA
+// backend's ops run), as torch's NCCL group orders after the current stream, so a caller need not
+// make the host wait for its ops before handing their output to a collective. The NCCL unique id
+// travels from rank 0 through the job's token-protected store (key `prefix/nccl_id`). The
+// communicator is non-blocking and watched: a set-up or collective that has not finished within
 // `timeout`, or that NCCL reports failed, aborts the communicator and throws CommError naming the
 // group, the rank, the collective and NCCL's error text, so a dead peer never hangs the job; the
 // group is unusable afterwards (later collectives fail at once). Bytes sent are counted as a ring

@@ -2,9 +2,9 @@
 // One interface, backends behind it: Gloo over TCP for CPU ranks (gloo_group.cpp), NCCL for CUDA
 // ranks (nccl_group.h). Every rank must issue the same collectives in the same order. Buffers are
 // host memory (device memory for NCCL); counts are in elements. Collectives run on the group's
-// own worker thread (NCCL: its stream) in issue order: the *_async
-// forms return at once with a Work to wait on (so communication overlaps computation); the plain
-// forms are *_async(...)->wait(). Errors (a peer gone, a timeout) throw CommError from wait().
+// own worker thread (NCCL: its stream, after the work issued on the device's default stream) in
+// issue order: the *_async forms return at once with a Work to wait on (so communication overlaps
+// computation); the plain forms are *_async(...)->wait(). Errors (a peer gone, a timeout) throw CommError from wait().
 #pragma once
 #include <chrono>
 #include <cstddef>

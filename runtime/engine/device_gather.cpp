@@ -125,7 +125,8 @@ void DeviceGather::start_gather(size_t layer, size_t s) {
   slot.layer = layer;
   const Unit& u = plan_.units[plan_.layers[layer].unit];
   if (landing_ == nullptr || u.chunk == 0) return;  // one rank: finish_gather copies from the partition
-  device_.synchronize();  // the group's stream reads the partition (updated by ops) into a buffer the ops read last
+  // After the ops issued so far (the group orders after the device's stream): those that updated the partition
+  // and those that read the landing buffer last.
   slot.gathering = plan_.group->allgather_async(partition_ + u.part_offset * elem_, landing_, u.chunk,
                                                 zero::collective_type(plan_.storage));
 }

@@ -134,8 +134,7 @@ void DeviceStep::unit_done(size_t unit, double pre) {
       if (grad_rounding_) device_.round_to(*grad_rounding_, grad(*t), t->size);  // as the host scales its 16-bit sums
     }
   if (units_.empty()) {  // replicas: every rank needs every sum
-    device_.synchronize();  // the group's stream reads what the ops wrote
-    for (const Tensor* t : mine)
+    for (const Tensor* t : mine)  // after the ops that wrote them (the group orders after the device's stream)
       sums_in_flight_.push_back(group_->allreduce_async(grad(*t), t->size, DataType::F32, ReduceOp::Sum));
     return;
   }
@@ -255,7 +254,6 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
     if (half) device_.narrow(*half, c.tensor, half_at(in, c.buffer), c.count);
     else device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
   }
-  device_.synchronize();  // the group's stream reads the input
   const DataType type = zero::collective_type(half);
   return scatter ? group_->reduce_scatter_async(in, out, u.chunk, type, ReduceOp::Sum)
                  : group_->allgather_async(in, out, u.chunk, type);

@@ -3,7 +3,6 @@
 #include <cstddef>
 #include <map>
 #include <string>
-#include <vector>
 
 #include "backend/backend.h"
 
@@ -73,7 +72,6 @@ class CountingDevice : public backend::Device {
   void set_half_matmuls(std::optional<ds::amp::Half> type) override { cuda_.set_half_matmuls(type); }
   void synchronize() override {
     ++synchronized;
-    ordered_at_sync.push_back(ordered_after_copies);
     cuda_.synchronize();
   }
   void copy_within(void* dst, const void* src, size_t bytes) override { cuda_.copy_within(dst, src, bytes); }
@@ -96,10 +94,8 @@ class CountingDevice : public backend::Device {
   }
   size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
   size_t synchronized = 0;  // synchronize() calls
-  // ops_after_copies() calls (the layers' backward calls, once their parameters stay on the device), and
-  // their count at each synchronize()
+  // ops_after_copies() calls (the layers' backward calls, once their parameters stay on the device)
   size_t ordered_after_copies = 0;
-  std::vector<size_t> ordered_at_sync;
   size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes

@@ -57,6 +57,7 @@ struct Stream {
   }
 };
 
+// Each record gets its own flag, so a stream told to wait for the event waits for the record before it.
 struct Event {
   std::shared_ptr<std::atomic<bool>> reached = std::make_shared<std::atomic<bool>>(true);
 };
@@ -78,7 +79,12 @@ std::mutex registry_mutex;
 std::map<uint64_t, std::shared_ptr<Store>> registry;  // unique id → the store its ranks meet in
 thread_local std::string global_error;
 
-Stream* stream_of(cudaStream_t s) { return reinterpret_cast<Stream*>(s); }
+Stream& default_stream() {
+  static Stream stream;
+  return stream;
+}
+
+Stream* stream_of(cudaStream_t s) { return s ? reinterpret_cast<Stream*>(s) : &default_stream(); }
 std::shared_ptr<Comm> comm_of(ncclComm_t c) { return reinterpret_cast<Handle*>(c)->comm; }
 
 bool to_type(ncclDataType_t t, DataType& out) {
@@ -179,9 +185,15 @@ NcclApi make_api() {
     return cudaSuccess;
   };
   api.event_record = [](cudaEvent_t e, cudaStream_t s) {
-    std::shared_ptr<std::atomic<bool>> reached = reinterpret_cast<Event*>(e)->reached;
-    reached->store(false);
+    auto reached = std::make_shared<std::atomic<bool>>(false);
+    reinterpret_cast<Event*>(e)->reached = reached;
     stream_of(s)->push([reached] { reached->store(true); });
+    return cudaSuccess;
+  };
+  api.stream_wait_event = [](cudaStream_t s, cudaEvent_t e) {
+    stream_of(s)->push([reached = reinterpret_cast<Event*>(e)->reached] {
+      while (!reached->load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
     return cudaSuccess;
   };
   api.event_query = [](cudaEvent_t e) {
@@ -332,5 +344,7 @@ const NcclApi& fake_nccl_api() {
 }
 
 void set_fake_nccl_timeout(std::chrono::milliseconds timeout) { gloo_timeout_ms = timeout.count(); }
+
+void run_on_fake_default_stream(std::function<void()> work) { default_stream().push(std::move(work)); }
 
 }  // namespace ds::test

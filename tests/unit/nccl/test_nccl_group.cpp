@@ -1,10 +1,12 @@
 // The NCCL process group on thread ranks over the fake CUDA runtime and NCCL (fake_nccl.h): every
 // collective's result at 1-4 ranks (in place too) with sums that are exact; the unique id travels
-// through the store; the comms logger counts as a ring would; a rank that never joins a collective
-// is a timeout that aborts the communicator and names the collective; a peer that leaves is NCCL's
-// remote error with the transport's text; later collectives fail at once.
+// through the store; a collective starts after the default stream's earlier work; the comms logger
+// counts as a ring would; a rank that never joins a collective is a timeout that aborts the
+// communicator and names the collective; a peer that leaves is NCCL's remote error with the
+// transport's text; later collectives fail at once.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -127,6 +129,22 @@ TEST_CASE("NCCL group (fake NCCL): asynchronous collectives overlap and complete
     for (auto& b : buffers) works.push_back(g.allreduce_async(b.data(), b.size(), DataType::F32, ReduceOp::Sum));
     for (size_t k = works.size(); k-- > 0;) works[k]->wait();  // waited in reverse: no matter
     for (auto& b : buffers) CHECK(b[4095] == 6.0f);
+  }));
+}
+
+TEST_CASE("NCCL group (fake NCCL): a collective reads what the default stream's earlier work wrote") {
+  // The buffer is filled by a slow "kernel" still queued on the default stream when the all-reduce is issued
+  // (the host does not wait for it): the sum must be of the values it writes, not of the zeros before.
+  require_no_errors(nccl_ranks(2, [](ProcessGroup& g) {
+    std::vector<float> buffer(1024, 0.0f);
+    const float mine = static_cast<float>(g.rank() + 1);
+    test::run_on_fake_default_stream([&buffer, mine] {
+      std::this_thread::sleep_for(50ms);
+      std::fill(buffer.begin(), buffer.end(), mine);
+    });
+    g.allreduce_async(buffer.data(), buffer.size(), DataType::F32, ReduceOp::Sum)->wait();
+    CHECK(buffer.front() == 3.0f);
+    CHECK(buffer.back() == 3.0f);
   }));
 }
 
