@@ -178,8 +178,8 @@ void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::option
           std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D, products, kernel)), NAN));
   cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr, products,
                           kernel);
-  cuda::attention_backward(d_qkv.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_workspace.get(), B, T, H, D,
-                           nullptr, products, kernel);
+  cuda::attention_backward(d_qkv.get(), d_out.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_workspace.get(), B,
+                           T, H, D, nullptr, products, kernel);
   if (products) {
     const double bound = *products == amp::Half::BF16 ? 0x1p-6 : 0x1p-9;
     compare(c, d_out.to_host(), ref_out, bound * largest(ref_out), 0.0);

@@ -174,7 +174,7 @@ int attention(long long B, long long T, long long H, long long D, int steps) {
     });
     both_ms[i] = mean_ms(steps, [&] {
       ds::cuda::attention_forward(qkv, out, stats, workspace, B, T, H, D, nullptr, v.products, v.kernel);
-      ds::cuda::attention_backward(qkv, stats, dout, dqkv, workspace, B, T, H, D, nullptr, v.products, v.kernel);
+      ds::cuda::attention_backward(qkv, out, stats, dout, dqkv, workspace, B, T, H, D, nullptr, v.products, v.kernel);
     });
   }
   check(cudaDeviceSynchronize(), "the attention passes");

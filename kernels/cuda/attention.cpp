@@ -113,12 +113,14 @@ void attention_forward(const float* qkv, float* out, float* stats, float* worksp
   attention_heads_to_rows(w.o, out, C, B, T, H, D, stream);
 }
 
-void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
-                        int64_t B, int64_t T, int64_t H, int64_t D, void* stream, std::optional<amp::Half> products,
-                        std::optional<AttentionKernel> kernel) {
+void attention_backward(const float* qkv, const float* out, const float* stats, const float* dout, float* dqkv,
+                        float* workspace, int64_t B, int64_t T, int64_t H, int64_t D, void* stream,
+                        std::optional<amp::Half> products, std::optional<AttentionKernel> kernel) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   if (fused(B, H, D, products, kernel)) {
-    flash_attention_backward_dq(qkv, stats, dout, dqkv, workspace, B, T, H, D, *products, stream);  // Δ in workspace
+    if (out == nullptr) throw std::invalid_argument("attention_backward: the fused kernel needs the forward's output");
+    flash_attention_delta(out, dout, workspace, B, T, H, D, stream);  // Δ in the workspace
+    flash_attention_backward_dq(qkv, stats, dout, workspace, dqkv, B, T, H, D, *products, stream);
     return flash_attention_backward_dkdv(qkv, stats, dout, workspace, dqkv, B, T, H, D, *products, stream);
   }
   const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);

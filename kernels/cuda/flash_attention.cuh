@@ -13,10 +13,12 @@
 //   forward     per query tile, over the key tiles up to it: S = Q·Kᵀ, the online softmax (m, l, O
 //               rescaled by exp(m_old − m_new)), O += P·V with P straight from S's registers; at the end
 //               O/l and the stats.
-//   backward_dq per query tile, two passes over the key tiles: first Δ_t = Σ_j P_tj·dP_tj (dP =
-//               dO·Vᵀ), then dS = P∘(dP − Δ) and dQ += dS·K/√D; writes dQ and Δ.
+//   delta       per row, Δ_t = dO_t·O_t (FlashAttention-2's: equal to Σ_j P_tj·dP_tj, dP = dO·Vᵀ, in
+//               D multiply-adds from the forward's output instead of a pass of products over the keys).
+//   backward_dq per query tile, over the key tiles up to it: S = Q·Kᵀ, dP = dO·Vᵀ, dS = P∘(dP − Δ) and
+//               dQ += dS·K/√D.
 //   backward_dkdv per key tile, over the query tiles from it down: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, then
-//               dV += Pᵀ·dO and dK += dSᵀ·Q/√D with Δ from backward_dq. Above D = 64 (DT > 4) the
+//               dV += Pᵀ·dO and dK += dSᵀ·Q/√D. Above D = 64 (DT > 4) the
 //               dK and dV columns are split between two blocks (grid z), each forming Sᵀ and dPᵀ in
 //               full, to bound a thread's registers.
 // A warp's own A operand (its 16 rows of Q, dO, K or V) is loaded into registers once; the other side's
@@ -24,8 +26,8 @@
 // when it reads their columns (V in P·V), so that every operand register is one aligned 32-bit load.
 // Rows are padded by 16 bytes (launch_shape.h's strides): the 8 rows a warp's loads touch fall in
 // different banks.
-// No atomics: every sum has one order, so results are deterministic. The dQ kernel recomputes S and
-// dP once more than a kernel that adds dQ with atomics would.
+// No atomics: every sum has one order, so results are deterministic. The dQ and dK/dV kernels each form S
+// and dP, once more than a single kernel that adds dQ with atomics would.
 // Written in the CUDA subset (cuda_subset.h, mma_sync.h): nvcc compiles it, the SIMT emulator runs it.
 #pragma once
 #include <math.h>
@@ -294,10 +296,25 @@ DS_KERNEL void flash_forward_kernel(const float* qkv, float* out, float* stats, 
   flash::store_rows<NT8>(o, 1.0f, out + b * T * C + h * D, C, row0, T, 0, D);
 }
 
-// Backward, first kernel: dQ and Δ [B·H, T]. Grid and block as the forward's, flash_dq_shared_bytes(DT).
+// Backward, first kernel: Δ [B·H, T] from out and dout [B, T, H, D], in fp32. A warp per row (b, t, h), rows in
+// that order: grid ⌈B·T·H / (kFlashThreads / 32)⌉, kFlashThreads threads.
+DS_KERNEL void flash_delta_kernel(const float* out, const float* dout, float* delta, int64_t T, int64_t H, int64_t D,
+                                  int64_t rows) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  float sum = 0.0f;
+  if (row < rows)
+    for (int64_t d = lane; d < D; d += 32) sum += dout[row * D + d] * out[row * D + d];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarp, sum, offset);
+  const int64_t b = row / (T * H), t = row / H % T, h = row % H;
+  if (lane == 0 && row < rows) delta[(b * H + h) * T + t] = sum;
+}
+
+// Backward, second kernel: dQ, with Δ from flash_delta_kernel. Grid and block as the forward's,
+// flash_dq_shared_bytes(DT).
 template <amp::Half type, int DT>
-DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, const float* dout, float* dqkv,
-                                        float* delta, int64_t T, int64_t H, int64_t D, float scale) {
+DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, const float* dout, const float* delta,
+                                        float* dqkv, int64_t T, int64_t H, int64_t D, float scale) {
   constexpr int R = kFlashRows, Lh = flash_half_ld(DT), NT8 = 2 * DT;
   DS_EXTERN_SHARED(float, shared);
   uint16_t* k = reinterpret_cast<uint16_t*>(shared);  // [R, Lh] each: Q and dO at first, then K and V
@@ -314,57 +331,44 @@ DS_KERNEL void flash_backward_dq_kernel(const float* qkv, const float* stats, co
   uint32_t qa[DT][4], da[DT][4];
   flash::load_a<DT>(qa, k, warp * 16);
   flash::load_a<DT>(da, v, warp * 16);
-  float lse2[2], di[2] = {0.0f, 0.0f};  // rows g and g + 8: (m + log l)·log2(e), and Δ
+  float lse2[2], di[2];  // rows g and g + 8: (m + log l)·log2(e), and Δ
   DS_UNROLL
   for (int half = 0; half < 2; ++half) {
     const int64_t t = row0 + g + 8 * half;
     lse2[half] = flash::lse2_of(stats, bh, T, t);
+    di[half] = t < T ? delta[bh * T + t] : 0.0f;
   }
   float dq[NT8][4];
   flash::zero(dq);
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int64_t kt = 0; kt <= tile; ++kt) {
-      __syncthreads();
-      flash::load_rows<DT>(type, base + C, 3 * C, kt * R, T, D, k, pass == 1 ? kt_t : nullptr);
-      flash::load_rows<DT>(type, base + 2 * C, 3 * C, kt * R, T, D, v, nullptr);
-      __syncthreads();
-      for (int chunk = 0; chunk < R / flash::kChunk; ++chunk) {
-        const int64_t key0 = kt * R + chunk * flash::kChunk;
-        if (key0 > row0 + 15) continue;
-        float s[flash::kChunkTiles][4], dp[flash::kChunkTiles][4];
-        flash::chunk_product<type, DT>(s, qa, k, chunk * flash::kChunk);   // S
-        flash::chunk_product<type, DT>(dp, da, v, chunk * flash::kChunk);  // dP = dO·Vᵀ
+  for (int64_t kt = 0; kt <= tile; ++kt) {
+    __syncthreads();
+    flash::load_rows<DT>(type, base + C, 3 * C, kt * R, T, D, k, kt_t);
+    flash::load_rows<DT>(type, base + 2 * C, 3 * C, kt * R, T, D, v, nullptr);
+    __syncthreads();
+    for (int chunk = 0; chunk < R / flash::kChunk; ++chunk) {
+      const int64_t key0 = kt * R + chunk * flash::kChunk;
+      if (key0 > row0 + 15) continue;
+      float s[flash::kChunkTiles][4], dp[flash::kChunkTiles][4];
+      flash::chunk_product<type, DT>(s, qa, k, chunk * flash::kChunk);   // S
+      flash::chunk_product<type, DT>(dp, da, v, chunk * flash::kChunk);  // dP = dO·Vᵀ
+      DS_UNROLL
+      for (int nt = 0; nt < flash::kChunkTiles; ++nt) {
         DS_UNROLL
-        for (int nt = 0; nt < flash::kChunkTiles; ++nt) {
-          DS_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            const int64_t row = row0 + g + 8 * (i / 2), key = key0 + 8 * nt + c + i % 2;
-            const float p = key <= row && row < T ? exp2f(s[nt][i] * scale2 - lse2[i / 2]) : 0.0f;
-            if (pass == 0) di[i / 2] += p * dp[nt][i];
-            else s[nt][i] = p * (dp[nt][i] - di[i / 2]);  // dS
-          }
-        }
-        if (pass == 1) {
-          uint32_t dsa[flash::kChunk / 16][4];
-          flash::to_a<type>(dsa, s);
-          flash::accumulate<type, NT8>(dq, dsa, kt_t, chunk * flash::kChunk, 0);  // dQ += dS·K
+        for (int i = 0; i < 4; ++i) {
+          const int64_t row = row0 + g + 8 * (i / 2), key = key0 + 8 * nt + c + i % 2;
+          const float p = key <= row && row < T ? exp2f(s[nt][i] * scale2 - lse2[i / 2]) : 0.0f;
+          s[nt][i] = p * (dp[nt][i] - di[i / 2]);  // dS
         }
       }
-    }
-    if (pass == 0) {
-      DS_UNROLL
-      for (int half = 0; half < 2; ++half) di[half] = flash::quad_sum(di[half]);
+      uint32_t dsa[flash::kChunk / 16][4];
+      flash::to_a<type>(dsa, s);
+      flash::accumulate<type, NT8>(dq, dsa, kt_t, chunk * flash::kChunk, 0);  // dQ += dS·K
     }
   }
   flash::store_rows<NT8>(dq, scale, dqkv + b * T * 3 * C + h * D, 3 * C, row0, T, 0, D);
-  DS_UNROLL
-  for (int half = 0; half < 2; ++half) {
-    const int64_t t = row0 + g + 8 * half;
-    if (c == 0 && t < T) delta[bh * T + t] = di[half];
-  }
 }
 
-// Backward, second kernel: dK and dV, after backward_dq (its Δ). Grid (key tiles, B·H,
+// Backward, third kernel: dK and dV, with Δ from flash_delta_kernel. Grid (key tiles, B·H,
 // kFlashDkdvSplits<DT>), kFlashThreads threads, flash_dkdv_shared_bytes(DT); block z accumulates
 // the 16·DT / splits columns from 16·DT / splits·z.
 template <amp::Half type, int DT>

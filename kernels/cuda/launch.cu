@@ -253,15 +253,25 @@ void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t
   check(cudaGetLastError(), "flash attention forward launch");
 }
 
-void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,
-                                 int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void* stream) {
+void flash_attention_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t H,
+                           int64_t D, void* stream) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  const int64_t rows = B * T * H;
+  flash_delta_kernel<<<flash_delta_blocks(rows), kFlashThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      out, dout, delta, T, H, D, rows);
+  check(cudaGetLastError(), "flash attention backward (delta) launch");
+}
+
+void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, const float* delta,
+                                 float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products,
+                                 void* stream) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
     const auto kernel = flash_backward_dq_kernel<decltype(half)::value, DT>;
     allow_shared(kernel, flash_dq_shared_bytes(DT), "flash attention backward (dq): shared memory");
     kernel<<<dim3(flash_tiles(T), static_cast<unsigned>(B * H)), kFlashThreads, flash_dq_shared_bytes(DT),
-             static_cast<cudaStream_t>(stream)>>>(qkv, stats, dout, dqkv, delta, T, H, D,
+             static_cast<cudaStream_t>(stream)>>>(qkv, stats, dout, delta, dqkv, T, H, D,
                                                   1.0f / std::sqrt(static_cast<float>(D)));
   });
   check(cudaGetLastError(), "flash attention backward (dq) launch");

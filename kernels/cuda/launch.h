@@ -90,7 +90,8 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
 // products are batched GEMMs (gemm.h: QKᵀ, PV forward; QKᵀ again, PᵀdO, dO·Vᵀ, dS·K, dSᵀ·Q backward)
 // over the heads in groups of attention_chunk_heads, with the softmax rows between them.
 //   forward:  out[B, T, H, D] and stats[B, H, T, 2] from qkv[B, T, 3, H, D]
-//   backward: dqkv[B, T, 3, H, D] (overwritten) from qkv, the forward's stats and dout[B, T, H, D]
+//   backward: dqkv[B, T, 3, H, D] (overwritten) from qkv, the forward's out and stats and dout[B, T, H, D]
+//             (out: the fused kernel's Δ = rowsum(dout∘out); the GEMM form reads it not and takes nullptr)
 // Both need `workspace`: attention_workspace_floats(B, T, H, D, products) floats of device memory.
 // `products` bf16 or fp16: every product's operands (Q, K, V, dO, P and dS) are rounded to that type
 // and multiplied on the tensor cores with fp32 accumulation, as a 16-bit flash attention does; the
@@ -116,15 +117,19 @@ inline int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
                        int64_t D, void* stream, std::optional<amp::Half> products = std::nullopt,
                        std::optional<AttentionKernel> kernel = std::nullopt);
-void attention_backward(const float* qkv, const float* stats, const float* dout, float* dqkv, float* workspace,
+void attention_backward(const float* qkv, const float* out, const float* stats, const float* dout, float* dqkv,
+                        float* workspace,
                         int64_t B, int64_t T, int64_t H, int64_t D, void* stream,
                         std::optional<amp::Half> products = std::nullopt,
                         std::optional<AttentionKernel> kernel = std::nullopt);
 // The fused kernels (flash_attention.cuh), for attention.cpp: D ≤ 128, B·H ≤ 65535.
 void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
                              amp::Half products, void* stream);
-void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,
-                                 int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void* stream);
+void flash_attention_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t H,
+                           int64_t D, void* stream);
+void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, const float* delta,
+                                 float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products,
+                                 void* stream);
 void flash_attention_backward_dkdv(const float* qkv, const float* stats, const float* dout, const float* delta,
                                    float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products,
                                    void* stream);

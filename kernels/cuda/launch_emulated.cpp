@@ -284,14 +284,21 @@ void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t
   });
 }
 
-void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, float* dqkv, float* delta,
-                                 int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void*) {
+void flash_attention_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t H,
+                           int64_t D, void*) {
+  if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
+  const int64_t rows = B * T * H;
+  simt::launch(flash_delta_blocks(rows), kFlashThreads, {}, [&] { flash_delta_kernel(out, dout, delta, T, H, D, rows); });
+}
+
+void flash_attention_backward_dq(const float* qkv, const float* stats, const float* dout, const float* delta,
+                                 float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D, amp::Half products, void*) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   with_flash_types(products, D, [&](auto half, auto tiles) {
     constexpr int DT = decltype(tiles)::value;
     simt::launch(flash_grid(B, T, H), kFlashThreads, {flash_dq_shared_bytes(DT)}, [&] {
-      flash_backward_dq_kernel<decltype(half)::value, DT>(qkv, stats, dout, dqkv, delta, T, H, D, scale);
+      flash_backward_dq_kernel<decltype(half)::value, DT>(qkv, stats, dout, delta, dqkv, T, H, D, scale);
     });
   });
 }

@@ -44,6 +44,9 @@ constexpr unsigned kFlashThreads = 128;
 constexpr int64_t kFlashMaxHeadDim = 128;
 constexpr int64_t kFlashMaxHeads = 65535;  // gridDim.y
 inline unsigned flash_tiles(int64_t T) { return static_cast<unsigned>((T + kFlashRows - 1) / kFlashRows); }
+inline unsigned flash_delta_blocks(int64_t rows) {  // Δ's kernel: a warp per row
+  return static_cast<unsigned>((rows + kFlashThreads / 32 - 1) / (kFlashThreads / 32));
+}
 inline int flash_column_tiles(int64_t D) { return D <= 64 ? static_cast<int>((D + 15) / 16) : D <= 96 ? 6 : 8; }
 template <int DT>
 constexpr unsigned kFlashDkdvSplits = DT > 4 ? 2 : 1;

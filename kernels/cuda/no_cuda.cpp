@@ -100,8 +100,8 @@ void attention_forward(const float*, float*, float*, float*, int64_t, int64_t, i
   throw std::runtime_error("cuda: attention_forward: dsrun was built without CUDA");
 }
 
-void attention_backward(const float*, const float*, const float*, float*, float*, int64_t, int64_t, int64_t, int64_t,
-                        void*, std::optional<amp::Half>, std::optional<AttentionKernel>) {
+void attention_backward(const float*, const float*, const float*, const float*, float*, float*, int64_t, int64_t,
+                        int64_t, int64_t, void*, std::optional<amp::Half>, std::optional<AttentionKernel>) {
   throw std::runtime_error("cuda: attention_backward: dsrun was built without CUDA");
 }
 
@@ -109,8 +109,12 @@ void flash_attention_forward(const float*, float*, float*, int64_t, int64_t, int
   throw std::runtime_error("cuda: flash_attention_forward: dsrun was built without CUDA");
 }
 
-void flash_attention_backward_dq(const float*, const float*, const float*, float*, float*, int64_t, int64_t, int64_t,
-                                 int64_t, amp::Half, void*) {
+void flash_attention_delta(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, void*) {
+  throw std::runtime_error("cuda: flash_attention_delta: dsrun was built without CUDA");
+}
+
+void flash_attention_backward_dq(const float*, const float*, const float*, const float*, float*, int64_t, int64_t,
+                                 int64_t, int64_t, amp::Half, void*) {
   throw std::runtime_error("cuda: flash_attention_backward_dq: dsrun was built without CUDA");
 }
 

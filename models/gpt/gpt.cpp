@@ -275,11 +275,12 @@ class Block : public ds::sdk::Layer {
     ops.attention_forward(ws + w.qkv, att.get(), ws + w.att_stats, B, S * T, H / S, D);
     sp_->to_sequence(att.get(), ws + w.att, B, T, Cp, 1);
   }
-  // d(qkv) [B, T, 3·Cp] from d(attention output) [B, T, Cp], through the same trades as attend.
+  // d(qkv) [B, T, 3·Cp] from d(attention output) [B, T, Cp], through the same trades as attend (one rank: with the
+  // output itself, from which a fused GPU kernel forms Δ; with sequence parallelism the heads' output is not kept).
   void attention_backward(const Ops& ops, const float* ws, const Slots& w, const float* datt, float* dqkv, int64_t B,
                           int64_t T) const {
     const int64_t N = B * T, H = d_.n_head / tp_->size, D = d_.n_embd / d_.n_head, Cp = H * D, S = sp_->size;
-    if (S == 1) return ops.attention_backward(ws + w.qkv, ws + w.att_stats, datt, dqkv, B, T, H, D);
+    if (S == 1) return ops.attention_backward(ws + w.qkv, ws + w.att, ws + w.att_stats, datt, dqkv, B, T, H, D);
     const auto datt_heads = ops.temp(N * Cp), dqkv_heads = ops.temp(N * 3 * Cp);
     sp_->to_heads(datt, datt_heads.get(), B, T, Cp, 1);
     ops.attention_backward(ws + w.qkv, ws + w.att_stats, datt_heads.get(), dqkv_heads.get(), B, S * T, H / S, D);

@@ -108,6 +108,10 @@ ds_status attention_backward(void*, const float* qkv, const float* stats, const 
                              int64_t T, int64_t H, int64_t D) {
   return guarded([&] { cpu::attention_backward(qkv, stats, dout, dqkv, B, T, H, D); });
 }
+ds_status attention_backward_with_out(void* ctx, const float* qkv, const float*, const float* stats, const float* dout,
+                                      float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D) {
+  return attention_backward(ctx, qkv, stats, dout, dqkv, B, T, H, D);  // Δ from its rows of P, as before
+}
 ds_status embedding_forward(void*, const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B,
                             int64_t T, int64_t C, int64_t vocab) {
   return guarded([&] { cpu::embedding_forward(tokens, wte, wpe, out, B, T, C, vocab); });
@@ -156,6 +160,7 @@ constexpr ds_backend table(decltype(ds_backend::matmul) products) {
     relu_backward, attention_forward, attention_backward, embedding_forward, embedding_backward,
     cross_entropy_forward, cross_entropy_backward, embedding_rows_forward, embedding_rows_backward,
     cross_entropy_shard_max, cross_entropy_shard_sumexp, cross_entropy_shard_loss, cross_entropy_shard_backward,
+    attention_backward_with_out,
   };
 }
 constexpr ds_backend kCpu = table(matmul), kCpuBf16 = table(half_matmul<amp::Half::BF16>),

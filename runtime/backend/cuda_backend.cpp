@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -276,12 +277,30 @@ ds_status attention_forward(void* ctx, const float* qkv, float* out, float* stat
     cuda::attention_forward(qkv, out, stats, ws.get(), B, T, H, D, kStream, s.half_matmuls);
   });
 }
+ds_status attention_backward_with_out(void* ctx, const float* qkv, const float* out, const float* stats,
+                                      const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D) {
+  State& s = state(ctx);
+  return guarded(ctx, "attention_backward" + s.products_suffix(), [&] {
+    const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.half_matmuls));
+    cuda::attention_backward(qkv, out, stats, dout, dqkv, ws.get(), B, T, H, D, kStream, s.half_matmuls);
+  });
+}
+// The op without the forward's output (a plugin of backend version 2, or one that did not keep it): where the
+// fused kernel runs, which forms Δ from that output, the forward runs again into temporaries.
 ds_status attention_backward(void* ctx, const float* qkv, const float* stats, const float* dout, float* dqkv,
                              int64_t B, int64_t T, int64_t H, int64_t D) {
   State& s = state(ctx);
   return guarded(ctx, "attention_backward" + s.products_suffix(), [&] {
     const Temp<float> ws(s, cuda::attention_workspace_floats(B, T, H, D, s.half_matmuls));
-    cuda::attention_backward(qkv, stats, dout, dqkv, ws.get(), B, T, H, D, kStream, s.half_matmuls);
+    std::optional<Temp<float>> out, stats_again;
+    if (B > 0 && T > 0 && H > 0 && D > 0 &&
+        cuda::attention_kernel(B, H, D, s.half_matmuls) == cuda::AttentionKernel::fused) {
+      out.emplace(s, B * T * H * D);
+      stats_again.emplace(s, 2 * B * H * T);
+      cuda::attention_forward(qkv, out->get(), stats_again->get(), ws.get(), B, T, H, D, kStream, s.half_matmuls);
+    }
+    cuda::attention_backward(qkv, out ? out->get() : nullptr, stats, dout, dqkv, ws.get(), B, T, H, D, kStream,
+                             s.half_matmuls);
   });
 }
 ds_status embedding_forward(void* ctx, const int32_t* tokens, const float* wte, const float* wpe, float* out,
@@ -358,7 +377,7 @@ Cuda::Cuda(int device) : state_(std::make_unique<State>()) {
       relu_forward, relu_backward, attention_forward, attention_backward, embedding_forward, embedding_backward,
       cross_entropy_forward, cross_entropy_backward,
       embedding_rows_forward, embedding_rows_backward, cross_entropy_shard_max, cross_entropy_shard_sumexp,
-      cross_entropy_shard_loss, cross_entropy_shard_backward,
+      cross_entropy_shard_loss, cross_entropy_shard_backward, attention_backward_with_out,
   };
 }
 

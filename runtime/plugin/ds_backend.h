@@ -13,7 +13,7 @@
  * An op returns DS_OK, DS_ERROR (last_error(ctx) says why), DS_OUT_OF_MEMORY, or DS_UNSUPPORTED.
  * Floating tensors are fp32 in this version; ops on other dtypes will be appended (the table only
  * grows: a plugin checks `version` before using an op added after version 1). Version 2 added the
- * vocabulary-parallel ops.
+ * vocabulary-parallel ops, version 3 attention_backward_with_out.
  * The formulas are kernels/cpu's (layernorm.h, attention.h, cross_entropy.h, ...) on every backend.
  */
 #ifndef DS_BACKEND_H
@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define DS_BACKEND_VERSION 2u
+#define DS_BACKEND_VERSION 3u
 
 typedef enum { DS_DEVICE_CPU = 0, DS_DEVICE_CUDA = 1 } ds_device_type;
 
@@ -109,6 +109,11 @@ typedef struct ds_backend {
   ds_status (*cross_entropy_shard_backward)(void* ctx, const float* logits, const int32_t* labels, const float* stats,
                                             const float* dloss, int64_t n, int64_t classes, int64_t first,
                                             float* dlogits);
+
+  /* Since version 3: attention_backward given also the forward's out[B, T, H, D], which lets a backend form
+   * Δ_t = Σ_d dout·out per row (FlashAttention-2's) instead of from the scores; the same result. */
+  ds_status (*attention_backward_with_out)(void* ctx, const float* qkv, const float* out, const float* stats,
+                                           const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t D);
 } ds_backend;
 
 #ifdef __cplusplus

@@ -85,6 +85,13 @@ class Ops {
                           int64_t H, int64_t D) const {
     check(backend().attention_backward(ctx(), qkv, stats, dout, dqkv, B, T, H, D), "attention_backward");
   }
+  // With the forward's `out` besides, which a fused GPU kernel forms Δ from (backend version 3; an older
+  // engine's table is called without it).
+  void attention_backward(const float* qkv, const float* out, const float* stats, const float* dout, float* dqkv,
+                          int64_t B, int64_t T, int64_t H, int64_t D) const {
+    if (backend().version < 3) return attention_backward(qkv, stats, dout, dqkv, B, T, H, D);
+    check(backend().attention_backward_with_out(ctx(), qkv, out, stats, dout, dqkv, B, T, H, D), "attention_backward");
+  }
   void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, float* out, int64_t B, int64_t T,
                          int64_t C, int64_t vocab) const {
     check(backend().embedding_forward(ctx(), tokens, wte, wpe, out, B, T, C, vocab), "embedding_forward");

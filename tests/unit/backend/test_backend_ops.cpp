@@ -265,7 +265,9 @@ Row attention_row(Rng& rng, bool large) {
     else ds::cpu::attention_forward_reference(io.in[0].data(), io.out[0].data(), io.out[1].data(), B, T, H, D);
   };
   row.backward = [=](const Ops* ops, Io& io, const std::vector<Floats>& r, std::vector<Floats>& dx) {
-    if (ops) ops->attention_backward(io.in[0].data(), io.out[1].data(), r[0].data(), dx[0].data(), B, T, H, D);
+    if (ops)
+      ops->attention_backward(io.in[0].data(), io.out[0].data(), io.out[1].data(), r[0].data(), dx[0].data(), B, T, H,
+                              D);
     else ds::cpu::attention_backward_reference(io.in[0].data(), io.out[1].data(), r[0].data(), dx[0].data(), B, T, H, D);
   };
   // A score is a dot of D products scaled by 1/√D: es = 8e-7·(D+1)/√D (matmul's bound); out is a convex
@@ -568,6 +570,23 @@ TEST_CASE("the CPU backend's bf16 and fp16 tables multiply the rounded inputs") 
   }
 }
 
+// A plugin's SDK on an engine's table of version 2 (no attention_backward_with_out): attention's backward with the
+// forward's output calls the op without it.
+TEST_CASE("the SDK's attention backward on a backend table of version 2") {
+  const int64_t B = 1, T = 9, H = 2, D = 4, n = B * T * H * D;
+  Rng rng(5);
+  const Floats qkv = ds::test::random_vec(rng, 3 * n), dout = ds::test::random_vec(rng, n);
+  ds_backend old = *ds::backend::cpu();
+  old.version = 2;
+  old.attention_backward_with_out = nullptr;
+  Floats out(n), stats(ds::cpu::attention_workspace_floats(B, T, H, D)), dqkv(3 * n), want(3 * n);
+  const Ops ops(&old);
+  ops.attention_forward(qkv.data(), out.data(), stats.data(), B, T, H, D);
+  ops.attention_backward(qkv.data(), out.data(), stats.data(), dout.data(), dqkv.data(), B, T, H, D);
+  ds::cpu::attention_backward(qkv.data(), stats.data(), dout.data(), want.data(), B, T, H, D);
+  CHECK(dqkv == want);
+}
+
 // 16-bit attention products (set_half_matmuls): Q, K, V, dO, P and dS are rounded to bf16 or fp16
 // (relative error 2^-9 or 2^-12 each) before their GEMMs, so the output and the gradients keep to a
 // few roundings of the fp32 reference (bounds: 8 roundings); an error of layout or index would be of
@@ -600,7 +619,10 @@ TEST_CASE("the CUDA backend (emulated) with 16-bit matmuls: attention within the
       const Ops ops(cuda.table());
       Floats out(n), stats(ref_ws.size()), dqkv(3 * n);
       ops.attention_forward(qkv.data(), out.data(), stats.data(), B, T, H, D);
-      ops.attention_backward(qkv.data(), stats.data(), dout.data(), dqkv.data(), B, T, H, D);
+      ops.attention_backward(qkv.data(), out.data(), stats.data(), dout.data(), dqkv.data(), B, T, H, D);
+      Floats dqkv_without_out(3 * n);  // the op of backend version 2 (the fused kernel's forward again, for its Δ)
+      ops.attention_backward(qkv.data(), stats.data(), dout.data(), dqkv_without_out.data(), B, T, H, D);
+      CHECK(dqkv_without_out == dqkv);
       const double out_error = worst(out, ref_out), grad_error = worst(dqkv, ref_dqkv);
       if (products) {
         const double rounding = *products == ds::amp::Half::BF16 ? 0x1p-9 : 0x1p-12;

@@ -1,7 +1,8 @@
 // The fused attention kernels (flash_attention.cuh) on the SIMT emulator: against the CPU's double
 // reference within the 16-bit products' rounding, in both thread orders (bit for bit: no atomics, no
 // missing barrier), at shapes that cut tiles (T not a multiple of 64, one row, several tiles) and head
-// dimensions padded to 16, to 96 and to 128 (the dK/dV columns split between two blocks). Against the GEMM path: backend/test_backend_ops.cpp.
+// dimensions padded to 16, to 96 and to 128 (the dK/dV columns split between two blocks); Δ against its sums
+// in double. Against the GEMM path: backend/test_backend_ops.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -27,7 +28,7 @@ struct Result {
   Floats out, stats, dqkv, delta;
 };
 
-// The three kernels as the launchers run them (the launchers' dispatch of the type and column tiles), in `order`.
+// The four kernels as the launchers run them (the launchers' dispatch of the type and column tiles), in `order`.
 Result run_kernels(Half type, const Shape& s, const Floats& qkv, const Floats& dout, Order order) {
   const int64_t n = s.B * s.T * s.H * s.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
@@ -42,10 +43,15 @@ Result run_kernels(Half type, const Shape& s, const Floats& qkv, const Floats& d
     ds::simt::launch(grid, ds::cuda::kFlashThreads, o, [&] {
       ds::cuda::flash_forward_kernel<Elem, DT>(qkv.data(), r.out.data(), r.stats.data(), s.T, s.H, s.D, scale);
     });
+    o.dynamic_shared_bytes = 0;
+    const int64_t rows = s.B * s.T * s.H;
+    ds::simt::launch(ds::cuda::flash_delta_blocks(rows), ds::cuda::kFlashThreads, o, [&] {
+      ds::cuda::flash_delta_kernel(r.out.data(), dout.data(), r.delta.data(), s.T, s.H, s.D, rows);
+    });
     o.dynamic_shared_bytes = ds::cuda::flash_dq_shared_bytes(DT);
     ds::simt::launch(grid, ds::cuda::kFlashThreads, o, [&] {
-      ds::cuda::flash_backward_dq_kernel<Elem, DT>(qkv.data(), r.stats.data(), dout.data(), r.dqkv.data(),
-                                                   r.delta.data(), s.T, s.H, s.D, scale);
+      ds::cuda::flash_backward_dq_kernel<Elem, DT>(qkv.data(), r.stats.data(), dout.data(), r.delta.data(),
+                                                   r.dqkv.data(), s.T, s.H, s.D, scale);
     });
     o.dynamic_shared_bytes = ds::cuda::flash_dkdv_shared_bytes(DT);
     ds::simt::launch({grid.x, grid.y, ds::cuda::kFlashDkdvSplits<DT>}, ds::cuda::kFlashThreads, o, [&] {
@@ -93,6 +99,18 @@ TEST_CASE("flash attention on the emulator: within 16-bit rounding of the refere
       CHECK(fwd.out == rev.out);
       CHECK(fwd.stats == rev.stats);
       CHECK(fwd.dqkv == rev.dqkv);
+      CHECK(fwd.delta == rev.delta);
+      // Δ [B·H, T]: each row's dO·O over the kernel's own output, summed in fp32 (within 1e-6 of its terms' sum).
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t t = 0; t < s.T; ++t)
+          for (int64_t h = 0; h < s.H; ++h) {
+            double want = 0.0, size = 0.0;
+            for (int64_t d = 0, at = ((b * s.T + t) * s.H + h) * s.D; d < s.D; ++d) {
+              want += double(dout[at + d]) * fwd.out[at + d];
+              size += std::abs(double(dout[at + d]) * fwd.out[at + d]);
+            }
+            REQUIRE(std::abs(fwd.delta[(b * s.H + h) * s.T + t] - want) <= 1e-6 * size + 1e-30);
+          }
       // Q, K, V, dO, P and dS each rounded once (2^-9 relative in bf16, 2^-12 in fp16): a few roundings
       // of the largest value; a wrong index or a missed tile is of the order of the values.
       const double rounding = type == Half::BF16 ? 0x1p-9 : 0x1p-12;
