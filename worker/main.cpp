@@ -141,6 +141,14 @@ EngineConfig engine_config(const DsConfig& c, uint64_t seed) {
   return e;
 }
 
+// How the layers compute in 16-bit training, for the start-up note: " (bf16 matmuls with fp32 accumulation<on>,
+// the other ops in fp32)"; "" in fp32.
+std::string arithmetic(const DsConfig& config, const std::string& on = "") {
+  if (!config.bf16.enabled && !config.fp16.enabled) return "";
+  return fmt::format(" ({} matmuls with fp32 accumulation{}, the other ops in fp32)",
+                     config.bf16.enabled ? "bf16" : "fp16", on);
+}
+
 // DeepSpeed's DS_ACCELERATOR (dsrun sets it to cuda where the machine has a GPU): cpu (or unset), or
 // cuda, which needs a usable GPU (without one: an error naming CUDA's, exit 1); any other value is an
 // error naming it. With cuda, the layers run on the GPU that LOCAL_RANK names among the visible ones
@@ -175,20 +183,14 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
   const char* local = std::getenv("LOCAL_SIZE");
   own_gpu = (local && std::atoi(local) > 0 ? std::atoi(local) : 1) <= gpus;
   auto cuda = std::make_unique<backend::Cuda>(device);
-  const char* arithmetic = config.bf16.enabled   ? " (bf16 matmuls with fp32 accumulation, the other ops in fp32)"
-                           : config.fp16.enabled ? " (fp16 matmuls with fp32 accumulation, the other ops in fp32)"
-                                                 : "";
-  note = fmt::format("the layers run on cuda:{}, {}{}", device, cuda->describe(), arithmetic);
+  note = fmt::format("the layers run on cuda:{}, {}{}", device, cuda->describe(), arithmetic(config));
   return cuda;
 }
 
 // The CPU's ops: with bf16 or fp16 its matmuls multiply 16-bit operands (as on a GPU and in DeepSpeed).
 const ds_backend* cpu_table(const DsConfig& config, std::string& note) {
   if (!config.bf16.enabled && !config.fp16.enabled) return backend::cpu();
-  note = config.bf16.enabled
-             ? fmt::format("the layers run on the CPU (bf16 matmuls with fp32 accumulation on {}, the other ops in fp32)",
-                           cpu::matmul_bf16_kernel())
-             : "the layers run on the CPU (fp16 matmuls with fp32 accumulation, the other ops in fp32)";
+  note = "the layers run on the CPU" + arithmetic(config, config.bf16.enabled ? " on " + cpu::matmul_bf16_kernel() : "");
   return backend::cpu(config.bf16.enabled ? amp::Half::BF16 : amp::Half::F16);
 }
 

@@ -54,8 +54,8 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
   const int lda = static_cast<int>(trans_a ? M : K);
   const int ldb = static_cast<int>(trans_b ? K : N);
   const float beta = accumulate ? 1.0f : 0.0f;
-  // C[rows r0..r1) or C[columns c0..c1), one single-threaded sgemm each (OpenBLAS runs on one
-  // thread inside an OpenMP region).
+  // C[rows r0..r1) or C[columns c0..c1), one sgemm each (single-threaded inside our OpenMP region;
+  // outside one, OpenBLAS threads a small product itself unless it is tiny).
   auto rows = [&](int64_t r0, int64_t r1) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 static_cast<int>(r1 - r0), static_cast<int>(N), static_cast<int>(K), 1.0f,
@@ -68,7 +68,7 @@ void matmul(const float* A, const float* B, float* C, int64_t M, int64_t N, int6
   };
   const MatmulSplit split = matmul_split(M, N, K);
   if (!split.split) {
-    rows(0, M);  // OpenBLAS on one thread (small products)
+    rows(0, M);  // small products: OpenBLAS's own threading
     return;
   }
   // Large products: independent sgemms rather than OpenBLAS's threaded one, which synchronises its

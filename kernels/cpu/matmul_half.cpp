@@ -51,11 +51,16 @@ struct Kernel {
   std::string name;
 };
 
-const Kernel& kernel(int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool sum) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, bool>, std::unique_ptr<Kernel>> made;
-  const std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Kernel>& slot = made[{m, n, k, ta, tb, sum}];
+// The kernels made so far, by shape. Bounded: sampling with a growing context asks for a new shape per length,
+// and each kernel holds its JIT code, so when full the cache starts again (callers keep theirs alive).
+std::mutex kernels_mutex;
+std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, bool>, std::shared_ptr<const Kernel>> kernels_made;
+
+std::shared_ptr<const Kernel> kernel(int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool sum) {
+  const std::lock_guard<std::mutex> lock(kernels_mutex);
+  const auto key = std::make_tuple(m, n, k, ta, tb, sum);
+  if (kernels_made.size() >= kMatmulHalfKernelsKept && kernels_made.count(key) == 0) kernels_made.clear();
+  std::shared_ptr<const Kernel>& slot = kernels_made[key];
   if (!slot) {
     const OneThread one;
     const memory::desc a = operand(memory::data_type::bf16, m, k, ta), b = operand(memory::data_type::bf16, k, n, tb),
@@ -68,12 +73,13 @@ const Kernel& kernel(int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool sum
       attr.set_post_ops(post);
     }
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-    slot = std::make_unique<Kernel>(Kernel{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc(), pd.impl_info_str()});
+    slot = std::make_shared<const Kernel>(Kernel{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc(), pd.impl_info_str()});
   }
-  return *slot;
+  return slot;
 }
 
-void run(const Kernel& k, const uint16_t* a, const uint16_t* b, float* c) {
+void run(const std::shared_ptr<const Kernel>& kernel, const uint16_t* a, const uint16_t* b, float* c) {
+  const Kernel& k = *kernel;
   const OneThread one;
   thread_local std::vector<char> scratch;
   thread_local dnnl::stream stream(cpu_engine());
@@ -89,7 +95,7 @@ void run(const Kernel& k, const uint16_t* a, const uint16_t* b, float* c) {
 const std::string& onednn_bf16() {
   static const std::string name = [] {
     try {
-      const std::string impl = kernel(64, 64, 64, false, false, false).name;
+      const std::string impl = kernel(64, 64, 64, false, false, false)->name;
       return impl.find("amx") != std::string::npos || impl.find("_bf16") != std::string::npos ? impl : std::string();
     } catch (const dnnl::error&) {
       return std::string();
@@ -118,6 +124,11 @@ void matmul_rounded(amp::Half type, const float* A, const float* B, float* C, in
 }
 
 }  // namespace
+
+size_t matmul_half_kernels_cached() {
+  const std::lock_guard<std::mutex> lock(kernels_mutex);
+  return kernels_made.size();
+}
 
 std::string matmul_bf16_kernel() {
   const std::string& name = onednn_bf16();

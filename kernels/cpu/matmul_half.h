@@ -11,6 +11,7 @@
 // one a single call runs; on sgemm, matmul's rules (README.md: small products follow OpenBLAS's
 // threads on some cores).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -30,5 +31,10 @@ void matmul_half_reference(amp::Half type, const float* A, const float* B, float
 std::string matmul_bf16_kernel();
 // The oneDNN library loaded, e.g. "2.6.3 (OpenMP)": its CPU runtime must be OpenMP, our threads' pool.
 std::string onednn_version();
+
+// oneDNN kernels are made per product shape and kept for the next product of that shape, at most this many (when
+// full the cache starts again); how many are kept now.
+inline constexpr size_t kMatmulHalfKernelsKept = 256;
+size_t matmul_half_kernels_cached();
 
 }  // namespace ds::cpu

@@ -7,6 +7,7 @@
 #include <string>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "amp/half.h"
 #include "cpu/matmul.h"
@@ -105,4 +106,20 @@ TEST_CASE("matmul_half gives the same bits at 1 and 2 threads, run to run") {
       CHECK(ds::test::bit_identical(two, again));
     }
   ds::cpu::set_threads(saved);
+}
+
+// Sampling with a growing context multiplies a new number of rows at each length: the kernels kept per shape stay
+// bounded (the cache starts again when full), and the products after that are still right.
+TEST_CASE("matmul_half keeps a bounded number of oneDNN kernels") {
+  const bool on_onednn = ds::cpu::matmul_bf16_kernel() != "sgemm on rounded operands";
+  Rng rng(9);
+  const int64_t shapes = static_cast<int64_t>(ds::cpu::kMatmulHalfKernelsKept) + 40;
+  for (int64_t m = 1; m <= shapes; ++m) {
+    const auto A = ds::test::random_vec(rng, m * 8), B = ds::test::random_vec(rng, 8 * 8);
+    std::vector<float> C(static_cast<size_t>(m * 8));
+    ds::cpu::matmul_half(Half::BF16, A.data(), B.data(), C.data(), m, 8, 8, false, false, false);
+    CHECK(ds::cpu::matmul_half_kernels_cached() <= ds::cpu::kMatmulHalfKernelsKept);
+  }
+  if (on_onednn) CHECK(ds::cpu::matmul_half_kernels_cached() > 0);
+  for (const Dims d : {Dims{shapes, 8, 8}, Dims{3, 8, 8}, Dims{100, 90, 80}}) compare(Half::BF16, d, false, true, true, rng);
 }
