@@ -99,9 +99,18 @@ DS_DEVICE inline void load_rows(amp::Half type, const float* src, int64_t stride
           store_half2(at, pack_half2(type, v[j].x[0], v[j].x[1]));
           store_half2(at + 2, pack_half2(type, v[j].x[2], v[j].x[3]));
         }
-        if (tile_t)
+        if (tile_t) {
+          // Column d + e of the warp's groups lies 4 transposed rows (144 words) from the next group's: every
+          // other group's in one bank. Each group starts at another of its 4 columns (group / 2 mod 4), so
+          // that 8 groups share no bank: at D = 64 2-way conflicts instead of 8-way (16-way at 128: 4-way).
+          const int turn = (i % kRowGroups) / 2;
           DS_UNROLL
-          for (int e = 0; e < 4; ++e) tile_t[(d + e) * kFlashTransposedLd + r] = to_half_bits(type, v[j].x[e]);
+          for (int e = 0; e < 4; ++e) {
+            const int col = (e + turn) % 4;  // selected, not indexed: v stays in registers
+            const float x = col == 0 ? v[j].x[0] : col == 1 ? v[j].x[1] : col == 2 ? v[j].x[2] : v[j].x[3];
+            tile_t[(d + col) * kFlashTransposedLd + r] = to_half_bits(type, x);
+          }
+        }
       }
     }
     return;
