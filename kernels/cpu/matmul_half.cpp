@@ -78,8 +78,8 @@ std::shared_ptr<const Kernel> kernel(int64_t m, int64_t n, int64_t k, bool ta, b
   return slot;
 }
 
-void run(const std::shared_ptr<const Kernel>& kernel, const uint16_t* a, const uint16_t* b, float* c) {
-  const Kernel& k = *kernel;
+// `k` from kernel(): its shared_ptr, a temporary of the caller's full expression, keeps it alive until run returns.
+void run(const Kernel& k, const uint16_t* a, const uint16_t* b, float* c) {
   const OneThread one;
   thread_local std::vector<char> scratch;
   thread_local dnnl::stream stream(cpu_engine());
@@ -159,7 +159,7 @@ void matmul_half(amp::Half type, const float* A, const float* B, float* C, int64
     thread_local std::vector<uint16_t> a;
     a.resize(static_cast<size_t>(M * K));
     from_float(type, A, a.data(), a.size());
-    run(kernel(M, N, K, trans_a, trans_b, accumulate), a.data(), whole, C);
+    run(*kernel(M, N, K, trans_a, trans_b, accumulate), a.data(), whole, C);
     return;
   }
   const int64_t side = by_rows ? M : N, block = split.block;
@@ -173,14 +173,14 @@ void matmul_half(amp::Half type, const float* A, const float* B, float* C, int64
       if (by_rows) {  // C's rows [lo, hi): A's rows, stored [width, K] or transposed [K, width]
         if (trans_a) round_columns(type, A, K, M, lo, hi, part.data());
         else from_float(type, A + lo * K, part.data(), part.size());
-        run(kernel(width, N, K, trans_a, trans_b, accumulate), part.data(), whole, C + lo * N);
+        run(*kernel(width, N, K, trans_a, trans_b, accumulate), part.data(), whole, C + lo * N);
         continue;
       }
       // C's columns [lo, hi): B's columns, stored [K, width] or transposed [width, K], into a dense product.
       if (trans_b) from_float(type, B + lo * K, part.data(), part.size());
       else round_columns(type, B, K, N, lo, hi, part.data());
       product.resize(static_cast<size_t>(M * width));
-      run(kernel(M, width, K, trans_a, trans_b, false), whole, part.data(), product.data());
+      run(*kernel(M, width, K, trans_a, trans_b, false), whole, part.data(), product.data());
       for (int64_t r = 0; r < M; ++r) {
         float* row = C + r * N + lo;
         const float* from = product.data() + r * width;
