@@ -14,6 +14,7 @@ packages=(
   libpcre2-dev                                           # BPE tokenizers: GPT-2's word pattern
   libopenblas-openmp-dev                                 # kernels: GEMM on the same OpenMP pool as our loops
   libdnnl-dev                                            # kernels: bf16 products on AMX / AVX-512-BF16 (oneDNN)
+  ocl-icd-opencl-dev                                     # oneDNN's CMake config requires OpenCL (a recommends apt skips)
   libboost-context-dev                                   # kernels: the SIMT emulator's fiber switches
   doctest-dev                                            # the build configures the unit tests too
   python3 gnuplot-nox                                    # the loss-curve PNG (scripts/plot_loss.py)
