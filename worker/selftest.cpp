@@ -107,11 +107,11 @@ void layernorm_backward(Check& c, int64_t rows, int64_t dim, std::mt19937& rng) 
   cpu::layernorm_forward_reference(x.data(), gamma.data(), beta.data(), y.data(), stats.data(), rows, dim, 1e-5f);
   std::vector<float> ref_dx(x.size()), ref_dgamma(dim, 0.5f), ref_dbeta(dim, -0.5f);  // accumulated onto
   DeviceArray<float> d_x(x), d_gamma(gamma), d_stats(stats), d_dy(dy), d_dx(ref_dx), d_dgamma(ref_dgamma),
-      d_dbeta(ref_dbeta);
+      d_dbeta(ref_dbeta), d_partial(std::vector<float>(cuda::ln_param_partial_floats(rows, dim), NAN));  // each written
   cpu::layernorm_backward_reference(x.data(), gamma.data(), stats.data(), dy.data(), ref_dx.data(), ref_dgamma.data(),
                                     ref_dbeta.data(), rows, dim);
   cuda::layernorm_backward(d_x.get(), d_gamma.get(), d_stats.get(), d_dy.get(), d_dx.get(), d_dgamma.get(),
-                           d_dbeta.get(), rows, dim, nullptr);
+                           d_dbeta.get(), d_partial.get(), rows, dim, nullptr);
   compare(c, d_dx.to_host(), ref_dx, 1e-5, 1e-4);
   compare(c, d_dgamma.to_host(), ref_dgamma, 1e-5, 1e-5);
   compare(c, d_dbeta.to_host(), ref_dbeta, 1e-5, 1e-5);
@@ -540,7 +540,7 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
   for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 1}, {3, 31}, {5, 769}, {33, 1024}, {4, 4097}})
     add("layernorm_forward", fmt::format("{} x {}", rows, dim),
         [=](Check& c, std::mt19937& rng) { layernorm_forward(c, rows, dim, rng); });
-  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {7, 300}, {16, 1027}})
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {7, 300}, {16, 1027}, {1000, 768}})
     add("layernorm_backward", fmt::format("{} x {}", rows, dim),
         [=](Check& c, std::mt19937& rng) { layernorm_backward(c, rows, dim, rng); });
   for (int64_t classes : {1, 10, 33, 1000, 50257})

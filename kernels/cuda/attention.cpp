@@ -7,8 +7,9 @@
 //             dQ = dS·K/√D, dK = dSᵀ·Q/√D
 // The causal mask is applied by the row kernels (P = 0 above the diagonal), so the products run over
 // whole T×T blocks: twice the flops a masked kernel needs, at cuBLAS's rate. With 16-bit products
-// (bf16 or fp16) each GEMM takes 16-bit copies of its operands (Q, K, V and dO once, P or dS per
-// group), made by the conversion kernel, and writes fp32.
+// (bf16 or fp16) each GEMM takes 16-bit copies of its operands and writes fp32: Q, K, V and dO made
+// once by the conversion kernel; P and dS per group by the row kernels that form them, which write the
+// 16-bit values themselves (the forward's and dS's fp32 values are not written at all).
 // The fused kernel (flash_attention.cuh) replaces all of it where attention_kernel says so.
 #include <cmath>
 #include <cstdint>
@@ -43,6 +44,7 @@ struct Workspace {
     s16 = o16 + n;
   }
   GemmType type() const { return products ? gemm_type(*products) : F32; }
+  amp::Half half() const { return products.value_or(amp::Half::BF16); }  // (unread without products)
   size_t element_bytes() const { return products ? 2 : 4; }
 };
 
@@ -106,8 +108,8 @@ void attention_forward(const float* qkv, float* out, float* stats, float* worksp
     const int64_t count = std::min(chunk, heads - first), at = first * T * D;
     const size_t off = static_cast<size_t>(at) * elem;
     per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
-    attention_softmax_rows(w.s, stats + 2 * first * T, count * T, T, stream);
-    const void* p = operand(w, w.s, w.s16, count * T * T, stream);
+    attention_softmax_rows(w.s, stats + 2 * first * T, count * T, T, w.s16, w.half(), stream);  // P
+    const void* p = w.products ? static_cast<const void*>(w.s16) : w.s;
     per_head(p, v + off, w.o + at, T, D, T, false, false, 1.0f, count, type, stream);
   }
   attention_heads_to_rows(w.o, out, C, B, T, H, D, stream);
@@ -135,15 +137,15 @@ void attention_backward(const float* qkv, const float* out, const float* stats, 
   const auto* dout_h = static_cast<const char*>(operand(w, w.o, w.o16, n, stream));
   const size_t elem = w.element_bytes();
   for (int64_t first = 0; first < heads; first += chunk) {
-    const int64_t count = std::min(chunk, heads - first), at = first * T * D, block = count * T * T;
+    const int64_t count = std::min(chunk, heads - first), at = first * T * D;
     const size_t off = static_cast<size_t>(at) * elem;
     per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
-    attention_probs_from_stats(w.s, stats + 2 * first * T, count * T, T, stream);
-    const void* p = operand(w, w.s, w.s16, block, stream);
+    attention_probs_from_stats(w.s, stats + 2 * first * T, count * T, T, w.s16, w.half(), stream);  // P
+    const void* p = w.products ? static_cast<const void*>(w.s16) : w.s;
     per_head(p, dout_h + off, w.dv + at, T, D, T, true, false, 1.0f, count, type, stream);  // dV = Pᵀ·dO
     per_head(dout_h + off, v + off, w.dp, T, T, D, false, true, 1.0f, count, type, stream);  // dP = dO·Vᵀ
-    attention_softmax_backward(w.s, w.dp, count * T, T, stream);                           // dP -> dS
-    const void* ds = operand(w, w.dp, w.s16, block, stream);  // P's copy is no longer read
+    attention_softmax_backward(w.s, w.dp, count * T, T, w.s16, w.half(), stream);  // dS (over P's 16-bit copy)
+    const void* ds = w.products ? static_cast<const void*>(w.s16) : w.dp;
     per_head(ds, k + off, w.dq + at, T, D, T, false, false, scale, count, type, stream);  // dQ = dS·K/√D
     per_head(ds, q + off, w.dk + at, T, D, T, true, false, scale, count, type, stream);   // dK = dSᵀ·Q/√D
   }

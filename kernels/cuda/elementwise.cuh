@@ -69,17 +69,19 @@ DS_KERNEL void embedding_backward_wpe_kernel(const float* dout, float* dwpe, int
   dwpe[i] = sum;
 }
 
-// dwte[tokens[p], c] += dout[p, c] for the positions p in order: one thread per column c (tokens that
-// repeat add up in position order, as on the CPU); tokens outside [0, vocab) are skipped (forward
-// made their rows NaN). Any grid and block covering C. Deterministic but only C threads: simple
-// before fast.
+// dwte[tokens[p], c] += dout[p, c] for the positions p in order (tokens that repeat add up in position
+// order, as on the CPU); tokens outside [0, vocab) are skipped (forward made their rows NaN). Thread
+// (c, g): column c (grid x) and token group g (grid y of G, embedding_token_groups): the positions
+// whose token % G == g. A token's positions all fall in one group, so its sums keep the CPU's order
+// and bits, while C·G threads run instead of C (one per column walked all 8192 positions of GPT-2's
+// batch one dependent read-modify-write at a time). Any grid x covering C, any grid y.
 DS_KERNEL void embedding_backward_wte_kernel(const int32_t* tokens, const float* dout, float* dwte, int64_t positions,
                                              int64_t C, int64_t vocab) {
-  const int64_t c = grid_first();
+  const int64_t c = grid_first(), group = blockIdx.y, groups = gridDim.y;
   if (c >= C) return;
   for (int64_t p = 0; p < positions; ++p) {
     const int32_t token = tokens[p];
-    if (token >= 0 && token < vocab) dwte[token * C + c] += dout[p * C + c];
+    if (token >= 0 && token < vocab && token % groups == group) dwte[token * C + c] += dout[p * C + c];
   }
 }
 

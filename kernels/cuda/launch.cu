@@ -154,13 +154,16 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 }
 
 void layernorm_backward(const float* x, const float* gamma, const float* stats, const float* dy, float* dx,
-                        float* dgamma, float* dbeta, int64_t rows, int64_t dim, void* stream) {
+                        float* dgamma, float* dbeta, float* partial, int64_t rows, int64_t dim, void* stream) {
   if (rows <= 0 || dim <= 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   layernorm_backward_dx_kernel<<<static_cast<unsigned>(rows), row_threads(dim), 0, s>>>(x, gamma, stats, dy, dx, dim);
   check(cudaGetLastError(), "layernorm_backward (dx) launch");
-  layernorm_backward_params_kernel<<<ln_param_blocks(dim), dim3(kLnParamColumns, kLnParamLanes), 0, s>>>(
-      x, stats, dy, dgamma, dbeta, rows, dim);
+  const unsigned chunks = ln_param_chunks(rows);
+  layernorm_backward_partials_kernel<<<dim3(ln_param_blocks(dim), chunks), dim3(kLnParamColumns, kLnParamLanes), 0,
+                                       s>>>(x, stats, dy, partial, rows, dim);
+  check(cudaGetLastError(), "layernorm_backward (dgamma, dbeta partials) launch");
+  layernorm_backward_totals_kernel<<<column_blocks(dim), kColumnThreads, 0, s>>>(partial, dgamma, dbeta, chunks, dim);
   check(cudaGetLastError(), "layernorm_backward (dgamma, dbeta) launch");
 }
 
@@ -209,24 +212,27 @@ void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride
   check(cudaGetLastError(), "attention heads_to_rows launch");
 }
 
-void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, void* stream) {
+void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, uint16_t* out16, amp::Half type,
+                            void* stream) {
   if (rows <= 0 || T <= 0) return;
-  softmax_rows_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(scores,
-                                                                                                           stats, T);
+  softmax_rows_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(
+      scores, stats, T, out16, type);
   check(cudaGetLastError(), "attention softmax_rows launch");
 }
 
-void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, void* stream) {
+void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, uint16_t* out16,
+                                amp::Half type, void* stream) {
   if (rows <= 0 || T <= 0) return;
   probs_from_stats_kernel<<<element_blocks(rows * T), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      scores, stats, rows, T);
+      scores, stats, rows, T, out16, type);
   check(cudaGetLastError(), "attention probs_from_stats launch");
 }
 
-void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void* stream) {
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, uint16_t* out16,
+                                amp::Half type, void* stream) {
   if (rows <= 0 || T <= 0) return;
   softmax_backward_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(
-      probs, dprobs, T);
+      probs, dprobs, T, out16, type);
   check(cudaGetLastError(), "attention softmax_backward launch");
 }
 
@@ -385,7 +391,8 @@ void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, f
   auto s = static_cast<cudaStream_t>(stream);
   embedding_backward_wpe_kernel<<<column_blocks(T * C), kColumnThreads, 0, s>>>(dout, dwpe, B, T, C);
   check(cudaGetLastError(), "embedding_backward (dwpe) launch");
-  embedding_backward_wte_kernel<<<column_blocks(C), kColumnThreads, 0, s>>>(tokens, dout, dwte, B * T, C, vocab);
+  embedding_backward_wte_kernel<<<dim3(column_blocks(C), embedding_token_groups(B * T)), kColumnThreads, 0, s>>>(
+      tokens, dout, dwte, B * T, C, vocab);
   check(cudaGetLastError(), "embedding_backward (dwte) launch");
 }
 
@@ -400,7 +407,8 @@ void embedding_rows_forward(const int32_t* tokens, const float* wte_rows, float*
 void embedding_rows_backward(const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n, int64_t C,
                              int64_t first, int64_t rows, void* stream) {
   if (n <= 0 || C <= 0) return;
-  embedding_rows_backward_kernel<<<column_blocks(C), kColumnThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+  embedding_rows_backward_kernel<<<dim3(column_blocks(C), embedding_token_groups(n)), kColumnThreads, 0,
+                                   static_cast<cudaStream_t>(stream)>>>(
       tokens, dout, dwte_rows, n, C, first, rows);
   check(cudaGetLastError(), "embedding_rows_backward launch");
 }

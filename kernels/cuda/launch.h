@@ -70,9 +70,9 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
                        int64_t dim, float eps, void* stream);
 
 // LayerNorm backward: dx[rows, dim] (overwritten), dgamma[dim] and dbeta[dim] (accumulated) from x,
-// gamma, the forward's stats and dy.
+// gamma, the forward's stats and dy; `partial` [ln_param_partial_floats(rows, dim)] device scratch.
 void layernorm_backward(const float* x, const float* gamma, const float* stats, const float* dy, float* dx,
-                        float* dgamma, float* dbeta, int64_t rows, int64_t dim, void* stream);
+                        float* dgamma, float* dbeta, float* partial, int64_t rows, int64_t dim, void* stream);
 
 // Softmax cross-entropy (kernels/cpu/cross_entropy.h): stats[rows, 2] and each row's loss
 // row_loss[rows] (NaN for a label outside [0, classes); the mean is the caller's), then
@@ -138,9 +138,14 @@ void attention_rows_to_heads(const float* rows, int64_t row_stride, float* heads
                              int64_t D, void* stream);
 void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride, int64_t B, int64_t T, int64_t H,
                              int64_t D, void* stream);
-void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, void* stream);
-void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, void* stream);
-void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void* stream);
+// With out16 (not nullptr) the rows' results also go there in 16 bits of `type` (softmax_rows' P and
+// softmax_backward's dS only there; probs_from_stats' P to both).
+void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, uint16_t* out16, amp::Half type,
+                            void* stream);
+void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, uint16_t* out16,
+                                amp::Half type, void* stream);
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, uint16_t* out16,
+                                amp::Half type, void* stream);
 
 // Bias and residual (kernels/cpu/bias.h, elementwise.h): y[rows, cols] += bias[cols] (or = bias[cols]);
 // dbias[cols] += Σ_r dy[r, cols] (rows in order); y[n] += x[n]. The CPU fast paths' bits.

@@ -203,12 +203,15 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 }
 
 void layernorm_backward(const float* x, const float* gamma, const float* stats, const float* dy, float* dx,
-                        float* dgamma, float* dbeta, int64_t rows, int64_t dim, void*) {
+                        float* dgamma, float* dbeta, float* partial, int64_t rows, int64_t dim, void*) {
   if (rows <= 0 || dim <= 0) return;
   simt::launch(static_cast<unsigned>(rows), row_threads(dim), {},
                [&] { layernorm_backward_dx_kernel(x, gamma, stats, dy, dx, dim); });
-  simt::launch(ln_param_blocks(dim), simt::dim3(kLnParamColumns, kLnParamLanes), {},
-               [&] { layernorm_backward_params_kernel(x, stats, dy, dgamma, dbeta, rows, dim); });
+  const unsigned chunks = ln_param_chunks(rows);
+  simt::launch(simt::dim3(ln_param_blocks(dim), chunks), simt::dim3(kLnParamColumns, kLnParamLanes), {},
+               [&] { layernorm_backward_partials_kernel(x, stats, dy, partial, rows, dim); });
+  simt::launch(column_blocks(dim), kColumnThreads, {},
+               [&] { layernorm_backward_totals_kernel(partial, dgamma, dbeta, chunks, dim); });
 }
 
 void cross_entropy_forward(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, float* stats,
@@ -250,19 +253,24 @@ void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride
                [&] { heads_to_rows_kernel(heads, rows, row_stride, B, T, H, D); });
 }
 
-void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, void*) {
+void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, uint16_t* out16, amp::Half type,
+                            void*) {
   if (rows <= 0 || T <= 0) return;
-  simt::launch(static_cast<unsigned>(rows), row_threads(T), {}, [&] { softmax_rows_kernel(scores, stats, T); });
+  simt::launch(static_cast<unsigned>(rows), row_threads(T), {}, [&] { softmax_rows_kernel(scores, stats, T, out16, type); });
 }
 
-void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, void*) {
+void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, uint16_t* out16,
+                                amp::Half type, void*) {
   if (rows <= 0 || T <= 0) return;
-  simt::launch(element_blocks(rows * T), kElementThreads, {}, [&] { probs_from_stats_kernel(scores, stats, rows, T); });
+  simt::launch(element_blocks(rows * T), kElementThreads, {},
+               [&] { probs_from_stats_kernel(scores, stats, rows, T, out16, type); });
 }
 
-void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, void*) {
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, uint16_t* out16,
+                                amp::Half type, void*) {
   if (rows <= 0 || T <= 0) return;
-  simt::launch(static_cast<unsigned>(rows), row_threads(T), {}, [&] { softmax_backward_kernel(probs, dprobs, T); });
+  simt::launch(static_cast<unsigned>(rows), row_threads(T), {},
+               [&] { softmax_backward_kernel(probs, dprobs, T, out16, type); });
 }
 
 namespace {
@@ -390,7 +398,7 @@ void embedding_backward(const int32_t* tokens, const float* dout, float* dwte, f
                         int64_t C, int64_t vocab, void*) {
   if (B <= 0 || T <= 0 || C <= 0) return;
   simt::launch(column_blocks(T * C), kColumnThreads, {}, [&] { embedding_backward_wpe_kernel(dout, dwpe, B, T, C); });
-  simt::launch(column_blocks(C), kColumnThreads, {},
+  simt::launch(simt::dim3(column_blocks(C), embedding_token_groups(B * T)), kColumnThreads, {},
                [&] { embedding_backward_wte_kernel(tokens, dout, dwte, B * T, C, vocab); });
 }
 
@@ -404,7 +412,7 @@ void embedding_rows_forward(const int32_t* tokens, const float* wte_rows, float*
 void embedding_rows_backward(const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n, int64_t C,
                              int64_t first, int64_t rows, void*) {
   if (n <= 0 || C <= 0) return;
-  simt::launch(column_blocks(C), kColumnThreads, {},
+  simt::launch(simt::dim3(column_blocks(C), embedding_token_groups(n)), kColumnThreads, {},
                [&] { embedding_rows_backward_kernel(tokens, dout, dwte_rows, n, C, first, rows); });
 }
 

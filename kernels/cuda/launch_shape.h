@@ -25,8 +25,18 @@ inline unsigned element_blocks(int64_t n) {
 constexpr unsigned kColumnThreads = 256;
 inline unsigned column_blocks(int64_t dim) { return static_cast<unsigned>((dim + kColumnThreads - 1) / kColumnThreads); }
 
-// LayerNorm backward's dgamma/dbeta kernel (layernorm.cuh): one block per 32 columns (kLnParamColumns).
+// The embedding's backward (elementwise.cuh, vocab_parallel.cuh): the token groups that split the
+// positions (grid y), about 128 positions each, at most 64.
+inline unsigned embedding_token_groups(int64_t positions) {
+  return static_cast<unsigned>(std::clamp<int64_t>(positions / 128, 1, 64));
+}
+
+// LayerNorm backward's dgamma/dbeta partials (layernorm.cuh): one block per 32 columns (kLnParamColumns)
+// and chunk of at least 256 rows, at most 64 chunks (GPT-2's 8192 x 768: 24 x 32 blocks); its partial
+// sums take ln_param_partial_floats.
 inline unsigned ln_param_blocks(int64_t dim) { return static_cast<unsigned>((dim + 31) / 32); }
+inline unsigned ln_param_chunks(int64_t rows) { return static_cast<unsigned>(std::clamp<int64_t>(rows / 256, 1, 64)); }
+inline int64_t ln_param_partial_floats(int64_t rows, int64_t dim) { return 2 * ln_param_chunks(rows) * dim; }
 
 // sum_squares (norm.cuh): partial sums of this many blocks of kReduceThreads, then one block.
 constexpr unsigned kSumSquaresBlocks = 1024;

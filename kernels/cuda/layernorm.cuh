@@ -1,7 +1,7 @@
 // LayerNorm on the GPU (the formulas and the fp32/double reference: kernels/cpu/layernorm.h).
 // Forward, one block per row: the mean, then the variance about it (two passes, as the CPU kernel),
 // each a block_sum in fp32 with a fixed order; y = (x − μ)·ρ·gamma + beta, stats[row] = {μ, ρ}.
-// Backward: dx one block per row; dgamma and dbeta one thread per column over the rows.
+// Backward: dx one block per row; dgamma and dbeta in tiles of columns and chunks of rows, then the chunks' sums.
 // Written in the CUDA subset: nvcc compiles it, and the SIMT emulator runs it in the unit tests.
 #pragma once
 #include <cstdint>
@@ -57,21 +57,27 @@ DS_KERNEL void layernorm_backward_dx_kernel(const float* x, const float* gamma, 
   }
 }
 
-// dgamma[c] += Σ_r dy[r,c]·x̂[r,c] and dbeta[c] += Σ_r dy[r,c] (accumulated, the plugin ABI's rule).
-// A block of kLnParamColumns x kLnParamLanes threads takes a tile of kLnParamColumns columns (a warp
-// reads consecutive columns of a row); lane y sums rows y, y + kLnParamLanes, ... in order, and the
-// lanes' sums are added in lane order, so the result does not depend on the order threads run in.
-// Grid: ln_param_blocks(dim) (launch_shape.h); block (kLnParamColumns, kLnParamLanes). (One thread per
-// column down all the rows, the first form, took 3.8 ms at GPT-2's 8192 x 768 on an H100: too few
-// loads in flight.)
+// dgamma[c] += Σ_r dy[r,c]·x̂[r,c] and dbeta[c] += Σ_r dy[r,c] (accumulated, the plugin ABI's rule), in
+// two kernels whose order of additions is fixed, so the result does not depend on the order threads or
+// blocks run in:
+//   partials: block (x, y) of kLnParamColumns x kLnParamLanes threads takes columns [32x, 32x + 32) of
+//             the y-th of gridDim.y consecutive row ranges (chunks); lane l sums the range's rows l,
+//             l + kLnParamLanes, ... in order (a warp reads consecutive columns of a row), the lanes' sums
+//             are added in lane order into partial[0][y][c] (dgamma's) and partial[1][y][c] (dbeta's);
+//   totals:   one thread per column adds the chunks' partials in chunk order into dgamma and dbeta.
+// Grids: (ln_param_blocks(dim), ln_param_chunks(rows)) and column_blocks(dim) (launch_shape.h). (One thread
+// per column down all the rows, the first form, took 3.8 ms at GPT-2's 8192 x 768 on an H100; one block
+// per 32 columns down all the rows, the second, 0.23 ms: 24 blocks, too few loads in flight.)
 constexpr unsigned kLnParamColumns = 32, kLnParamLanes = 16;
-DS_KERNEL void layernorm_backward_params_kernel(const float* x, const float* stats, const float* dy, float* dgamma,
-                                                float* dbeta, int64_t rows, int64_t dim) {
+DS_KERNEL void layernorm_backward_partials_kernel(const float* x, const float* stats, const float* dy, float* partial,
+                                                  int64_t rows, int64_t dim) {
   DS_SHARED(float, sums, 2 * kLnParamLanes * kLnParamColumns);  // [2][lane][column]
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kLnParamColumns + threadIdx.x;
+  const int64_t chunk = blockIdx.y, chunks = gridDim.y, per_chunk = (rows + chunks - 1) / chunks;
+  const int64_t begin = chunk * per_chunk, end = begin + per_chunk < rows ? begin + per_chunk : rows;
   float sum_gamma = 0.0f, sum_beta = 0.0f;
   if (c < dim)
-    for (int64_t r = threadIdx.y; r < rows; r += kLnParamLanes) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kLnParamLanes) {
       const float d = dy[r * dim + c];
       sum_gamma += d * ((x[r * dim + c] - stats[2 * r]) * stats[2 * r + 1]);
       sum_beta += d;
@@ -84,6 +90,20 @@ DS_KERNEL void layernorm_backward_params_kernel(const float* x, const float* sta
   for (unsigned lane = 0; lane < kLnParamLanes; ++lane) {
     total_gamma += sums[lane * kLnParamColumns + threadIdx.x];
     total_beta += sums[(kLnParamLanes + lane) * kLnParamColumns + threadIdx.x];
+  }
+  partial[chunk * dim + c] = total_gamma;
+  partial[(chunks + chunk) * dim + c] = total_beta;
+}
+
+// partial [2, chunks, dim] from the kernel above; any grid and block covering dim.
+DS_KERNEL void layernorm_backward_totals_kernel(const float* partial, float* dgamma, float* dbeta, int64_t chunks,
+                                                int64_t dim) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
+  float total_gamma = 0.0f, total_beta = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) {
+    total_gamma += partial[k * dim + c];
+    total_beta += partial[(chunks + k) * dim + c];
   }
   dgamma[c] += total_gamma;
   dbeta[c] += total_beta;

@@ -72,8 +72,8 @@ void layernorm_forward(const float*, const float*, const float*, float*, float*,
   throw std::runtime_error("cuda: layernorm_forward: dsrun was built without CUDA");
 }
 
-void layernorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t,
-                        int64_t, void*) {
+void layernorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, float*,
+                        int64_t, int64_t, void*) {
   throw std::runtime_error("cuda: layernorm_backward: dsrun was built without CUDA");
 }
 

@@ -1,7 +1,7 @@
 // The vocabulary-parallel embedding and cross-entropy on the GPU (formulas: kernels/cpu/vocab_parallel.h),
 // on the CPU loops' own row bodies (kernels/cpu/vocab_parallel_row.h), so both give the same bits. Simple
-// before fast: one thread per row for the cross-entropy's reductions, one per column for the embedding's
-// gradient (positions in order, as on the CPU). A token or label outside [0, vocab) cannot throw on the
+// before fast: one thread per row for the cross-entropy's reductions, one per column and token group for the
+// embedding's gradient (positions in order, as on the CPU). A token or label outside [0, vocab) cannot throw on the
 // device: its embedding row is NaN, its row's stats are NaN. Written in the CUDA subset: nvcc compiles it,
 // the SIMT emulator runs it in the unit tests.
 #pragma once
@@ -24,14 +24,16 @@ DS_KERNEL void embedding_rows_forward_kernel(const int32_t* tokens, const float*
   }
 }
 
-// dwte_rows[token − first, c] += dout[p, c] for the shard's tokens, positions in order: one thread per
-// column; any grid and block covering C.
+// dwte_rows[token − first, c] += dout[p, c] for the shard's tokens, positions in order: thread (c, g)
+// takes column c and the tokens of group g (token % G == g, G = gridDim.y), as
+// embedding_backward_wte_kernel does; any grid x covering C, any grid y.
 DS_KERNEL void embedding_rows_backward_kernel(const int32_t* tokens, const float* dout, float* dwte_rows, int64_t n,
                                               int64_t C, int64_t first, int64_t rows) {
-  const int64_t c = grid_first();
+  const int64_t c = grid_first(), group = blockIdx.y, groups = gridDim.y;
   if (c >= C) return;
   for (int64_t p = 0; p < n; ++p)
-    if (cpu::in_shard(tokens[p], first, rows)) dwte_rows[(tokens[p] - first) * C + c] += dout[p * C + c];
+    if (cpu::in_shard(tokens[p], first, rows) && tokens[p] % groups == group)
+      dwte_rows[(tokens[p] - first) * C + c] += dout[p * C + c];
 }
 
 // stats[r], stats[n + r] (max, label's logit) per row: one thread per row; any grid and block covering n.

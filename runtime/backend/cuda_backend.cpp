@@ -255,7 +255,10 @@ ds_status layernorm_forward(void* ctx, const float* x, const float* gamma, const
 }
 ds_status layernorm_backward(void* ctx, const float* x, const float* gamma, const float* stats, const float* dy,
                              float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t dim) {
-  return guarded(ctx, "layernorm_backward", [&] { cuda::layernorm_backward(x, gamma, stats, dy, dx, dgamma, dbeta, rows, dim, kStream); });
+  return guarded(ctx, "layernorm_backward", [&] {
+    const Temp<float> partial(state(ctx), cuda::ln_param_partial_floats(rows, dim));
+    cuda::layernorm_backward(x, gamma, stats, dy, dx, dgamma, dbeta, partial.get(), rows, dim, kStream);
+  });
 }
 ds_status gelu_forward(void* ctx, const float* x, float* y, int64_t n) {
   return guarded(ctx, "gelu_forward", [&] { cuda::gelu_forward(x, y, n, kStream); });

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <span>
 #include <string>
@@ -29,6 +30,7 @@
 
 using ds::simt::LaunchOptions;
 using ds::simt::Order;
+constexpr ds::amp::Half kBf16 = ds::amp::Half::BF16;  // (the type, unread without a 16-bit output)
 
 TEST_CASE("cuda layernorm forward on the emulator matches the CPU reference") {
   std::mt19937 rng(7);
@@ -310,28 +312,31 @@ TEST_CASE("cuda layernorm backward on the emulator matches the CPU reference") {
       ds::simt::launch(static_cast<unsigned>(rows), 64, {}, [&] {
         ds::cuda::layernorm_backward_dx_kernel(x.data(), gamma.data(), stats.data(), dy.data(), dx.data(), dim);
       });
-      // dgamma/dbeta: tiles of 32 columns x 16 row lanes; the same bits in both thread orders.
-      const auto reverse_gamma = [&] {
-        std::vector<float> g(dgamma), b(dbeta);
-        ds::simt::LaunchOptions reverse;
-        reverse.order = ds::simt::Order::reverse;
-        ds::simt::launch(ds::cuda::ln_param_blocks(dim), ds::simt::dim3(32, 16), reverse, [&] {
-          ds::cuda::layernorm_backward_params_kernel(x.data(), stats.data(), dy.data(), g.data(), b.data(), rows, dim);
-        });
-        return std::pair{g, b};
-      }();
-      ds::simt::launch(ds::cuda::ln_param_blocks(dim), ds::simt::dim3(32, 16), {}, [&] {
-        ds::cuda::layernorm_backward_params_kernel(x.data(), stats.data(), dy.data(), dgamma.data(), dbeta.data(), rows,
-                                                   dim);
-      });
-      CHECK(reverse_gamma.first == dgamma);
-      CHECK(reverse_gamma.second == dbeta);
       ds::cpu::layernorm_backward_reference(x.data(), gamma.data(), stats.data(), dy.data(), ref_dx.data(),
                                             ref_dgamma.data(), ref_dbeta.data(), rows, dim);
       for (size_t i = 0; i < dx.size(); ++i) REQUIRE(std::fabs(dx[i] - ref_dx[i]) <= 1e-5 + 1e-4 * std::fabs(ref_dx[i]));
-      for (int64_t c = 0; c < dim; ++c) {
-        REQUIRE(std::fabs(dgamma[c] - ref_dgamma[c]) <= 1e-5 + 1e-5 * std::fabs(ref_dgamma[c]));
-        REQUIRE(std::fabs(dbeta[c] - ref_dbeta[c]) <= 1e-5 + 1e-5 * std::fabs(ref_dbeta[c]));
+      // dgamma/dbeta: tiles of 32 columns x 16 row lanes over 1 to 3 chunks of rows (grid y; at 1 row
+      // some chunks are empty), then the chunks' sums; the same bits in both thread orders.
+      const auto params = [&](unsigned chunks, ds::simt::Order order) {
+        std::vector<float> g(dgamma), b(dbeta), partial(2 * chunks * dim, NAN);  // each partial written
+        ds::simt::LaunchOptions o;
+        o.order = order;
+        ds::simt::launch(ds::simt::dim3(ds::cuda::ln_param_blocks(dim), chunks), ds::simt::dim3(32, 16), o, [&] {
+          ds::cuda::layernorm_backward_partials_kernel(x.data(), stats.data(), dy.data(), partial.data(), rows, dim);
+        });
+        ds::simt::launch(static_cast<unsigned>((dim + 63) / 64), 64, o, [&] {
+          ds::cuda::layernorm_backward_totals_kernel(partial.data(), g.data(), b.data(), chunks, dim);
+        });
+        return std::pair{g, b};
+      };
+      for (unsigned chunks : {1u, 2u, 3u}) {
+        CAPTURE(chunks);
+        const auto [g, b] = params(chunks, ds::simt::Order::forward);
+        CHECK(params(chunks, ds::simt::Order::reverse) == std::pair{g, b});
+        for (int64_t c = 0; c < dim; ++c) {
+          REQUIRE(std::fabs(g[c] - ref_dgamma[c]) <= 1e-5 + 1e-5 * std::fabs(ref_dgamma[c]));
+          REQUIRE(std::fabs(b[c] - ref_dbeta[c]) <= 1e-5 + 1e-5 * std::fabs(ref_dbeta[c]));
+        }
       }
     }
   }
@@ -359,15 +364,16 @@ TEST_CASE("cuda attention's softmax rows on the emulator: causal, stats, recompu
         stats[i].assign(2 * rows, NAN);
         ds[i] = dp;
         ds::simt::launch(static_cast<unsigned>(rows), threads, o,
-                         [&] { ds::cuda::softmax_rows_kernel(p[i].data(), stats[i].data(), T); });
+                         [&] { ds::cuda::softmax_rows_kernel(p[i].data(), stats[i].data(), T, nullptr, kBf16); });
         ds::simt::launch(static_cast<unsigned>(rows), threads, o,
-                         [&] { ds::cuda::softmax_backward_kernel(p[i].data(), ds[i].data(), T); });
+                         [&] { ds::cuda::softmax_backward_kernel(p[i].data(), ds[i].data(), T, nullptr, kBf16); });
       }
       CHECK(p[0] == p[1]);
       CHECK(stats[0] == stats[1]);
       CHECK(ds[0] == ds[1]);
       recomputed = scores;
-      ds::simt::launch(3, 64, {}, [&] { ds::cuda::probs_from_stats_kernel(recomputed.data(), stats[0].data(), rows, T); });
+      ds::simt::launch(3, 64, {},
+                       [&] { ds::cuda::probs_from_stats_kernel(recomputed.data(), stats[0].data(), rows, T, nullptr, kBf16); });
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = r % T;
         const float* s = scores.data() + r * T;
@@ -385,6 +391,53 @@ TEST_CASE("cuda attention's softmax rows on the emulator: causal, stats, recompu
           REQUIRE(std::fabs(ds[0][r * T + j] - want_ds) <= 1e-5);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("cuda attention's row kernels in 16 bits: the conversion's bits of their fp32 values, fp32 ones as they were") {
+  // With 16-bit products the row kernels write P and dS for the next product themselves; those must be
+  // the bits that converting their fp32 values gives (the products then see what a separate conversion
+  // pass gave them), and the fp32 values they still write (probs_from_stats' P) unchanged.
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (ds::amp::Half type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
+    for (int64_t T : {1, 33, 70}) {
+      CAPTURE(T);
+      const int64_t rows = 2 * T, n = rows * T;
+      std::vector<float> scores(n), dp(n);
+      for (auto& v : scores) v = normal(rng);
+      for (auto& v : dp) v = normal(rng);
+      const auto convert = [&](const std::vector<float>& x) {
+        std::vector<uint16_t> out(x.size());
+        for (size_t i = 0; i < x.size(); ++i) out[i] = ds::cuda::to_half_bits(type, x[i]);
+        return out;
+      };
+      std::vector<float> p32 = scores, stats(2 * rows), ds32 = dp;  // the fp32 forms
+      const auto per_row = [&](const std::function<void()>& kernel) {
+        ds::simt::launch(static_cast<unsigned>(rows), 64, {}, kernel);
+      };
+      per_row([&] { ds::cuda::softmax_rows_kernel(p32.data(), stats.data(), T, nullptr, type); });
+      per_row([&] { ds::cuda::softmax_backward_kernel(p32.data(), ds32.data(), T, nullptr, type); });
+      std::vector<float> s16_scores = scores, stats16(2 * rows), dp16 = dp;
+      std::vector<uint16_t> p16(n, 0xFFFF), ds16(n, 0xFFFF);
+      per_row([&] { ds::cuda::softmax_rows_kernel(s16_scores.data(), stats16.data(), T, p16.data(), type); });
+      CHECK(p16 == convert(p32));
+      CHECK(stats16 == stats);
+      CHECK(s16_scores == scores);  // the scores stay
+      per_row([&] { ds::cuda::softmax_backward_kernel(p32.data(), dp16.data(), T, ds16.data(), type); });
+      CHECK(ds16 == convert(ds32));
+      CHECK(dp16 == dp);  // dP stays
+      std::vector<float> recomputed = scores, recomputed16 = scores;
+      std::vector<uint16_t> r16(n, 0xFFFF);
+      ds::simt::launch(3, 64, {}, [&] {
+        ds::cuda::probs_from_stats_kernel(recomputed.data(), stats.data(), rows, T, nullptr, type);
+      });
+      ds::simt::launch(3, 64, {}, [&] {
+        ds::cuda::probs_from_stats_kernel(recomputed16.data(), stats.data(), rows, T, r16.data(), type);
+      });
+      CHECK(recomputed16 == recomputed);
+      CHECK(r16 == convert(recomputed));
     }
   }
 }

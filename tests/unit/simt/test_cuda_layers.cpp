@@ -81,9 +81,21 @@ TEST_CASE("cuda embedding forward and backward: the CPU's bits, repeated tokens 
   ds::cpu::embedding_backward(tokens.data(), dout.data(), cpu_dwte.data(), cpu_dwpe.data(), B, T, C, vocab);
   ds::cpu::embedding_backward_reference(tokens.data(), dout.data(), ref_dwte.data(), ref_dwpe.data(), B, T, C, vocab);
   launch(static_cast<unsigned>((T * C + 31) / 32), 32, [&] { ds::cuda::embedding_backward_wpe_kernel(dout.data(), gpu_dwpe.data(), B, T, C); });
-  launch(1, 64, [&] { ds::cuda::embedding_backward_wte_kernel(tokens.data(), dout.data(), gpu_dwte.data(), B * T, C, vocab); });
-  CHECK(gpu_dwte == cpu_dwte);
   CHECK(gpu_dwpe == cpu_dwpe);
+  // dwte over 1, 3 and 4 token groups (grid y), the threads in both orders: each token's positions add up
+  // in order in one group, so every split gives the CPU's bits.
+  const auto dwte0 = gpu_dwte;
+  for (unsigned groups : {1u, 3u, 4u})
+    for (auto order : {ds::simt::Order::forward, ds::simt::Order::reverse}) {
+      CAPTURE(groups);
+      ds::simt::LaunchOptions o;
+      o.order = order;
+      gpu_dwte = dwte0;
+      ds::simt::launch(ds::simt::dim3(1, groups), 64, o, [&] {
+        ds::cuda::embedding_backward_wte_kernel(tokens.data(), dout.data(), gpu_dwte.data(), B * T, C, vocab);
+      });
+      CHECK(gpu_dwte == cpu_dwte);
+    }
   for (size_t i = 0; i < ref_dwte.size(); ++i) CHECK(std::fabs(gpu_dwte[i] - ref_dwte[i]) <= 1e-5f * (1.0f + std::fabs(ref_dwte[i])));
 
   tokens[4] = static_cast<int32_t>(vocab);  // out of range: its row is NaN, the others unchanged

@@ -36,8 +36,14 @@ TEST_CASE("cuda vocabulary-parallel embedding: the CPU's bits, tokens off the sh
   CHECK(gpu_out == cpu_out);
   auto cpu_grad = random_floats(rng, rows * C, 1.0f), gpu_grad = cpu_grad;
   ds::cpu::embedding_rows_backward(tokens.data(), dout.data(), cpu_grad.data(), n, C, first, rows, vocab);
-  launch(2, 32, [&] { ds::cuda::embedding_rows_backward_kernel(tokens.data(), dout.data(), gpu_grad.data(), n, C, first, rows); });
-  CHECK(gpu_grad == cpu_grad);
+  for (unsigned groups : {1u, 2u, 5u}) {  // token groups (grid y): every split the CPU's bits
+    CAPTURE(groups);
+    auto grad = gpu_grad;
+    ds::simt::launch(ds::simt::dim3(2, groups), 32, {}, [&] {
+      ds::cuda::embedding_rows_backward_kernel(tokens.data(), dout.data(), grad.data(), n, C, first, rows);
+    });
+    CHECK(grad == cpu_grad);
+  }
   tokens[2] = static_cast<int32_t>(vocab);
   launch(3, 64, [&] { ds::cuda::embedding_rows_forward_kernel(tokens.data(), wte.data(), gpu_out.data(), n, C, first, rows, vocab); });
   for (int64_t i = 0; i < n * C; ++i) {
