@@ -4,6 +4,7 @@
 //   gpu_bench gemm --size N --steps S
 //   gpu_bench linears --batch B --seq T --embd C --steps S
 //   gpu_bench attention --batch B --seq T --heads H --head_dim D --steps S
+//   gpu_bench rowsums --batch B --seq T --embd C --vocab V --steps S
 //   gpu_bench gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
 //   gpu_bench nccl --bytes N --steps S [--ranks R]
 // adam: one fused AdamW step over N fp32 parameters (reads p, g, m, v; writes p, m, v: 28 bytes per
@@ -14,6 +15,8 @@
 // (4C, C), mlp.c_proj (C, 4C); ms and TFLOP/s of each.
 // attention: kernels/cuda's causal attention (attention.cpp) forward, and forward + backward, on qkv[B, T, 3, H, D],
 // with fp32 products (GEMMs), and with bf16 ones through the fused kernel (flash_attention.cuh) and through the GEMMs.
+// rowsums: the two backward ops that sum over GPT-2's B·T rows: LayerNorm's (dx, dgamma, dbeta over [B·T, C]) and
+// the token + position embedding's (dwte [V, C] from B·T uniform random tokens, dwpe [T, C]); ms of each.
 // gpt: training steps of the gpt plugin on the CUDA backend (worker/device_model.h: the plugin's layers
 // through the backend's ops, then AdamW), fp32: tokens/s and the model's TFLOP/s (nanoGPT's count,
 // 6·Ψ + 12·L·T·C FLOPs per token; without attention's recomputed product). gpt_bf16, gpt_fp16: the
@@ -36,6 +39,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -138,6 +142,35 @@ int linears(long long rows, long long C, int steps) {
   check(cudaDeviceSynchronize(), "the products");
   std::printf("{\"side\": \"ours\", \"bench\": \"linears\", \"rows\": %lld, \"embd\": %lld%s}\n", rows, C, fields.c_str());
   for (float* p : {x, w, out}) cudaFree(p);
+  return 0;
+}
+
+int row_sums(long long B, long long T, long long C, long long V, int steps) {
+  const size_t rows = static_cast<size_t>(B * T), n = rows * static_cast<size_t>(C);
+  float *x, *dy, *dx, *gamma, *dgamma, *dbeta, *stats, *partial, *dwte, *dwpe;
+  int32_t* tokens;
+  const size_t partial_floats = static_cast<size_t>(ds::cuda::ln_param_partial_floats(B * T, C));
+  for (auto [p, floats] : {std::pair{&x, n}, {&dy, n}, {&dx, n}, {&gamma, size_t(C)}, {&dgamma, size_t(C)},
+                           {&dbeta, size_t(C)}, {&stats, 2 * rows}, {&partial, partial_floats},
+                           {&dwte, static_cast<size_t>(V * C)}, {&dwpe, static_cast<size_t>(T * C)}}) {
+    check(cudaMalloc(p, floats * 4), "cudaMalloc");
+    check(cudaMemset(*p, 0x3c, floats * 4), "cudaMemset");  // about 0.0115: finite values throughout
+  }
+  check(cudaMalloc(&tokens, rows * 4), "cudaMalloc");
+  std::mt19937 rng(1);
+  std::vector<int32_t> host_tokens(rows);
+  for (auto& t : host_tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+  check(cudaMemcpy(tokens, host_tokens.data(), rows * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  const double layernorm_ms = mean_ms(steps, [&] {
+    ds::cuda::layernorm_backward(x, gamma, stats, dy, dx, dgamma, dbeta, partial, B * T, C, nullptr);
+  });
+  const double embedding_ms = mean_ms(steps, [&] { ds::cuda::embedding_backward(tokens, dy, dwte, dwpe, B, T, C, V, nullptr); });
+  check(cudaDeviceSynchronize(), "the row sums");
+  std::printf("{\"side\": \"ours\", \"bench\": \"rowsums\", \"rows\": %zu, \"embd\": %lld, \"vocab\": %lld, "
+              "\"layernorm_backward_ms\": %f, \"embedding_backward_ms\": %f}\n",
+              rows, C, V, layernorm_ms, embedding_ms);
+  for (float* p : {x, dy, dx, gamma, dgamma, dbeta, stats, partial, dwte, dwpe}) cudaFree(p);
+  cudaFree(tokens);
   return 0;
 }
 
@@ -333,6 +366,7 @@ int main(int argc, char** argv) {
       if (bench == "gemm") return gemm(size, steps);
       if (bench == "linears") return linears(batch * seq, embd, steps);
       if (bench == "attention") return attention(batch, seq, heads, head_dim, steps);
+      if (bench == "rowsums") return row_sums(batch, seq, embd, vocab, steps);
       if (bench == "gpt" || bench == "gpt_bf16" || bench == "gpt_fp16")
         return gpt(bench, batch, seq, layers, heads, embd, vocab, steps);
       if (bench == "nccl") return nccl(bytes, steps, static_cast<int>(ranks));
@@ -344,6 +378,7 @@ int main(int argc, char** argv) {
                        "       gpu_bench gemm [--size N] [--steps S]\n"
                        "       gpu_bench linears [--batch B] [--seq T] [--embd C] [--steps S]\n"
                        "       gpu_bench attention [--batch B] [--seq T] [--heads H] [--head_dim D] [--steps S]\n"
+                       "       gpu_bench rowsums [--batch B] [--seq T] [--embd C] [--vocab V] [--steps S]\n"
                        "       gpu_bench gpt|gpt_bf16|gpt_fp16 [--batch B] [--seq T] [--layers L] [--heads H] [--embd C] "
                        "[--vocab V] [--steps S]\n"
                        "       gpu_bench nccl [--bytes N] [--steps S] [--ranks R]\n");

@@ -4,13 +4,16 @@
     peer_torch.py gemm --size N --steps S
     peer_torch.py linears --batch B --seq T --embd C --steps S
     peer_torch.py attention --batch B --seq T --heads H --head_dim D --steps S
+    peer_torch.py rowsums --batch B --seq T --embd C --vocab V --steps S
     peer_torch.py gpt|gpt_bf16|gpt_fp16 --batch B --seq T --layers L --heads H --embd C --vocab V --steps S
     peer_torch.py nccl --bytes N --steps S [--ranks R]
 adam: torch.optim.AdamW(fused=True) stepping N fp32 parameters, and torch's device-to-device copy of 14·N bytes
 (the 28·N bytes an fp32 AdamW step moves). gemm: torch.matmul of two N x N bf16 matrices. linears: GPT-2's four
 linear layers' forward products in fp32 (TF32 off), out.addmm_(x, w.t()) onto the bias already in out. attention:
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) on fp32 q, k, v [B, H, T, D] (what ours computes),
-forward and forward + backward; also in bf16 (flash attention), for reference. Each the mean over S steps after 3
+forward and forward + backward; also in bf16 (flash attention), for reference. rowsums: the backward ops autograd
+runs for LayerNorm (aten.native_layer_norm_backward: dx, dgamma, dbeta) and for the token + position embedding
+(aten.embedding_dense_backward over uniform random tokens, and the position gradient's sum over the batch). Each the mean over S steps after 3
 untimed ones, by CUDA events. gpt: training steps of a GPT-2 written as the gpt plugin is (nanoGPT's model: tied LM
 head, tanh GELU, causal SDPA), fp32 with TF32 off (ours never uses TF32), AdamW(fused=True), the loss read back each
 step as ours does: tokens/s. gpt_bf16: the same under torch.autocast("cuda", torch.bfloat16) (fp32 parameters,
@@ -71,6 +74,21 @@ def linears(a):
         ms = mean_ms(a.steps, lambda: out.addmm_(xs, ws.t()))
         result[f"{name}_ms"], result[f"{name}_tflops"] = ms, 2.0 * rows * n * k / ms / 1e9
     return result
+
+
+def rowsums(a):
+    rows, c, v = a.batch * a.seq, a.embd, a.vocab
+    x, dy = torch.randn(rows, c, device="cuda"), torch.randn(rows, c, device="cuda")
+    gamma, beta = torch.ones(c, device="cuda"), torch.zeros(c, device="cuda")
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [c], gamma, beta, 1e-5)
+    layernorm_ms = mean_ms(a.steps, lambda: torch.ops.aten.native_layer_norm_backward(
+        dy, x, [c], mean, rstd, gamma, beta, [True, True, True]))
+    tokens = torch.randint(0, v, (rows,), device="cuda")
+    dout = dy.view(a.batch, a.seq, c)
+    embedding_ms = mean_ms(a.steps, lambda: (torch.ops.aten.embedding_dense_backward(dy, tokens, v, -1, False),
+                                             dout.sum(0)))
+    return {"side": "torch", "bench": "rowsums", "rows": rows, "embd": c, "vocab": v,
+            "layernorm_backward_ms": layernorm_ms, "embedding_backward_ms": embedding_ms, "torch": torch.__version__}
 
 
 def attention(a):
@@ -211,7 +229,7 @@ def nccl(a):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("bench", choices=("adam", "gemm", "linears", "attention", "gpt", "gpt_bf16", "gpt_fp16", "nccl"))
+    p.add_argument("bench", choices=("adam", "gemm", "linears", "attention", "rowsums", "gpt", "gpt_bf16", "gpt_fp16", "nccl"))
     p.add_argument("--params", type=int, default=124_000_000)
     p.add_argument("--size", type=int, default=8192)
     p.add_argument("--batch", type=int, default=8)
@@ -225,7 +243,7 @@ def main():
     p.add_argument("--bytes", type=int, default=256 << 20)
     p.add_argument("--ranks", type=int, default=0)
     a = p.parse_args()
-    print(json.dumps({"adam": adam, "gemm": gemm, "linears": linears, "attention": attention, "gpt": gpt, "gpt_bf16": gpt, "gpt_fp16": gpt,
+    print(json.dumps({"adam": adam, "gemm": gemm, "linears": linears, "attention": attention, "rowsums": rowsums, "gpt": gpt, "gpt_bf16": gpt, "gpt_fp16": gpt,
                       "nccl": nccl}[a.bench](a)))
 
 

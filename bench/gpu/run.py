@@ -2,7 +2,7 @@
 """GPU benchmarks (need an NVIDIA GPU and a CUDA build): dsrun's kernels against PyTorch on the same GPU, in one run.
 
 Run (build/bench/gpu_bench is built where nvcc is: scripts/build.sh), with a python that has a CUDA torch:
-    python3 bench/gpu/run.py [--benches adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_bf16_fused,gpt_fp16,nccl] [--reps 3]
+    python3 bench/gpu/run.py [--benches adam,gemm,linears,rowsums,attention,attention128,gpt,gpt_bf16,gpt_bf16_fused,gpt_fp16,nccl] [--reps 3]
                              [--steps 20] [--nccl_bytes N] [--json PATH]
 
 adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's count): ours kernels/cuda/adam.cuh
@@ -12,6 +12,9 @@ adam       one fused AdamW step over --params fp32 parameters (124M, GPT-2's cou
 gemm       an --size³ bf16 product, fp32 accumulation: ours kernels/cuda/gemm.h (cuBLASLt), the peer torch.matmul.
 linears    GPT-2's four linear layers' forward products (batch --gpt_batch x 1024 rows) in fp32 as the CUDA backend
            runs them, accumulated onto the bias in the output: ours gemm.h, the peer out.addmm_(x, w.t()) (TF32 off).
+rowsums    the two backward ops that sum over GPT-2's rows (batch --gpt_batch x 1024, 768 columns): LayerNorm's
+           (dx, dgamma, dbeta) and the token + position embedding's (vocabulary 50257, uniform random tokens): ours
+           kernels/cuda/layernorm.cuh and elementwise.cuh, the peer the aten ops autograd runs for them.
 attention  causal self-attention at GPT-2's shape (batch 8, context 1024, 12 heads of 64), forward and
            forward + backward in fp32: ours kernels/cuda/attention.cuh, the peer scaled_dot_product_attention;
            also both with bf16 products (ours: the fused kernel, kernels/cuda/flash_attention.cuh, and bf16 GEMMs
@@ -44,6 +47,8 @@ def options(a, bench):
         return ["--batch", str(a.gpt_batch), "--seq", "1024", "--embd", "768", "--steps", str(a.steps)]
     if bench == "gemm":
         return ["--size", str(a.size), "--steps", str(a.steps)]
+    if bench == "rowsums":
+        return ["--batch", str(a.gpt_batch), "--seq", "1024", "--embd", "768", "--vocab", "50257", "--steps", str(a.steps)]
     if bench == "nccl":
         return ["--bytes", str(a.nccl_bytes), "--steps", str(a.steps)]
     if bench in GPT_BENCHES:
@@ -105,6 +110,12 @@ def report(a, bench, samples):
             ours, torch = (median(samples, side, f"{name}_ms") for side in ("ours", "torch"))
             if ours and torch:
                 print(f"  {name:12} ours {ours:7.3f} ms  torch {torch:7.3f} ms  ours / torch (rate): {torch / ours:.2f}x")
+    elif bench == "rowsums":
+        print(f"backward ops summing over rows, {a.gpt_batch * 1024} rows x 768, mean of {a.steps}, median of {a.reps} runs")
+        for name, what in (("layernorm_backward", "LayerNorm backward"), ("embedding_backward", "embedding backward")):
+            ours, torch = (median(samples, side, f"{name}_ms") for side in ("ours", "torch"))
+            if ours and torch:
+                print(f"  {what:19} ours {ours:7.3f} ms  torch {torch:7.3f} ms  ours / torch (rate): {torch / ours:.2f}x")
     elif bench == "nccl":
         ranks = next((s["ranks"] for s in samples if "ranks" in s), "?")
         print(f"NCCL collectives over {ranks} GPUs, {a.nccl_bytes} bytes fp32, mean of {a.steps} calls, median of "
@@ -150,7 +161,7 @@ def report(a, bench, samples):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--benches", default="adam,gemm,linears,attention,attention128,gpt,gpt_bf16,gpt_bf16_fused,gpt_fp16,nccl")
+    p.add_argument("--benches", default="adam,gemm,linears,rowsums,attention,attention128,gpt,gpt_bf16,gpt_bf16_fused,gpt_fp16,nccl")
     p.add_argument("--nccl_bytes", type=int, default=256 << 20)
     p.add_argument("--gpt_batch", type=int, default=8)
     p.add_argument("--params", type=int, default=124_000_000)
