@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
@@ -465,6 +466,22 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   if (decoupled) adam_kernel<true><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
   else adam_kernel<false><<<element_blocks(n), kElementThreads, 0, s>>>(p, g, m, v, n, args);
   check(cudaGetLastError(), "adam_step launch");
+}
+
+void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled, void* table,
+                void* stream) {
+  const std::vector<AdamBlock> blocks = adam_blocks(segments, count);
+  if (blocks.empty()) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  auto* device_segments = static_cast<AdamSegment*>(table);
+  auto* device_blocks = reinterpret_cast<AdamBlock*>(device_segments + count);
+  // From pageable memory: CUDA has staged the bytes when the call returns, so the host's may go.
+  copy_to_device_async(device_segments, segments, count * sizeof(AdamSegment), s);
+  copy_to_device_async(device_blocks, blocks.data(), blocks.size() * sizeof(AdamBlock), s);
+  const auto grid = static_cast<unsigned>(blocks.size());
+  if (decoupled) adam_multi_kernel<true><<<grid, kElementThreads, 0, s>>>(device_segments, device_blocks, args);
+  else adam_multi_kernel<false><<<grid, kElementThreads, 0, s>>>(device_segments, device_blocks, args);
+  check(cudaGetLastError(), "adam_steps launch");
 }
 
 void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void* stream) {

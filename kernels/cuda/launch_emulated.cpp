@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
@@ -457,6 +458,20 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   simt::launch(element_blocks(n), kElementThreads, {}, [&] {
     if (decoupled) adam_kernel<true>(p, g, m, v, n, args);
     else adam_kernel<false>(p, g, m, v, n, args);
+  });
+}
+
+void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled, void* table,
+                void*) {
+  const std::vector<AdamBlock> blocks = adam_blocks(segments, count);
+  if (blocks.empty()) return;
+  auto* device_segments = static_cast<AdamSegment*>(table);
+  auto* device_blocks = reinterpret_cast<AdamBlock*>(device_segments + count);
+  std::memcpy(device_segments, segments, count * sizeof(AdamSegment));
+  std::memcpy(device_blocks, blocks.data(), blocks.size() * sizeof(AdamBlock));
+  simt::launch(static_cast<unsigned>(blocks.size()), kElementThreads, {}, [&] {
+    if (decoupled) adam_multi_kernel<true>(device_segments, device_blocks, args);
+    else adam_multi_kernel<false>(device_segments, device_blocks, args);
   });
 }
 

@@ -214,6 +214,10 @@ void adam_step(float*, const float*, float*, float*, int64_t, const cpu::AdamArg
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }
 
+void adam_steps(const AdamSegment*, size_t, const cpu::AdamArgs&, bool, void*, void*) {
+  throw std::runtime_error("cuda: adam_steps: dsrun was built without CUDA");
+}
+
 void sgd_step(float*, const float*, float*, int64_t, const cpu::SgdArgs&, void*) {
   throw std::runtime_error("cuda: sgd_step: dsrun was built without CUDA");
 }

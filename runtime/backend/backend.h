@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "amp/half.h"
@@ -79,6 +80,18 @@ class Device {
   virtual void add_sum_squares(const float* x, size_t n, double* total) = 0;  // total[0] += Σ x[i]², in double
   virtual void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                          bool decoupled) = 0;  // Adam, or AdamW (decoupled)
+  // The same step over several tensors, each p, m, v [n] from g [n]: by default one adam_step each; the
+  // CUDA backend updates them all in one launch (multi-tensor Adam), with the same bits.
+  struct AdamTensor {
+    float* p;
+    const float* g;
+    float* m;
+    float* v;
+    size_t n;
+  };
+  virtual void adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) {
+    for (const AdamTensor& t : tensors) adam_step(t.p, t.g, t.m, t.v, t.n, args, decoupled);
+  }
   virtual void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) = 0;
   // LAMB over one tensor: the moments, adding (Σp², Σu²) into sums[0..1]; then p moved by −scale·u.
   virtual void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
@@ -126,6 +139,7 @@ class Cuda : public Device {
   void add_sum_squares(const float* x, size_t n, double* total) override;
   void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                  bool decoupled) override;
+  void adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) override;
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override;
   void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
                     double* sums) override;

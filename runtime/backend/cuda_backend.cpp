@@ -590,6 +590,14 @@ void Cuda::adam_step(float* p, const float* g, float* m, float* v, size_t n, con
   cuda::adam_step(p, g, m, v, static_cast<int64_t>(n), args, decoupled, kStream);
 }
 
+void Cuda::adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) {
+  std::vector<cuda::AdamSegment> segments;
+  segments.reserve(tensors.size());
+  for (const AdamTensor& t : tensors) segments.push_back({t.p, t.g, t.m, t.v, static_cast<int64_t>(t.n)});
+  const Temp<char> table(*state_, static_cast<int64_t>(cuda::adam_table_bytes(segments.data(), segments.size())));
+  cuda::adam_steps(segments.data(), segments.size(), args, decoupled, table.get(), kStream);
+}
+
 void Cuda::sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) {
   cuda::sgd_step(p, g, buf, static_cast<int64_t>(n), args, kStream);
 }

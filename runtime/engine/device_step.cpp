@@ -207,11 +207,13 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
         device_.lamb_apply(p_of(t), state_at(0, t), state_at(1, t), t.count, u.lamb,
                            u.lamb_step_size * u.trust_ratio(sums[2 * i], sums[2 * i + 1]));
     }
-  } else {
-    for (const Tensor* t : mine) {
-      if (u.kind == Kind::sgd) device_.sgd_step(p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count, u.sgd);
-      else device_.adam_step(p_of(*t), g_of(*t), state_at(0, *t), state_at(1, *t), t->count, u.adam, u.kind == Kind::adamw);
-    }
+  } else if (u.kind == Kind::sgd) {
+    for (const Tensor* t : mine) device_.sgd_step(p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count, u.sgd);
+  } else {  // every tensor in one call: one launch on a GPU
+    std::vector<backend::Device::AdamTensor> adam;
+    adam.reserve(mine.size());
+    for (const Tensor* t : mine) adam.push_back({p_of(*t), g_of(*t), state_at(0, *t), state_at(1, *t), t->count});
+    device_.adam_steps(adam, u.adam, u.kind == Kind::adamw);
   }
   if (gathered_) {  // the partition the layers' gathers read (fp32: the master itself; else its 16-bit values)
     if (master_) gathered_->take_master(master_);

@@ -80,7 +80,12 @@ class CountingDevice : public backend::Device {
   void add_sum_squares(const float* x, size_t n, double* total) override { cuda_.add_sum_squares(x, n, total); }
   void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                  bool decoupled) override {
+    ++adam_calls;
     cuda_.adam_step(p, g, m, v, n, args, decoupled);
+  }
+  void adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) override {
+    ++adam_calls;
+    cuda_.adam_steps(tensors, args, decoupled);
   }
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override {
     cuda_.sgd_step(p, g, buf, n, args);
@@ -97,6 +102,7 @@ class CountingDevice : public backend::Device {
   // ops_after_copies() calls (the layers' backward calls, once their parameters stay on the device)
   size_t ordered_after_copies = 0;
   size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
+  size_t adam_calls = 0;  // adam_step and adam_steps calls (each one launch on a GPU)
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes
   bool refuse_pins = false;              // pin_host refuses everything

@@ -234,8 +234,9 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
           Engine engine = make_engine(e, *plugin, group, config);
           CHECK(engine.optimizer_place().find("on the device") != std::string::npos);
           engine.step();  // the parameters' first upload, and the master's and state's
-          device.uploaded = device.downloaded = 0;
+          device.uploaded = device.downloaded = device.adam_calls = 0;
           engine.step();
+          CHECK(device.adam_calls == 1);  // every tensor's AdamW in one call: one launch
           const auto n = static_cast<size_t>(gas);
           CHECK(device.uploaded == n * (4 * 12 + 4 + 1) * sizeof(float));  // inputs, targets, d(total)/d(loss)
           CHECK(device.downloaded == n * sizeof(float) + sizeof(double));  // the losses, Σg²

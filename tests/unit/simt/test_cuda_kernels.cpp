@@ -144,6 +144,60 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
   }
 }
 
+TEST_CASE("cuda multi-tensor adam: one launch gives each tensor's one-launch bits, at any size and alignment") {
+  // Tensors of 0, 1, 37, 4096 (one block's worth), 4099 and 9000 elements (three blocks) side by side in
+  // flat arrays, some starting off 16-byte alignment: every element as the one-tensor kernel leaves it, in
+  // both block orders.
+  const std::vector<int64_t> sizes = {0, 1, 37, 4096, 4099, 9000};
+  std::vector<int64_t> starts;
+  int64_t total = 0;
+  for (int64_t n : sizes) {
+    starts.push_back(total);
+    total += n + 1;  // a gap of one: the next tensor's alignment shifts
+  }
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p(total), g(total), m(total), v(total);
+  for (auto* a : {&p, &g, &m, &v})
+    for (auto& x : *a) x = normal(rng);
+  for (auto& x : v) x = std::fabs(x);
+  const ds::cpu::AdamArgs args{0.9f, 0.999f, 1e-8f, 0.01f, -1e-3f, 1.0f, -1e-5f};
+  for (bool decoupled : {true, false}) {
+    CAPTURE(decoupled);
+    std::vector<float> want_p = p, want_m = m, want_v = v;
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const int64_t at = starts[s];
+      ds::simt::launch(2, 64, {}, [&] {
+        if (decoupled) ds::cuda::adam_kernel<true>(&want_p[at], &g[at], &want_m[at], &want_v[at], sizes[s], args);
+        else ds::cuda::adam_kernel<false>(&want_p[at], &g[at], &want_m[at], &want_v[at], sizes[s], args);
+      });
+    }
+    std::vector<ds::cuda::AdamSegment> segments;
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const int64_t at = starts[s];
+      segments.push_back({&p[at], &g[at], &m[at], &v[at], sizes[s]});
+    }
+    const auto blocks = ds::cuda::adam_blocks(segments.data(), segments.size());
+    CHECK(blocks.size() == 1 + 1 + 1 + 2 + 3);  // none for the empty tensor
+    for (auto order : {Order::forward, Order::reverse}) {
+      auto got_p = p, got_m = m, got_v = v;
+      for (size_t s = 0; s < sizes.size(); ++s) {
+        const int64_t at = starts[s];
+        segments[s] = {&got_p[at], &g[at], &got_m[at], &got_v[at], sizes[s]};
+      }
+      LaunchOptions o;
+      o.order = order;
+      ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o, [&] {
+        if (decoupled) ds::cuda::adam_multi_kernel<true>(segments.data(), blocks.data(), args);
+        else ds::cuda::adam_multi_kernel<false>(segments.data(), blocks.data(), args);
+      });
+      CHECK(got_p == want_p);
+      CHECK(got_m == want_m);
+      CHECK(got_v == want_v);
+    }
+  }
+}
+
 TEST_CASE("cuda sgd on the emulator gives the CPU loop's bits: plain, momentum, dampening, Nesterov, first step") {
   const ds::cpu::SgdArgs cases[] = {{0.1f, 0.01f, 0.0f, 1.0f, false, false},
                                     {0.1f, 0.01f, 0.9f, 0.75f, false, true},
