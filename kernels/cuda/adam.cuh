@@ -1,5 +1,5 @@
 // Adam/AdamW on the GPU: a grid-stride loop over fp32 parameters, gradients and moments (one tensor, or
-// many in one launch: adam_segments.h), each
+// many in one launch: segments.h), each
 // element through the CPU loop's own body (kernels/cpu/adam_element.h), so a step gives the CPU's
 // bits. When all four arrays are 16-byte aligned, each thread moves four elements per access
 // (128-bit loads and stores, the width at which a GPU's memory system runs fastest), the last n % 4
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "cpu/adam_element.h"
-#include "cuda/adam_segments.h"
+#include "cuda/segments.h"
 #include "cuda/float4.cuh"
 #include "simt/cuda_subset.h"
 
@@ -52,13 +52,13 @@ DS_KERNEL void adam_kernel(float* p, const float* g, float* m, float* v, int64_t
                             static_cast<int64_t>(gridDim.x) * blockDim.x, a);
 }
 
-// Many tensors in one launch (adam_segments.h): block b updates blocks[b]'s part of its segment. Grid:
+// Many tensors in one launch (segments.h): block b updates blocks[b]'s part of its segment. Grid:
 // the blocks' count; any block size.
 template <bool kDecoupled>
-DS_KERNEL void adam_multi_kernel(const AdamSegment* segments, const AdamBlock* blocks, cpu::AdamArgs a) {
-  const AdamBlock b = blocks[blockIdx.x];
+DS_KERNEL void adam_multi_kernel(const AdamSegment* segments, const SegmentBlock* blocks, cpu::AdamArgs a) {
+  const SegmentBlock b = blocks[blockIdx.x];
   const AdamSegment s = segments[b.segment];
-  const int64_t count = s.n - b.begin < kAdamBlockElements ? s.n - b.begin : kAdamBlockElements;
+  const int64_t count = s.n - b.begin < kSegmentBlockElements ? s.n - b.begin : kSegmentBlockElements;
   adam_elements<kDecoupled>(s.p + b.begin, s.g + b.begin, s.m + b.begin, s.v + b.begin, count, threadIdx.x, blockDim.x,
                             a);
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "amp/half.h"
+#include "cuda/segments.h"
 #include "simt/cuda_subset.h"
 
 #if defined(__CUDACC__)
@@ -74,6 +75,17 @@ DS_KERNEL void round_to_half_kernel(amp::Half type, float* x, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     x[i] = from_half_bits(type, to_half_bits(type, x[i]));
+}
+
+// Many tensors in one launch (segments.h): block b sets dst[i] = float(half(src[i])) over blocks[b]'s part
+// of its segment, round_to_half_kernel's bits (in place where dst is src). Grid: the blocks' count; any
+// block size.
+DS_KERNEL void round_multi_kernel(amp::Half type, const RoundSegment* segments, const SegmentBlock* blocks) {
+  const SegmentBlock b = blocks[blockIdx.x];
+  const RoundSegment s = segments[b.segment];
+  const int64_t end = s.n - b.begin < kSegmentBlockElements ? s.n : b.begin + kSegmentBlockElements;
+  for (int64_t i = b.begin + threadIdx.x; i < end; i += blockDim.x)
+    s.dst[i] = from_half_bits(type, to_half_bits(type, s.src[i]));
 }
 
 // x[i] = float(x[i] · factor), the product in double (amp::scale's fp32 rule); any grid and block.

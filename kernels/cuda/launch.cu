@@ -468,20 +468,58 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   check(cudaGetLastError(), "adam_step launch");
 }
 
+namespace {
+
+// A multi-tensor launch's table (segments.h) uploaded into `table` on `stream`: the device's segments and
+// blocks, and the blocks' count (0: nothing to launch). From pageable memory: CUDA has staged the bytes
+// when the copy returns, so the host's may go.
+template <class Segment>
+struct DeviceTable {
+  const Segment* segments;
+  const SegmentBlock* blocks;
+  unsigned count;
+};
+template <class Segment>
+DeviceTable<Segment> upload_table(const Segment* segments, size_t count, void* table, cudaStream_t s) {
+  const std::vector<SegmentBlock> blocks = segment_blocks(segments, count);
+  auto* device_segments = static_cast<Segment*>(table);
+  auto* device_blocks = reinterpret_cast<SegmentBlock*>(device_segments + count);
+  if (!blocks.empty()) {
+    copy_to_device_async(device_segments, segments, count * sizeof(Segment), s);
+    copy_to_device_async(device_blocks, blocks.data(), blocks.size() * sizeof(SegmentBlock), s);
+  }
+  return {device_segments, device_blocks, static_cast<unsigned>(blocks.size())};
+}
+
+}  // namespace
+
 void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled, void* table,
                 void* stream) {
-  const std::vector<AdamBlock> blocks = adam_blocks(segments, count);
-  if (blocks.empty()) return;
   auto s = static_cast<cudaStream_t>(stream);
-  auto* device_segments = static_cast<AdamSegment*>(table);
-  auto* device_blocks = reinterpret_cast<AdamBlock*>(device_segments + count);
-  // From pageable memory: CUDA has staged the bytes when the call returns, so the host's may go.
-  copy_to_device_async(device_segments, segments, count * sizeof(AdamSegment), s);
-  copy_to_device_async(device_blocks, blocks.data(), blocks.size() * sizeof(AdamBlock), s);
-  const auto grid = static_cast<unsigned>(blocks.size());
-  if (decoupled) adam_multi_kernel<true><<<grid, kElementThreads, 0, s>>>(device_segments, device_blocks, args);
-  else adam_multi_kernel<false><<<grid, kElementThreads, 0, s>>>(device_segments, device_blocks, args);
+  const auto t = upload_table(segments, count, table, s);
+  if (t.count == 0) return;
+  if (decoupled) adam_multi_kernel<true><<<t.count, kElementThreads, 0, s>>>(t.segments, t.blocks, args);
+  else adam_multi_kernel<false><<<t.count, kElementThreads, 0, s>>>(t.segments, t.blocks, args);
   check(cudaGetLastError(), "adam_steps launch");
+}
+
+void round_copies(amp::Half type, const RoundSegment* segments, size_t count, void* table, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto t = upload_table(segments, count, table, s);
+  if (t.count == 0) return;
+  round_multi_kernel<<<t.count, kElementThreads, 0, s>>>(type, t.segments, t.blocks);
+  check(cudaGetLastError(), "round_copies launch");
+}
+
+void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, void* table, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto t = upload_table(segments, count, table, s);
+  if (t.count == 0) return;
+  auto* partial = reinterpret_cast<double*>(static_cast<char*>(table) + segment_table_bytes(segments, count));
+  sum_squares_multi_kernel<<<t.count, kReduceThreads, 0, s>>>(t.segments, t.blocks, partial);
+  check(cudaGetLastError(), "sum_squares_multi (partials) launch");
+  sum_partials_kernel<<<1, kReduceThreads, 0, s>>>(partial, t.count, total);
+  check(cudaGetLastError(), "sum_squares_multi (total) launch");
 }
 
 void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void* stream) {

@@ -461,18 +461,52 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   });
 }
 
+namespace {
+
+// A multi-tensor launch's table (segments.h) copied into `table` (device memory is the host's): its
+// segments and blocks, and the blocks' count.
+template <class Segment>
+struct DeviceTable {
+  const Segment* segments;
+  const SegmentBlock* blocks;
+  unsigned count;
+};
+template <class Segment>
+DeviceTable<Segment> upload_table(const Segment* segments, size_t count, void* table) {
+  const std::vector<SegmentBlock> blocks = segment_blocks(segments, count);
+  auto* device_segments = static_cast<Segment*>(table);
+  auto* device_blocks = reinterpret_cast<SegmentBlock*>(device_segments + count);
+  if (!blocks.empty()) {
+    std::memcpy(device_segments, segments, count * sizeof(Segment));
+    std::memcpy(device_blocks, blocks.data(), blocks.size() * sizeof(SegmentBlock));
+  }
+  return {device_segments, device_blocks, static_cast<unsigned>(blocks.size())};
+}
+
+}  // namespace
+
 void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled, void* table,
                 void*) {
-  const std::vector<AdamBlock> blocks = adam_blocks(segments, count);
-  if (blocks.empty()) return;
-  auto* device_segments = static_cast<AdamSegment*>(table);
-  auto* device_blocks = reinterpret_cast<AdamBlock*>(device_segments + count);
-  std::memcpy(device_segments, segments, count * sizeof(AdamSegment));
-  std::memcpy(device_blocks, blocks.data(), blocks.size() * sizeof(AdamBlock));
-  simt::launch(static_cast<unsigned>(blocks.size()), kElementThreads, {}, [&] {
-    if (decoupled) adam_multi_kernel<true>(device_segments, device_blocks, args);
-    else adam_multi_kernel<false>(device_segments, device_blocks, args);
+  const auto t = upload_table(segments, count, table);
+  if (t.count == 0) return;
+  simt::launch(t.count, kElementThreads, {}, [&] {
+    if (decoupled) adam_multi_kernel<true>(t.segments, t.blocks, args);
+    else adam_multi_kernel<false>(t.segments, t.blocks, args);
   });
+}
+
+void round_copies(amp::Half type, const RoundSegment* segments, size_t count, void* table, void*) {
+  const auto t = upload_table(segments, count, table);
+  if (t.count == 0) return;
+  simt::launch(t.count, kElementThreads, {}, [&] { round_multi_kernel(type, t.segments, t.blocks); });
+}
+
+void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, void* table, void*) {
+  const auto t = upload_table(segments, count, table);
+  if (t.count == 0) return;
+  auto* partial = reinterpret_cast<double*>(static_cast<char*>(table) + segment_table_bytes(segments, count));
+  simt::launch(t.count, kReduceThreads, {}, [&] { sum_squares_multi_kernel(t.segments, t.blocks, partial); });
+  simt::launch(1, kReduceThreads, {}, [&] { sum_partials_kernel(partial, t.count, total); });
 }
 
 void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void*) {

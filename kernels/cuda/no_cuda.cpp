@@ -218,6 +218,14 @@ void adam_steps(const AdamSegment*, size_t, const cpu::AdamArgs&, bool, void*, v
   throw std::runtime_error("cuda: adam_steps: dsrun was built without CUDA");
 }
 
+void round_copies(amp::Half, const RoundSegment*, size_t, void*, void*) {
+  throw std::runtime_error("cuda: round_copies: dsrun was built without CUDA");
+}
+
+void sum_squares_multi(const SquaresSegment*, size_t, double*, void*, void*) {
+  throw std::runtime_error("cuda: sum_squares_multi: dsrun was built without CUDA");
+}
+
 void sgd_step(float*, const float*, float*, int64_t, const cpu::SgdArgs&, void*) {
   throw std::runtime_error("cuda: sgd_step: dsrun was built without CUDA");
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/block_reduce.cuh"
+#include "cuda/segments.h"
 
 namespace ds::cuda {
 
@@ -20,6 +21,22 @@ DS_KERNEL void sum_squares_partial_kernel(const float* x, int64_t n, double* par
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const double v = x[i];
+    sum += v * v;
+  }
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// Many tensors in one launch (segments.h): partial[b] = Σ x[i]² over blocks[b]'s part of its segment, then
+// sum_partials_kernel over the blocks' partials. Grid: the blocks' count; block.x a multiple of 32.
+DS_KERNEL void sum_squares_multi_kernel(const SquaresSegment* segments, const SegmentBlock* blocks, double* partial) {
+  DS_SHARED(double, scratch, 32);
+  const SegmentBlock b = blocks[blockIdx.x];
+  const SquaresSegment s = segments[b.segment];
+  const int64_t end = s.n - b.begin < kSegmentBlockElements ? s.n : b.begin + kSegmentBlockElements;
+  double sum = 0.0;
+  for (int64_t i = b.begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = s.x[i];
     sum += v * v;
   }
   sum = block_sum(sum, scratch);

@@ -78,6 +78,27 @@ class Device {
   virtual void accumulate(float* y, const float* x, size_t n) = 0;           // y[i] += x[i]
   virtual void rescale(float* x, size_t n, double factor) = 0;          // x[i] = float(x[i]·factor), in double
   virtual void add_sum_squares(const float* x, size_t n, double* total) = 0;  // total[0] += Σ x[i]², in double
+  // Over several tensors, in one launch each on a GPU (by default one call per tensor): dst[i] =
+  // float(half(src[i])) (round_to's bits; dst may be src), and total[0] += Σ x[i]² (the additions' order
+  // differs from one call per tensor: within a few roundings in double).
+  struct RoundTensor {
+    float* dst;
+    const float* src;
+    size_t n;
+  };
+  virtual void round_into(amp::Half type, std::span<const RoundTensor> tensors) {
+    for (const RoundTensor& t : tensors) {
+      if (t.dst != t.src) copy_within(t.dst, t.src, t.n * sizeof(float));
+      round_to(type, t.dst, t.n);
+    }
+  }
+  struct Floats {
+    const float* x;
+    size_t n;
+  };
+  virtual void add_sums_of_squares(std::span<const Floats> tensors, double* total) {
+    for (const Floats& t : tensors) add_sum_squares(t.x, t.n, total);
+  }
   virtual void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                          bool decoupled) = 0;  // Adam, or AdamW (decoupled)
   // The same step over several tensors, each p, m, v [n] from g [n]: by default one adam_step each; the
@@ -137,6 +158,8 @@ class Cuda : public Device {
   void accumulate(float* y, const float* x, size_t n) override;
   void rescale(float* x, size_t n, double factor) override;
   void add_sum_squares(const float* x, size_t n, double* total) override;
+  void round_into(amp::Half type, std::span<const RoundTensor> tensors) override;
+  void add_sums_of_squares(std::span<const Floats> tensors, double* total) override;
   void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                  bool decoupled) override;
   void adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) override;

@@ -590,11 +590,27 @@ void Cuda::adam_step(float* p, const float* g, float* m, float* v, size_t n, con
   cuda::adam_step(p, g, m, v, static_cast<int64_t>(n), args, decoupled, kStream);
 }
 
+void Cuda::round_into(amp::Half type, std::span<const RoundTensor> tensors) {
+  std::vector<cuda::RoundSegment> segments;
+  segments.reserve(tensors.size());
+  for (const RoundTensor& t : tensors) segments.push_back({t.dst, t.src, static_cast<int64_t>(t.n)});
+  const Temp<char> table(*state_, static_cast<int64_t>(cuda::segment_table_bytes(segments.data(), segments.size())));
+  cuda::round_copies(type, segments.data(), segments.size(), table.get(), kStream);
+}
+
+void Cuda::add_sums_of_squares(std::span<const Floats> tensors, double* total) {
+  std::vector<cuda::SquaresSegment> segments;
+  segments.reserve(tensors.size());
+  for (const Floats& t : tensors) segments.push_back({t.x, static_cast<int64_t>(t.n)});
+  const Temp<char> table(*state_, static_cast<int64_t>(cuda::sum_squares_table_bytes(segments.data(), segments.size())));
+  cuda::sum_squares_multi(segments.data(), segments.size(), total, table.get(), kStream);
+}
+
 void Cuda::adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) {
   std::vector<cuda::AdamSegment> segments;
   segments.reserve(tensors.size());
   for (const AdamTensor& t : tensors) segments.push_back({t.p, t.g, t.m, t.v, static_cast<int64_t>(t.n)});
-  const Temp<char> table(*state_, static_cast<int64_t>(cuda::adam_table_bytes(segments.data(), segments.size())));
+  const Temp<char> table(*state_, static_cast<int64_t>(cuda::segment_table_bytes(segments.data(), segments.size())));
   cuda::adam_steps(segments.data(), segments.size(), args, decoupled, table.get(), kStream);
 }
 

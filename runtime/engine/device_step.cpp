@@ -76,6 +76,12 @@ float* DeviceStep::grad(const Tensor& t) const {
   return static_cast<float*>(layers_.device_grads(t.layer)[t.index].data);
 }
 
+std::vector<DeviceStep::RoundTensor> DeviceStep::in_place(const std::vector<const Tensor*>& tensors) const {
+  std::vector<RoundTensor> whole;
+  for (const Tensor* t : tensors) whole.push_back({grad(*t), grad(*t), t->size});
+  return whole;
+}
+
 float* DeviceStep::grad_part(const Tensor& t) const { return partition_grads_ ? partition_ + t.offset : grad(t) + t.from; }
 
 void DeviceStep::load(const float* master, std::span<const StateView> state) {
@@ -102,8 +108,11 @@ void DeviceStep::end_micro_batch(double pre) {
   }
   if (std::find(begun_.begin(), begun_.end(), true) != begun_.end())
     throw std::logic_error("DeviceStep: end_micro_batch() after a unit's finish began (unit_done rounds it)");
-  if (grad_rounding_)
-    for (const Tensor& t : tensors_) device_.round_to(*grad_rounding_, grad(t), t.size);
+  if (grad_rounding_) {
+    std::vector<RoundTensor> rounded;
+    for (const Tensor& t : tensors_) rounded.push_back({grad(t), grad(t), t.size});
+    device_.round_into(*grad_rounding_, rounded);
+  }
 }
 
 // Rounded first (16-bit accumulation: as the host's buffers hold the sums), then the ties whose owner is in
@@ -116,8 +125,7 @@ void DeviceStep::unit_done(size_t unit, double pre) {
   if (begun_[unit]) return;
   begun_[unit] = true;
   const std::vector<const Tensor*>& mine = unit_tensors_[unit];
-  if (grad_rounding_)
-    for (const Tensor* t : mine) device_.round_to(*grad_rounding_, grad(*t), t->size);
+  if (grad_rounding_) device_.round_into(*grad_rounding_, in_place(mine));
   for (size_t i = 0; i < ties_.size(); ++i) {
     if (tie_units_[i] != unit) continue;
     const Tie& tie = ties_[i];
@@ -128,11 +136,10 @@ void DeviceStep::unit_done(size_t unit, double pre) {
     if (grad_rounding_) device_.round_to(*grad_rounding_, owner, size);
   }
   if (group_ == nullptr || group_->size() == 1 || mine.empty()) return;
-  if (pre != 1.0)
-    for (const Tensor* t : mine) {
-      device_.rescale(grad(*t), t->size, pre);
-      if (grad_rounding_) device_.round_to(*grad_rounding_, grad(*t), t->size);  // as the host scales its 16-bit sums
-    }
+  if (pre != 1.0) {
+    for (const Tensor* t : mine) device_.rescale(grad(*t), t->size, pre);
+    if (grad_rounding_) device_.round_into(*grad_rounding_, in_place(mine));  // as the host scales its 16-bit sums
+  }
   if (units_.empty()) {  // replicas: every rank needs every sum
     for (const Tensor* t : mine)  // after the ops that wrote them (the group orders after the device's stream)
       sums_in_flight_.push_back(group_->allreduce_async(grad(*t), t->size, DataType::F32, ReduceOp::Sum));
@@ -150,11 +157,13 @@ void DeviceStep::finish_gradients(double pre, double post) {
   for (auto& work : sums_in_flight_) work->wait();  // later ops are issued after: they see the sums
   sums_in_flight_.clear();
   while (!exchanging_.empty()) finish_oldest_exchange();
-  for (const Tensor& t : tensors_) {  // the parts this rank updates (replicas: the whole tensors)
+  std::vector<RoundTensor> parts;  // the parts this rank updates (replicas: the whole tensors)
+  for (const Tensor& t : tensors_) {
     if (t.count == 0) continue;
     if (post != 1.0) device_.rescale(grad_part(t), t.count, post);
-    if (grad_rounding_) device_.round_to(*grad_rounding_, grad_part(t), t.count);
+    parts.push_back({grad_part(t), grad_part(t), t.count});
   }
+  if (grad_rounding_) device_.round_into(*grad_rounding_, parts);
 }
 
 void DeviceStep::start_unreported_sums(double pre) {
@@ -170,8 +179,10 @@ void DeviceStep::finish_oldest_exchange() {
 
 double DeviceStep::sum_squares() {
   device_.zero(sums_, sizeof(double));
+  std::vector<backend::Device::Floats> parts;
   for (const Tensor& t : tensors_)
-    if (t.count > 0) device_.add_sum_squares(grad_part(t), t.count, sums_);
+    if (t.count > 0) parts.push_back({grad_part(t), t.count});
+  device_.add_sums_of_squares(parts, sums_);
   double total = 0.0;
   device_.to_host(&total, sums_, sizeof total);
   return total;
@@ -220,11 +231,11 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
     gathered_->updated();
     return;
   }
-  if (master_)  // the parameters the layers read: the master's values at 16-bit precision
-    for (const Tensor* t : mine) {
-      device_.copy_within(param(*t) + t->from, master_ + t->offset, t->count * sizeof(float));
-      device_.round_to(*rounding_, param(*t) + t->from, t->count);
-    }
+  if (master_) {  // the parameters the layers read: the master's values at 16-bit precision
+    std::vector<RoundTensor> params;
+    for (const Tensor* t : mine) params.push_back({param(*t) + t->from, master_ + t->offset, t->count});
+    device_.round_into(*rounding_, params);
+  }
   for (size_t k = 0; k < units_.size(); ++k)
     if (units_[k].chunk > 0) finish_exchange(Exchange::gather_params, k, 0, *start_exchange(Exchange::gather_params, k, 0));
   for (const Tie& tie : ties_) {

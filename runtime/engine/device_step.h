@@ -135,6 +135,8 @@ class DeviceStep {
   float* param(const Tensor& t) const;
   float* grad(const Tensor& t) const;       // the tensor's gradients in the layer's buffer
   float* grad_part(const Tensor& t) const;  // the sums of the part this rank updates
+  using RoundTensor = backend::Device::RoundTensor;
+  std::vector<RoundTensor> in_place(const std::vector<const Tensor*>& tensors) const;  // their whole gradients
   float* values(Exchange e, const Tensor& t) const { return e == Exchange::reduce_scatter_grads ? grad(t) : param(t); }
   Copy whole(Exchange e, const Tensor& t, size_t slot) const;  // the tensor, at its place in the unit
   Copy part(Exchange e, const Tensor& t, size_t slot) const;   // this rank's part, at its place in the chunk

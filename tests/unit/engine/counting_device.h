@@ -78,6 +78,10 @@ class CountingDevice : public backend::Device {
   void accumulate(float* y, const float* x, size_t n) override { cuda_.accumulate(y, x, n); }
   void rescale(float* x, size_t n, double factor) override { cuda_.rescale(x, n, factor); }
   void add_sum_squares(const float* x, size_t n, double* total) override { cuda_.add_sum_squares(x, n, total); }
+  void round_into(amp::Half type, std::span<const RoundTensor> tensors) override { cuda_.round_into(type, tensors); }
+  void add_sums_of_squares(std::span<const Floats> tensors, double* total) override {
+    cuda_.add_sums_of_squares(tensors, total);
+  }
   void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                  bool decoupled) override {
     ++adam_calls;

@@ -177,7 +177,7 @@ TEST_CASE("cuda multi-tensor adam: one launch gives each tensor's one-launch bit
       const int64_t at = starts[s];
       segments.push_back({&p[at], &g[at], &m[at], &v[at], sizes[s]});
     }
-    const auto blocks = ds::cuda::adam_blocks(segments.data(), segments.size());
+    const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
     CHECK(blocks.size() == 1 + 1 + 1 + 2 + 3);  // none for the empty tensor
     for (auto order : {Order::forward, Order::reverse}) {
       auto got_p = p, got_m = m, got_v = v;
@@ -196,6 +196,60 @@ TEST_CASE("cuda multi-tensor adam: one launch gives each tensor's one-launch bit
       CHECK(got_v == want_v);
     }
   }
+}
+
+TEST_CASE("cuda multi-tensor rounding and sum of squares: round_to's bits, the double sum within roundings") {
+  // Tensors of 0, 3, 4096 and 9001 elements side by side: rounded copies (and one in place) are
+  // round_to_half's bits, nothing outside them written; the sum of squares within 1e-12 of the double sum,
+  // the same bits in both block orders.
+  const std::vector<int64_t> sizes = {0, 3, 4096, 9001};
+  std::vector<int64_t> starts;
+  int64_t total = 0;
+  for (int64_t n : sizes) {
+    starts.push_back(total);
+    total += n + 1;
+  }
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> src(total);
+  for (auto& x : src) x = normal(rng);
+  for (ds::amp::Half type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
+    std::vector<float> want(total, -7.0f), got(total, -7.0f), in_place = src;
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      std::copy_n(&src[starts[s]], sizes[s], &want[starts[s]]);
+      ds::simt::launch(2, 64, {}, [&] { ds::cuda::round_to_half_kernel(type, &want[starts[s]], sizes[s]); });
+    }
+    std::vector<ds::cuda::RoundSegment> segments;
+    for (size_t s = 0; s < sizes.size(); ++s) segments.push_back({&got[starts[s]], &src[starts[s]], sizes[s]});
+    segments.push_back({&in_place[starts[3]], &in_place[starts[3]], sizes[3]});
+    const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
+    ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, {},
+                     [&] { ds::cuda::round_multi_kernel(type, segments.data(), blocks.data()); });
+    CHECK(got == want);
+    CHECK(std::equal(&in_place[starts[3]], &in_place[starts[3]] + sizes[3], &want[starts[3]]));
+  }
+  std::vector<ds::cuda::SquaresSegment> squares;
+  double exact = 0.0;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    squares.push_back({&src[starts[s]], sizes[s]});
+    for (int64_t i = 0; i < sizes[s]; ++i) exact += static_cast<double>(src[starts[s] + i]) * src[starts[s] + i];
+  }
+  const auto blocks = ds::cuda::segment_blocks(squares.data(), squares.size());
+  double sums[2];
+  for (auto order : {Order::forward, Order::reverse}) {
+    LaunchOptions o;
+    o.order = order;
+    std::vector<double> partial(blocks.size(), NAN);
+    double sum = 0.25;  // accumulated onto
+    ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o,
+                     [&] { ds::cuda::sum_squares_multi_kernel(squares.data(), blocks.data(), partial.data()); });
+    ds::simt::launch(1, 64, o, [&] {
+      ds::cuda::sum_partials_kernel(partial.data(), static_cast<int64_t>(blocks.size()), &sum);
+    });
+    sums[order == Order::reverse] = sum;
+  }
+  CHECK(sums[0] == sums[1]);
+  CHECK(std::fabs(sums[0] - 0.25 - exact) <= 1e-12 * exact);
 }
 
 TEST_CASE("cuda sgd on the emulator gives the CPU loop's bits: plain, momentum, dampening, Nesterov, first step") {

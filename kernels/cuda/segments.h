@@ -1,0 +1,57 @@
+// Multi-tensor launches (launch.h's adam_steps, round_copies, sum_squares_multi): the tensors of one
+// op and the blocks that cover them, so that one launch takes every tensor of a step, as DeepSpeed's and
+// torch's fused multi-tensor optimizers do, instead of a launch per tensor (GPT-2 has 148, most of them
+// a few hundred elements: their launches, not their bytes, took the time). Plain C++: the host builds the
+// table, the device reads it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ds::cuda {
+
+struct AdamSegment {  // p, m, v [n] updated in place from g [n]
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  int64_t n;
+};
+
+struct RoundSegment {  // dst[i] = float(half(src[i])) for i < n; dst may be src
+  float* dst;
+  const float* src;
+  int64_t n;
+};
+
+struct SquaresSegment {  // x [n], whose squares are summed
+  const float* x;
+  int64_t n;
+};
+
+struct SegmentBlock {  // block b of a launch: elements [begin, begin + kSegmentBlockElements) ∩ [0, n) of a segment
+  int64_t segment;
+  int64_t begin;
+};
+
+// Elements per block: 16 per thread of 256, four at a time where aligned. A multiple of 4, so each
+// block's part starts as aligned as its tensor.
+constexpr int64_t kSegmentBlockElements = 4096;
+
+// The blocks covering segments[0, count), in order (none for an empty one).
+template <class Segment>
+std::vector<SegmentBlock> segment_blocks(const Segment* segments, size_t count) {
+  std::vector<SegmentBlock> blocks;
+  for (size_t s = 0; s < count; ++s)
+    for (int64_t begin = 0; begin < segments[s].n; begin += kSegmentBlockElements)
+      blocks.push_back({static_cast<int64_t>(s), begin});
+  return blocks;
+}
+
+// The device table's bytes: the segments, then the blocks (then, for sum_squares_multi, a double per block).
+template <class Segment>
+size_t segment_table_bytes(const Segment* segments, size_t count) {
+  return count * sizeof(Segment) + segment_blocks(segments, count).size() * sizeof(SegmentBlock);
+}
+
+}  // namespace ds::cuda
