@@ -470,25 +470,12 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
 
 namespace {
 
-// A multi-tensor launch's table (segments.h) uploaded into `table` on `stream`: the device's segments and
-// blocks, and the blocks' count (0: nothing to launch). From pageable memory: CUDA has staged the bytes
-// when the copy returns, so the host's may go.
-template <class Segment>
-struct DeviceTable {
-  const Segment* segments;
-  const SegmentBlock* blocks;
-  unsigned count;
-};
+// A multi-tensor launch's table (segments.h) uploaded into `table` on `s`. From pageable memory: CUDA has
+// staged the bytes when the copy returns, so the host's may go.
 template <class Segment>
 DeviceTable<Segment> upload_table(const Segment* segments, size_t count, void* table, cudaStream_t s) {
-  const std::vector<SegmentBlock> blocks = segment_blocks(segments, count);
-  auto* device_segments = static_cast<Segment*>(table);
-  auto* device_blocks = reinterpret_cast<SegmentBlock*>(device_segments + count);
-  if (!blocks.empty()) {
-    copy_to_device_async(device_segments, segments, count * sizeof(Segment), s);
-    copy_to_device_async(device_blocks, blocks.data(), blocks.size() * sizeof(SegmentBlock), s);
-  }
-  return {device_segments, device_blocks, static_cast<unsigned>(blocks.size())};
+  return place_table(segments, count, table,
+                     [s](void* dst, const void* src, size_t bytes) { copy_to_device_async(dst, src, bytes, s); });
 }
 
 }  // namespace

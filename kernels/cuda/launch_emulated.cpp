@@ -463,24 +463,10 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
 
 namespace {
 
-// A multi-tensor launch's table (segments.h) copied into `table` (device memory is the host's): its
-// segments and blocks, and the blocks' count.
-template <class Segment>
-struct DeviceTable {
-  const Segment* segments;
-  const SegmentBlock* blocks;
-  unsigned count;
-};
+// A multi-tensor launch's table (segments.h) copied into `table` (device memory is the host's).
 template <class Segment>
 DeviceTable<Segment> upload_table(const Segment* segments, size_t count, void* table) {
-  const std::vector<SegmentBlock> blocks = segment_blocks(segments, count);
-  auto* device_segments = static_cast<Segment*>(table);
-  auto* device_blocks = reinterpret_cast<SegmentBlock*>(device_segments + count);
-  if (!blocks.empty()) {
-    std::memcpy(device_segments, segments, count * sizeof(Segment));
-    std::memcpy(device_blocks, blocks.data(), blocks.size() * sizeof(SegmentBlock));
-  }
-  return {device_segments, device_blocks, static_cast<unsigned>(blocks.size())};
+  return place_table(segments, count, table, [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); });
 }
 
 }  // namespace

@@ -54,4 +54,24 @@ size_t segment_table_bytes(const Segment* segments, size_t count) {
   return count * sizeof(Segment) + segment_blocks(segments, count).size() * sizeof(SegmentBlock);
 }
 
+// A table laid out in `table` (device scratch of segment_table_bytes): the device's segments and blocks, and
+// the blocks' count (0: nothing to launch). `copy(dst, src, bytes)` moves the host's bytes there.
+template <class Segment>
+struct DeviceTable {
+  const Segment* segments;
+  const SegmentBlock* blocks;
+  unsigned count;
+};
+template <class Segment, class Copy>
+DeviceTable<Segment> place_table(const Segment* segments, size_t count, void* table, Copy copy) {
+  const std::vector<SegmentBlock> blocks = segment_blocks(segments, count);
+  auto* device_segments = static_cast<Segment*>(table);
+  auto* device_blocks = reinterpret_cast<SegmentBlock*>(device_segments + count);
+  if (!blocks.empty()) {
+    copy(device_segments, segments, count * sizeof(Segment));
+    copy(device_blocks, blocks.data(), blocks.size() * sizeof(SegmentBlock));
+  }
+  return {device_segments, device_blocks, static_cast<unsigned>(blocks.size())};
+}
+
 }  // namespace ds::cuda
