@@ -213,7 +213,7 @@ void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& 
 void round_copies(amp::Half type, const RoundSegment* segments, size_t count, void* table, void* stream);
 void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, void* table, void* stream);
 inline size_t sum_squares_table_bytes(const SquaresSegment* segments, size_t count) {
-  return segment_table_bytes(segments, count) + segment_blocks(segments, count).size() * sizeof(double);
+  return segment_table_bytes(segments, count) + segment_block_count(segments, count) * sizeof(double);
 }
 
 // One SGD step (sgd.cuh) over fp32 p [n] from g [n], in place; buf [n] is the momentum buffer (unused,

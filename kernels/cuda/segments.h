@@ -48,10 +48,19 @@ std::vector<SegmentBlock> segment_blocks(const Segment* segments, size_t count) 
   return blocks;
 }
 
+// How many blocks segment_blocks gives, without making them.
+template <class Segment>
+size_t segment_block_count(const Segment* segments, size_t count) {
+  size_t blocks = 0;
+  for (size_t s = 0; s < count; ++s)
+    blocks += static_cast<size_t>((segments[s].n + kSegmentBlockElements - 1) / kSegmentBlockElements);
+  return blocks;
+}
+
 // The device table's bytes: the segments, then the blocks (then, for sum_squares_multi, a double per block).
 template <class Segment>
 size_t segment_table_bytes(const Segment* segments, size_t count) {
-  return count * sizeof(Segment) + segment_blocks(segments, count).size() * sizeof(SegmentBlock);
+  return count * sizeof(Segment) + segment_block_count(segments, count) * sizeof(SegmentBlock);
 }
 
 // A table laid out in `table` (device scratch of segment_table_bytes): the device's segments and blocks, and

@@ -179,6 +179,7 @@ TEST_CASE("cuda multi-tensor adam: one launch gives each tensor's one-launch bit
     }
     const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
     CHECK(blocks.size() == 1 + 1 + 1 + 2 + 3);  // none for the empty tensor
+    CHECK(ds::cuda::segment_block_count(segments.data(), segments.size()) == blocks.size());
     for (auto order : {Order::forward, Order::reverse}) {
       auto got_p = p, got_m = m, got_v = v;
       for (size_t s = 0; s < sizes.size(); ++s) {
