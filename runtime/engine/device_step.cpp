@@ -12,8 +12,9 @@ namespace ds {
 DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan)
     : device_(device), layers_(layers), tensors_(std::move(plan.tensors)), ties_(std::move(plan.ties)), n_(plan.n),
       rounding_(plan.rounding), grad_rounding_(plan.grad_rounding), group_(plan.group), units_(std::move(plan.units)),
-      partition_grads_(plan.partition_grads), gathered_(plan.gathered) {
-  if (partition_grads_ && units_.empty()) throw std::logic_error("DeviceStep: partition_grads without a partition");
+      partitioned_(plan.partitioned), partition_grads_(plan.partition_grads), gathered_(plan.gathered) {
+  if (partition_grads_ && !partitioned_) throw std::logic_error("DeviceStep: partition_grads without a partition");
+  if (partitioned_ && units_.empty()) throw std::logic_error("DeviceStep: partitioned without the layout's units");
   const size_t layout_units = plan.layout_units;
   if (rounding_) master_ = static_cast<float*>(allocate(n_ * sizeof(float), &MemoryReport::optimizer_state));
   for (size_t k = 0; k < plan.state_buffers; ++k) state_.push_back(static_cast<float*>(allocate(n_ * sizeof(float), &MemoryReport::optimizer_state)));
@@ -28,7 +29,7 @@ DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan)
   slots_ = std::min<size_t>(2, exchanged);  // two, so that a unit's sum runs while the next one is copied in
   for (size_t slot = 0; slot < slots_; ++slot) {
     unit_buffer_[slot] = static_cast<float*>(allocate(padded * sizeof(float), &MemoryReport::workspace));
-    chunk_buffer_[slot] = static_cast<float*>(allocate(chunk * sizeof(float), &MemoryReport::workspace));
+    if (partitioned_) chunk_buffer_[slot] = static_cast<float*>(allocate(chunk * sizeof(float), &MemoryReport::workspace));
   }
   unit_tensors_.resize(layout_units);
   for (const Tensor& t : tensors_) {
@@ -46,12 +47,9 @@ DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan)
 }
 
 DeviceStep::~DeviceStep() {
-  std::vector<Work*> under_way;  // a step that failed half-way: no collective may outlive its buffer
-  for (auto& work : sums_in_flight_) under_way.push_back(work.get());
-  for (Exchanging& e : exchanging_) under_way.push_back(e.work.get());
-  for (Work* work : under_way) {
+  for (Exchanging& e : exchanging_) {  // a step that failed half-way: no collective may outlive its buffer
     try {
-      work->wait();
+      e.work->wait();
     } catch (...) {
     }
   }
@@ -117,10 +115,9 @@ void DeviceStep::end_micro_batch(double pre) {
 
 // Rounded first (16-bit accumulation: as the host's buffers hold the sums), then the ties whose owner is in
 // the unit joined (their users come later in layer order: backward is done with them), the owners rounded
-// again; with several ranks, scaled by `pre` (and rounded again) and their sum started: replicas
-// all-reduce each tensor in place, partitions reduce-scatter the unit through one of the buffer slots
-// (when both are under way, the next waits for the first), so that backward goes on while the group's
-// stream sums.
+// again; with several ranks, scaled by `pre` (and rounded again) and the unit's sum started through one of
+// the buffer slots (when both are under way, the next waits for the first): replicas all-reduce it,
+// partitions reduce-scatter it, so that backward goes on while the group's stream sums.
 void DeviceStep::unit_done(size_t unit, double pre) {
   if (begun_[unit]) return;
   begun_[unit] = true;
@@ -140,22 +137,15 @@ void DeviceStep::unit_done(size_t unit, double pre) {
     for (const Tensor* t : mine) device_.rescale(grad(*t), t->size, pre);
     if (grad_rounding_) device_.round_into(*grad_rounding_, in_place(mine));  // as the host scales its 16-bit sums
   }
-  if (units_.empty()) {  // replicas: every rank needs every sum
-    for (const Tensor* t : mine)  // after the ops that wrote them (the group orders after the device's stream)
-      sums_in_flight_.push_back(group_->allreduce_async(grad(*t), t->size, DataType::F32, ReduceOp::Sum));
-    return;
-  }
   if (units_[unit].chunk == 0) return;
   if (exchanging_.size() == slots_) finish_oldest_exchange();
   const size_t slot = exchanging_.empty() ? 0 : (exchanging_.back().slot + 1) % slots_;
-  exchanging_.push_back({unit, slot, start_exchange(Exchange::reduce_scatter_grads, unit, slot)});
+  exchanging_.push_back({unit, slot, start_exchange(grads_exchange(), unit, slot)});
 }
 
 void DeviceStep::finish_gradients(double pre, double post) {
   start_unreported_sums(pre);
   if (group_ == nullptr || group_->size() == 1) return;
-  for (auto& work : sums_in_flight_) work->wait();  // later ops are issued after: they see the sums
-  sums_in_flight_.clear();
   while (!exchanging_.empty()) finish_oldest_exchange();
   std::vector<RoundTensor> parts;  // the parts this rank updates (replicas: the whole tensors)
   for (const Tensor& t : tensors_) {
@@ -173,7 +163,7 @@ void DeviceStep::start_unreported_sums(double pre) {
 
 void DeviceStep::finish_oldest_exchange() {
   Exchanging& oldest = exchanging_.front();
-  finish_exchange(Exchange::reduce_scatter_grads, oldest.unit, oldest.slot, *oldest.work);
+  finish_exchange(grads_exchange(), oldest.unit, oldest.slot, *oldest.work);
   exchanging_.pop_front();
 }
 
@@ -236,7 +226,7 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
     for (const Tensor* t : mine) params.push_back({param(*t) + t->from, master_ + t->offset, t->count});
     device_.round_into(*rounding_, params);
   }
-  for (size_t k = 0; k < units_.size(); ++k)
+  for (size_t k = 0; partitioned_ && k < units_.size(); ++k)
     if (units_[k].chunk > 0) finish_exchange(Exchange::gather_params, k, 0, *start_exchange(Exchange::gather_params, k, 0));
   for (const Tie& tie : ties_) {
     const ds_tensor& to = layers_.device_params(tie.layer)[tie.index];
@@ -245,9 +235,10 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   }
 }
 
-// A partitioned unit's exchange through the flat buffers of a slot: the tensors' values into the
-// collective's input (zeros where the unit is padded), the collective on the group's stream, then its
-// output back into the tensors. Reduce-scatter: every tensor's gradients whole into the unit, the sums of
+// A unit's exchange through the flat buffers of a slot: the tensors' values into the collective's input
+// (zeros where the unit is padded), the collective on the group's stream, then its output back into the
+// tensors. All-reduce (replicas): every tensor's gradients whole into the unit, in place, and back whole.
+// Reduce-scatter: every tensor's gradients whole into the unit, the sums of
 // this rank's parts back (the other parts keep this rank's own sums, which nothing reads), or with
 // partition_grads added into the partition (rounded after, as the host's 16-bit partition holds them).
 // All-gather: this rank's updated parts into its chunk, every rank's parts of every tensor back. Where the
@@ -255,25 +246,28 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
 // as 16-bit values, narrowed into the buffers (which have room for fp32) and widened out of them, as the
 // host and DeepSpeed move them: half the bytes, and the collective's sums rounded as the host's are.
 std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit, size_t slot) {
-  const bool scatter = exchange == Exchange::reduce_scatter_grads;
+  const bool gather = exchange == Exchange::gather_params;
   const std::optional<amp::Half> half = moved_as(exchange);
   const Unit& u = units_[unit];
-  float* in = scatter ? unit_buffer_[slot] : chunk_buffer_[slot];
-  float* out = scatter ? chunk_buffer_[slot] : unit_buffer_[slot];
-  device_.zero(in, (scatter ? u.padded : u.chunk) * (half ? sizeof(uint16_t) : sizeof(float)));
+  float* in = gather ? chunk_buffer_[slot] : unit_buffer_[slot];
+  device_.zero(in, (gather ? u.chunk : u.padded) * (half ? sizeof(uint16_t) : sizeof(float)));
   for (const Tensor* t : unit_tensors_[unit]) {
-    const Copy c = scatter ? whole(exchange, *t, slot) : part(exchange, *t, slot);
+    const Copy c = gather ? part(exchange, *t, slot) : whole(exchange, *t, slot);
     if (c.count == 0) continue;
     if (half) device_.narrow(*half, c.tensor, half_at(in, c.buffer), c.count);
     else device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
   }
   const DataType type = zero::collective_type(half);
-  return scatter ? group_->reduce_scatter_async(in, out, u.chunk, type, ReduceOp::Sum)
-                 : group_->allgather_async(in, out, u.chunk, type);
+  switch (exchange) {
+    case Exchange::all_reduce_grads: return group_->allreduce_async(in, u.padded, type, ReduceOp::Sum);
+    case Exchange::reduce_scatter_grads: return group_->reduce_scatter_async(in, chunk_buffer_[slot], u.chunk, type, ReduceOp::Sum);
+    case Exchange::gather_params: return group_->allgather_async(in, unit_buffer_[slot], u.chunk, type);
+  }
+  throw std::logic_error("DeviceStep: an unknown exchange");
 }
 
 std::optional<amp::Half> DeviceStep::moved_as(Exchange exchange) const {
-  return exchange == Exchange::reduce_scatter_grads ? grad_rounding_ : rounding_;
+  return exchange == Exchange::gather_params ? rounding_ : grad_rounding_;
 }
 
 uint16_t* DeviceStep::half_at(float* buffer, const float* place) {
@@ -284,7 +278,7 @@ void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Wo
   work.wait();  // later ops are issued after: they see the output
   const bool scatter = exchange == Exchange::reduce_scatter_grads;
   const std::optional<amp::Half> half = moved_as(exchange);
-  float* out = scatter ? chunk_buffer_[slot] : unit_buffer_[slot];
+  float* out = scatter ? chunk_buffer_[slot] : unit_buffer_[slot];  // (the all-reduce's: in place)
   if (scatter && partition_grads_) {
     const Unit& u = units_[unit];
     const float* sums = out;

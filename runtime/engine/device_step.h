@@ -5,11 +5,11 @@
 // training their fp32 master copy, live on the device in the host optimizer's flat order. So a step moves
 // nothing model-sized between host and device: the squared norm comes back as one number (and LAMB's
 // per-tensor sums). The updates are the CPU loops' element bodies.
-// With several ranks (a group over device memory: NCCL) the gradients are all-reduced there; at stages
-// 1-2 they are reduce-scattered, each rank updates its partition's part of each tensor, and the updated
-// parameters are all-gathered there, both unit by unit through flat buffers in the host's unit layout.
-// Each unit's sum starts as the last backward pass is done with it, on the group's stream, while backward
-// goes on with the units before it. At stage 2 (partition_grads) every micro-batch's sums are
+// With several ranks (a group over device memory: NCCL) the gradients are summed there unit by unit, through
+// flat buffers in the host's unit layout (one collective per unit, as DeepSpeed's buckets, not one per
+// tensor): at stage 0 all-reduced; at stages 1-2 reduce-scattered, each rank updates its partition's part of
+// each tensor, and the updated parameters are all-gathered there. Each unit's sum starts as the last backward
+// pass is done with it, on the group's stream, while backward goes on with the units before it. At stage 2 (partition_grads) every micro-batch's sums are
 // reduce-scattered so, and added into this rank's gradient partition, the only gradients the device keeps
 // for the step: the layers' buffers (DeviceLayers' shared one) take the next unit's gradients.
 // At stage 3 (Plan::gathered) the parameters are this rank's partition alone (device_gather.h): the update
@@ -49,8 +49,9 @@ class DeviceStep {
     size_t unit = 0, in_unit = 0; // partitioned: its unit and its first element's place in the unit
     size_t host = 0;              // its first element's place in the host's full parameter buffer
   };
-  // Partitioned (stages 1-2 on several ranks): a unit's elements (padded to ranks · chunk), the chunk
-  // each rank updates, and where that chunk is in the rank's partition, as zero::PartitionLayout has them.
+  // With several ranks: a unit's elements (padded to ranks · chunk when partitioned), the chunk each rank
+  // updates (replicas: the unit), and where that chunk is in the rank's partition, as zero::PartitionLayout
+  // has them.
   struct Unit {
     size_t padded = 0, chunk = 0, part_offset = 0;
   };
@@ -69,7 +70,8 @@ class DeviceStep {
                                              // lives on the device); none in fp32
     std::optional<amp::Half> grad_rounding;  // 16-bit gradient accumulation's precision; none for fp32 sums
     ProcessGroup* group = nullptr;           // the ranks over device memory (nullptr: one rank)
-    std::vector<Unit> units;                 // partitioned: the layout's units (else empty)
+    std::vector<Unit> units;                 // with several ranks: the layout's units (else empty)
+    bool partitioned = false;                // stages 1-2 on several ranks (else the ranks are replicas)
     // Partitioned, stage 2: each micro-batch's sums go into the rank's partition [n], and the layers'
     // gradient buffers are reused by each unit (DeviceLayers::LayerShape::shared_grads_at).
     bool partition_grads = false;
@@ -100,10 +102,10 @@ class DeviceStep {
   // In the step's last backward pass (partition_grads: in every one), once it is done with a unit's layers
   // (`unit`: the layout's index):
   // the unit's gradients rounded (16-bit accumulation), the tied gradients added into the owners' in it;
-  // with several ranks each tensor's gradients multiplied by `pre` and their sum across the ranks started
-  // (in fp32: all-reduced for replicas, reduce-scattered when partitioned, so each rank sums the parts it
-  // updates). Then backward goes on while the group's stream sums (partition_grads: into the partition,
-  // once the sum is done).
+  // with several ranks each tensor's gradients multiplied by `pre` and the unit's sum across the ranks started
+  // (all-reduced for replicas, reduce-scattered when partitioned, so each rank sums the parts it updates; in
+  // the gradients' precision). Then backward goes on while the group's stream sums (partition_grads: into the
+  // partition, once the sum is done).
   void unit_done(size_t unit, double pre);
   // After the step's backward passes: unit_done for the units not yet reported; with several ranks, the
   // sums waited for and multiplied by `post` (GradientReducer's averaging), rounded again with 16-bit
@@ -120,15 +122,15 @@ class DeviceStep {
              const std::function<void(const Tensor& tensor, const float* values)>& params);
 
  private:
-  // Partitioned: the sums of the parts this rank updates (of the gradients), or every rank's updated parts
-  // into every rank's views (of the parameters).
-  enum class Exchange { reduce_scatter_grads, gather_params };
+  // The sums of every tensor of the unit (replicas), or of the parts this rank updates (partitioned), of the
+  // gradients; or every rank's updated parts into every rank's views (partitioned, of the parameters).
+  enum class Exchange { all_reduce_grads, reduce_scatter_grads, gather_params };
   struct Copy {  // between a tensor's elements and their place in a slot's flat buffer
     float* buffer = nullptr;
     float* tensor = nullptr;
     size_t count = 0;
   };
-  struct Exchanging {  // a unit's reduce-scatter under way
+  struct Exchanging {  // a unit's sum under way
     size_t unit = 0, slot = 0;
     std::unique_ptr<Work> work;
   };
@@ -137,7 +139,8 @@ class DeviceStep {
   float* grad_part(const Tensor& t) const;  // the sums of the part this rank updates
   using RoundTensor = backend::Device::RoundTensor;
   std::vector<RoundTensor> in_place(const std::vector<const Tensor*>& tensors) const;  // their whole gradients
-  float* values(Exchange e, const Tensor& t) const { return e == Exchange::reduce_scatter_grads ? grad(t) : param(t); }
+  float* values(Exchange e, const Tensor& t) const { return e == Exchange::gather_params ? param(t) : grad(t); }
+  Exchange grads_exchange() const { return partitioned_ ? Exchange::reduce_scatter_grads : Exchange::all_reduce_grads; }
   Copy whole(Exchange e, const Tensor& t, size_t slot) const;  // the tensor, at its place in the unit
   Copy part(Exchange e, const Tensor& t, size_t slot) const;   // this rank's part, at its place in the chunk
   std::optional<amp::Half> moved_as(Exchange exchange) const;  // the 16-bit type it moves; none: fp32
@@ -158,17 +161,17 @@ class DeviceStep {
   std::optional<amp::Half> rounding_, grad_rounding_;
   ProcessGroup* group_;
   std::vector<Unit> units_;
+  bool partitioned_;
   bool partition_grads_;
   DeviceGather* gathered_;
-  size_t slots_ = 0;               // partitioned: 2, or 1 where one unit has parameters
-  float* unit_buffer_[2] = {};     // partitioned, per slot: [max padded], one unit whole
-  float* chunk_buffer_[2] = {};    // and [max chunk], this rank's part of it
+  size_t slots_ = 0;               // several ranks: 2, or 1 where one unit has parameters
+  float* unit_buffer_[2] = {};     // several ranks, per slot: [max padded], one unit whole
+  float* chunk_buffer_[2] = {};    // partitioned, per slot: [max chunk], this rank's part of it
   float* partition_ = nullptr;     // partition_grads: [n], this rank's sums of the step's gradients
   std::vector<std::vector<const Tensor*>> unit_tensors_;  // per layout unit: its tensors (into tensors_)
   std::vector<bool> begun_;        // this step, per layout unit: unit_done has run
   std::vector<size_t> tie_units_;  // per tie: its owner's unit
-  std::vector<std::unique_ptr<Work>> sums_in_flight_;  // replicas: the all-reduces started
-  std::deque<Exchanging> exchanging_;                  // partitioned: at most one per slot
+  std::deque<Exchanging> exchanging_;  // several ranks: at most one per slot
   float* master_ = nullptr;        // 16-bit training: fp32 [n]
   std::vector<float*> state_;      // per state buffer: fp32 [n]
   double* sums_ = nullptr;         // [max(1, 2 · tensors)]: Σg², or LAMB's (Σp², Σu²) per tensor

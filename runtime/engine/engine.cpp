@@ -464,8 +464,9 @@ void Engine::build_device_step() {
       tensors.push_back(t);
     }
   DeviceStep::Plan plan;
-  if (policy_.optimizer_state && group_.size() > 1)  // partitioned: every rank updates its chunks, then gathers the rest
+  if (group_.size() > 1)  // each unit's sum across the ranks goes through a flat buffer
     for (const zero::Unit& u : layout_->units()) plan.units.push_back({u.padded(), u.chunk, u.part_offset});
+  plan.partitioned = policy_.optimizer_state && group_.size() > 1;  // every rank updates its chunks, then gathers the rest
   plan.tensors = std::move(tensors);
   plan.layout_units = layout_->units().size();
   plan.ties = std::move(ties);
