@@ -468,41 +468,29 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   check(cudaGetLastError(), "adam_step launch");
 }
 
-namespace {
-
-// A multi-tensor launch's table (segments.h) uploaded into `table` on `s`. From pageable memory: CUDA has
-// staged the bytes when the copy returns, so the host's may go.
-template <class Segment>
-DeviceTable<Segment> upload_table(const Segment* segments, size_t count, void* table, cudaStream_t s) {
-  return place_table(segments, count, table,
-                     [s](void* dst, const void* src, size_t bytes) { copy_to_device_async(dst, src, bytes, s); });
-}
-
-}  // namespace
-
-void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled, void* table,
-                void* stream) {
+void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled,
+                const void* table, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const auto t = upload_table(segments, count, table, s);
+  const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
   if (decoupled) adam_multi_kernel<true><<<t.count, kElementThreads, 0, s>>>(t.segments, t.blocks, args);
   else adam_multi_kernel<false><<<t.count, kElementThreads, 0, s>>>(t.segments, t.blocks, args);
   check(cudaGetLastError(), "adam_steps launch");
 }
 
-void round_copies(amp::Half type, const RoundSegment* segments, size_t count, void* table, void* stream) {
+void round_copies(amp::Half type, const RoundSegment* segments, size_t count, const void* table, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const auto t = upload_table(segments, count, table, s);
+  const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
   round_multi_kernel<<<t.count, kElementThreads, 0, s>>>(type, t.segments, t.blocks);
   check(cudaGetLastError(), "round_copies launch");
 }
 
-void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, void* table, void* stream) {
+void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, const void* table, double* partial,
+                       void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const auto t = upload_table(segments, count, table, s);
+  const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
-  auto* partial = reinterpret_cast<double*>(static_cast<char*>(table) + segment_table_bytes(segments, count));
   sum_squares_multi_kernel<<<t.count, kReduceThreads, 0, s>>>(t.segments, t.blocks, partial);
   check(cudaGetLastError(), "sum_squares_multi (partials) launch");
   sum_partials_kernel<<<1, kReduceThreads, 0, s>>>(partial, t.count, total);

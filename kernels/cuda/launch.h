@@ -201,20 +201,17 @@ void find_nonfinite(const float* x, int64_t n, int32_t* flag, void* stream);
 // One Adam (decoupled = false) or AdamW step over fp32 p, m, v [n] from g [n], in place.
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cpu::AdamArgs& args, bool decoupled,
                void* stream);
-// The same step over the tensors segments[0, count) in one launch (segments.h; host memory): `table`
-// is device scratch of segment_table_bytes(segments, count) bytes, which the launcher fills (an upload on
-// `stream`, before the kernel).
-void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled, void* table,
-                void* stream);
+// The same step over the tensors segments[0, count) in one launch (segments.h; the segments in host
+// memory): `table` holds segment_table(segments, count) in device memory, uploaded before the launch.
+void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled,
+                const void* table, void* stream);
 
 // Multi-tensor forms of round_to_half and sum_squares (segments.h; the segments in host memory), one launch
-// each (two for the sum): `table` is device scratch of segment_table_bytes(segments, count) bytes, and for
-// the sum sum_squares_table_bytes, which the launcher fills (an upload on `stream`, before the kernels).
-void round_copies(amp::Half type, const RoundSegment* segments, size_t count, void* table, void* stream);
-void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, void* table, void* stream);
-inline size_t sum_squares_table_bytes(const SquaresSegment* segments, size_t count) {
-  return segment_table_bytes(segments, count) + segment_block_count(segments, count) * sizeof(double);
-}
+// each (two for the sum), `table` as adam_steps'; the sum's `partial` is device scratch of a double per
+// block (segment_block_count).
+void round_copies(amp::Half type, const RoundSegment* segments, size_t count, const void* table, void* stream);
+void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, const void* table, double* partial,
+                       void* stream);
 
 // One SGD step (sgd.cuh) over fp32 p [n] from g [n], in place; buf [n] is the momentum buffer (unused,
 // may be null, when args.momentum is 0).

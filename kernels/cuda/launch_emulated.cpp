@@ -461,19 +461,9 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
   });
 }
 
-namespace {
-
-// A multi-tensor launch's table (segments.h) copied into `table` (device memory is the host's).
-template <class Segment>
-DeviceTable<Segment> upload_table(const Segment* segments, size_t count, void* table) {
-  return place_table(segments, count, table, [](void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); });
-}
-
-}  // namespace
-
-void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled, void* table,
-                void*) {
-  const auto t = upload_table(segments, count, table);
+void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled,
+                const void* table, void*) {
+  const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
   simt::launch(t.count, kElementThreads, {}, [&] {
     if (decoupled) adam_multi_kernel<true>(t.segments, t.blocks, args);
@@ -481,16 +471,16 @@ void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& 
   });
 }
 
-void round_copies(amp::Half type, const RoundSegment* segments, size_t count, void* table, void*) {
-  const auto t = upload_table(segments, count, table);
+void round_copies(amp::Half type, const RoundSegment* segments, size_t count, const void* table, void*) {
+  const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
   simt::launch(t.count, kElementThreads, {}, [&] { round_multi_kernel(type, t.segments, t.blocks); });
 }
 
-void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, void* table, void*) {
-  const auto t = upload_table(segments, count, table);
+void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, const void* table, double* partial,
+                       void*) {
+  const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
-  auto* partial = reinterpret_cast<double*>(static_cast<char*>(table) + segment_table_bytes(segments, count));
   simt::launch(t.count, kReduceThreads, {}, [&] { sum_squares_multi_kernel(t.segments, t.blocks, partial); });
   simt::launch(1, kReduceThreads, {}, [&] { sum_partials_kernel(partial, t.count, total); });
 }

@@ -214,15 +214,15 @@ void adam_step(float*, const float*, float*, float*, int64_t, const cpu::AdamArg
   throw std::runtime_error("cuda: adam_step: dsrun was built without CUDA");
 }
 
-void adam_steps(const AdamSegment*, size_t, const cpu::AdamArgs&, bool, void*, void*) {
+void adam_steps(const AdamSegment*, size_t, const cpu::AdamArgs&, bool, const void*, void*) {
   throw std::runtime_error("cuda: adam_steps: dsrun was built without CUDA");
 }
 
-void round_copies(amp::Half, const RoundSegment*, size_t, void*, void*) {
+void round_copies(amp::Half, const RoundSegment*, size_t, const void*, void*) {
   throw std::runtime_error("cuda: round_copies: dsrun was built without CUDA");
 }
 
-void sum_squares_multi(const SquaresSegment*, size_t, double*, void*, void*) {
+void sum_squares_multi(const SquaresSegment*, size_t, double*, const void*, double*, void*) {
   throw std::runtime_error("cuda: sum_squares_multi: dsrun was built without CUDA");
 }
 

@@ -2,10 +2,12 @@
 // op and the blocks that cover them, so that one launch takes every tensor of a step, as DeepSpeed's and
 // torch's fused multi-tensor optimizers do, instead of a launch per tensor (GPT-2 has 148, most of them
 // a few hundred elements: their launches, not their bytes, took the time). Plain C++: the host builds the
-// table, the device reads it.
+// table, the device reads it (the CUDA backend keeps each table on the device for the next call with the same
+// tensors: runtime/backend/segment_tables.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace ds::cuda {
@@ -57,30 +59,29 @@ size_t segment_block_count(const Segment* segments, size_t count) {
   return blocks;
 }
 
-// The device table's bytes: the segments, then the blocks (then, for sum_squares_multi, a double per block).
+// The table's bytes, as the kernels read them in device memory: the segments, then the blocks covering them.
 template <class Segment>
-size_t segment_table_bytes(const Segment* segments, size_t count) {
-  return count * sizeof(Segment) + segment_block_count(segments, count) * sizeof(SegmentBlock);
+std::vector<std::byte> segment_table(const Segment* segments, size_t count) {
+  const std::vector<SegmentBlock> blocks = segment_blocks(segments, count);
+  std::vector<std::byte> table(count * sizeof(Segment) + blocks.size() * sizeof(SegmentBlock));
+  if (count > 0) std::memcpy(table.data(), segments, count * sizeof(Segment));
+  if (!blocks.empty()) std::memcpy(table.data() + count * sizeof(Segment), blocks.data(), blocks.size() * sizeof(SegmentBlock));
+  return table;
 }
 
-// A table laid out in `table` (device scratch of segment_table_bytes): the device's segments and blocks, and
-// the blocks' count (0: nothing to launch). `copy(dst, src, bytes)` moves the host's bytes there.
 template <class Segment>
 struct DeviceTable {
   const Segment* segments;
   const SegmentBlock* blocks;
   unsigned count;
 };
-template <class Segment, class Copy>
-DeviceTable<Segment> place_table(const Segment* segments, size_t count, void* table, Copy copy) {
-  const std::vector<SegmentBlock> blocks = segment_blocks(segments, count);
-  auto* device_segments = static_cast<Segment*>(table);
-  auto* device_blocks = reinterpret_cast<SegmentBlock*>(device_segments + count);
-  if (!blocks.empty()) {
-    copy(device_segments, segments, count * sizeof(Segment));
-    copy(device_blocks, blocks.data(), blocks.size() * sizeof(SegmentBlock));
-  }
-  return {device_segments, device_blocks, static_cast<unsigned>(blocks.size())};
+// Where the parts of segment_table(segments, count), held at `table` in device memory, are, and the blocks'
+// count (0: nothing to launch).
+template <class Segment>
+DeviceTable<Segment> locate_table(const Segment* segments, size_t count, const void* table) {
+  const auto* device_segments = static_cast<const Segment*>(table);
+  return {device_segments, reinterpret_cast<const SegmentBlock*>(device_segments + count),
+          static_cast<unsigned>(segment_block_count(segments, count))};
 }
 
 }  // namespace ds::cuda

@@ -163,6 +163,8 @@ class Cuda : public Device {
   void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                  bool decoupled) override;
   void adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) override;
+  // The multi-tensor tables uploaded so far (each kept on the device for the next call with its tensors).
+  size_t table_uploads() const;
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override;
   void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
                     double* sums) override;

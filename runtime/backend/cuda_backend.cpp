@@ -17,11 +17,16 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/segment_tables.h"
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
 #include "cuda/launch_shape.h"
 
 namespace ds::backend {
+
+// Multi-tensor tables kept on the device: a step uses a few per unit of layers (the 16-bit roundings) and a
+// few in all (AdamW, the norm); more than this is a plan that changes its tensors.
+constexpr size_t kSegmentTables = 256;
 
 struct Cuda::State {
   int device = 0;
@@ -106,6 +111,11 @@ struct Cuda::State {
     free_blocks[it->second].push_back(p);
     used_blocks.erase(it);
   }
+  // The multi-tensor launches' tables, in blocks of the cache above (freed with it); uploaded by a copy that
+  // the default stream orders after the ops before it.
+  SegmentTables tables{{[this](size_t bytes) { return take(bytes); }, [this](void* p) { give(p); },
+                        [](void* dst, const void* src, size_t bytes) { cuda::copy_to_device(dst, src, bytes); }},
+                       kSegmentTables};
 };
 
 namespace {
@@ -594,25 +604,28 @@ void Cuda::round_into(amp::Half type, std::span<const RoundTensor> tensors) {
   std::vector<cuda::RoundSegment> segments;
   segments.reserve(tensors.size());
   for (const RoundTensor& t : tensors) segments.push_back({t.dst, t.src, static_cast<int64_t>(t.n)});
-  const Temp<char> table(*state_, static_cast<int64_t>(cuda::segment_table_bytes(segments.data(), segments.size())));
-  cuda::round_copies(type, segments.data(), segments.size(), table.get(), kStream);
+  cuda::round_copies(type, segments.data(), segments.size(), state_->tables.find(segments.data(), segments.size()),
+                     kStream);
 }
 
 void Cuda::add_sums_of_squares(std::span<const Floats> tensors, double* total) {
   std::vector<cuda::SquaresSegment> segments;
   segments.reserve(tensors.size());
   for (const Floats& t : tensors) segments.push_back({t.x, static_cast<int64_t>(t.n)});
-  const Temp<char> table(*state_, static_cast<int64_t>(cuda::sum_squares_table_bytes(segments.data(), segments.size())));
-  cuda::sum_squares_multi(segments.data(), segments.size(), total, table.get(), kStream);
+  const Temp<double> partial(*state_, static_cast<int64_t>(cuda::segment_block_count(segments.data(), segments.size())));
+  cuda::sum_squares_multi(segments.data(), segments.size(), total, state_->tables.find(segments.data(), segments.size()),
+                          partial.get(), kStream);
 }
 
 void Cuda::adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) {
   std::vector<cuda::AdamSegment> segments;
   segments.reserve(tensors.size());
   for (const AdamTensor& t : tensors) segments.push_back({t.p, t.g, t.m, t.v, static_cast<int64_t>(t.n)});
-  const Temp<char> table(*state_, static_cast<int64_t>(cuda::segment_table_bytes(segments.data(), segments.size())));
-  cuda::adam_steps(segments.data(), segments.size(), args, decoupled, table.get(), kStream);
+  cuda::adam_steps(segments.data(), segments.size(), args, decoupled,
+                   state_->tables.find(segments.data(), segments.size()), kStream);
 }
+
+size_t Cuda::table_uploads() const { return state_->tables.uploads(); }
 
 void Cuda::sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) {
   cuda::sgd_step(p, g, buf, static_cast<int64_t>(n), args, kStream);

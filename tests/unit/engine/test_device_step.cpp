@@ -604,6 +604,35 @@ TEST_CASE("device step: replicas all-reduce one flat buffer per unit, in the gra
   });
 }
 
+// The multi-tensor launches' tables (AdamW, the norm, the 16-bit roundings in backward and after the update)
+// are the same at every step: the backend keeps them on the device, and a step after the first uploads none
+// (an upload from pageable memory would make the host wait for the GPU's queue, in backward too). On one rank
+// and on two, at every stage, with bf16 gradient accumulation and a unit per layer (the most tables).
+TEST_CASE("device step: a step after the first uploads no multi-tensor table") {
+  const DsConfig config = adam_config(2);
+  for (int world : {1, 2})
+  for (int stage : {0, 1, 2, 3}) {
+    CAPTURE(world);
+    CAPTURE(stage);
+    run_ranks(world, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
+      backend::Cuda cuda(0);
+      auto plugin = Plugin::load(plugin_path(), kModel, cuda.table());
+      auto nccl = world > 1 ? fake_device_group(store, group.rank(), group.size()) : nullptr;
+      EngineConfig e = units_per_layer(cuda, stage, nccl.get());
+      set_precision(e, amp::Storage::BF16);
+      e.grad_storage = amp::Storage::BF16;
+      Engine engine = make_engine(e, *plugin, group, world > 1 ? config : adam_config(1));
+      REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
+      engine.step();
+      const size_t uploads = cuda.table_uploads();
+      CHECK(uploads > 0);
+      engine.step();
+      engine.step();
+      CHECK(cuda.table_uploads() == uploads);
+    });
+  }
+}
+
 // GPT's tie on two ranks, partitioned with a unit per layer: the head's gradient joins the embedding's
 // as the last backward pass is done with the embedding's unit, before its reduce-scatter starts.
 TEST_CASE("device step: GPT's tied embedding and head on two ranks, each layer's sum started in backward") {
