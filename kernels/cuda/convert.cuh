@@ -95,4 +95,13 @@ DS_KERNEL void scale_kernel(float* x, int64_t n, double factor) {
     x[i] = static_cast<float>(x[i] * factor);
 }
 
+// Many tensors in one launch (segments.h): scale_kernel's bits over blocks[b]'s part of its segment. Grid:
+// the blocks' count; any block size.
+DS_KERNEL void scale_multi_kernel(const ScaleSegment* segments, const SegmentBlock* blocks, double factor) {
+  const SegmentBlock b = blocks[blockIdx.x];
+  const ScaleSegment s = segments[b.segment];
+  const int64_t end = s.n - b.begin < kSegmentBlockElements ? s.n : b.begin + kSegmentBlockElements;
+  for (int64_t i = b.begin + threadIdx.x; i < end; i += blockDim.x) s.x[i] = static_cast<float>(s.x[i] * factor);
+}
+
 }  // namespace ds::cuda

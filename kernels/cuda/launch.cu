@@ -486,6 +486,14 @@ void round_copies(amp::Half type, const RoundSegment* segments, size_t count, co
   check(cudaGetLastError(), "round_copies launch");
 }
 
+void scale_multi(const ScaleSegment* segments, size_t count, double factor, const void* table, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  scale_multi_kernel<<<t.count, kElementThreads, 0, s>>>(t.segments, t.blocks, factor);
+  check(cudaGetLastError(), "scale_multi launch");
+}
+
 void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, const void* table, double* partial,
                        void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
@@ -504,6 +512,16 @@ void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArg
         <<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, g, buf, n, args);
   });
   check(cudaGetLastError(), "sgd_step launch");
+}
+
+void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& args, const void* table, void* stream) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  with_sgd_kind(args, [&](auto momentum, auto nesterov, auto first) {
+    sgd_multi_kernel<decltype(momentum)::value, decltype(nesterov)::value, decltype(first)::value>
+        <<<t.count, kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(t.segments, t.blocks, args);
+  });
+  check(cudaGetLastError(), "sgd_steps launch");
 }
 
 void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,

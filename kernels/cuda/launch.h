@@ -206,16 +206,19 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
 void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled,
                 const void* table, void* stream);
 
-// Multi-tensor forms of round_to_half and sum_squares (segments.h; the segments in host memory), one launch
+// Multi-tensor forms of round_to_half, scale and sum_squares (segments.h; the segments in host memory), one launch
 // each (two for the sum), `table` as adam_steps'; the sum's `partial` is device scratch of a double per
 // block (segment_block_count).
 void round_copies(amp::Half type, const RoundSegment* segments, size_t count, const void* table, void* stream);
+void scale_multi(const ScaleSegment* segments, size_t count, double factor, const void* table, void* stream);
 void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, const void* table, double* partial,
                        void* stream);
 
 // One SGD step (sgd.cuh) over fp32 p [n] from g [n], in place; buf [n] is the momentum buffer (unused,
 // may be null, when args.momentum is 0).
 void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void* stream);
+// The same step over the tensors segments[0, count) in one launch, `table` as adam_steps'.
+void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& args, const void* table, void* stream);
 
 // LAMB over one tensor (lamb.cuh), fp32 in place: lamb_moments updates m, v [n] from g [n] and adds
 // (Σp², Σu²) into sums[0], sums[1] (partial: scratch of 2·kSumSquaresBlocks doubles; all in device

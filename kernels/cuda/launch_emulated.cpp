@@ -477,6 +477,12 @@ void round_copies(amp::Half type, const RoundSegment* segments, size_t count, co
   simt::launch(t.count, kElementThreads, {}, [&] { round_multi_kernel(type, t.segments, t.blocks); });
 }
 
+void scale_multi(const ScaleSegment* segments, size_t count, double factor, const void* table, void*) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  simt::launch(t.count, kElementThreads, {}, [&] { scale_multi_kernel(t.segments, t.blocks, factor); });
+}
+
 void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, const void* table, double* partial,
                        void*) {
   const auto t = locate_table(segments, count, table);
@@ -490,6 +496,17 @@ void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArg
   with_sgd_kind(args, [&](auto momentum, auto nesterov, auto first) {
     simt::launch(element_blocks(n), kElementThreads, {}, [&] {
       sgd_kernel<decltype(momentum)::value, decltype(nesterov)::value, decltype(first)::value>(p, g, buf, n, args);
+    });
+  });
+}
+
+void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& args, const void* table, void*) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  with_sgd_kind(args, [&](auto momentum, auto nesterov, auto first) {
+    simt::launch(t.count, kElementThreads, {}, [&] {
+      sgd_multi_kernel<decltype(momentum)::value, decltype(nesterov)::value, decltype(first)::value>(t.segments,
+                                                                                                    t.blocks, args);
     });
   });
 }

@@ -218,8 +218,16 @@ void adam_steps(const AdamSegment*, size_t, const cpu::AdamArgs&, bool, const vo
   throw std::runtime_error("cuda: adam_steps: dsrun was built without CUDA");
 }
 
+void sgd_steps(const SgdSegment*, size_t, const cpu::SgdArgs&, const void*, void*) {
+  throw std::runtime_error("cuda: sgd_steps: dsrun was built without CUDA");
+}
+
 void round_copies(amp::Half, const RoundSegment*, size_t, const void*, void*) {
   throw std::runtime_error("cuda: round_copies: dsrun was built without CUDA");
+}
+
+void scale_multi(const ScaleSegment*, size_t, double, const void*, void*) {
+  throw std::runtime_error("cuda: scale_multi: dsrun was built without CUDA");
 }
 
 void sum_squares_multi(const SquaresSegment*, size_t, double*, const void*, double*, void*) {

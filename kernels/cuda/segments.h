@@ -20,6 +20,13 @@ struct AdamSegment {  // p, m, v [n] updated in place from g [n]
   int64_t n;
 };
 
+struct SgdSegment {  // p [n] (and buf [n] with momentum; else null) updated in place from g [n]
+  float* p;
+  const float* g;
+  float* buf;
+  int64_t n;
+};
+
 struct RoundSegment {  // dst[i] = float(half(src[i])) for i < n; dst may be src
   float* dst;
   const float* src;
@@ -28,6 +35,11 @@ struct RoundSegment {  // dst[i] = float(half(src[i])) for i < n; dst may be src
 
 struct SquaresSegment {  // x [n], whose squares are summed
   const float* x;
+  int64_t n;
+};
+
+struct ScaleSegment {  // x [n], scaled in place
+  float* x;
   int64_t n;
 };
 

@@ -99,6 +99,14 @@ class Device {
   virtual void add_sums_of_squares(std::span<const Floats> tensors, double* total) {
     for (const Floats& t : tensors) add_sum_squares(t.x, t.n, total);
   }
+  // rescale's bits over several tensors (in one launch on a GPU).
+  struct Values {
+    float* x;
+    size_t n;
+  };
+  virtual void rescale_all(std::span<const Values> tensors, double factor) {
+    for (const Values& t : tensors) rescale(t.x, t.n, factor);
+  }
   virtual void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                          bool decoupled) = 0;  // Adam, or AdamW (decoupled)
   // The same step over several tensors, each p, m, v [n] from g [n]: by default one adam_step each; the
@@ -114,6 +122,17 @@ class Device {
     for (const AdamTensor& t : tensors) adam_step(t.p, t.g, t.m, t.v, t.n, args, decoupled);
   }
   virtual void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) = 0;
+  // The same step over several tensors (buf null without momentum): by default one sgd_step each; the CUDA
+  // backend updates them all in one launch, with the same bits.
+  struct SgdTensor {
+    float* p;
+    const float* g;
+    float* buf;
+    size_t n;
+  };
+  virtual void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) {
+    for (const SgdTensor& t : tensors) sgd_step(t.p, t.g, t.buf, t.n, args);
+  }
   // LAMB over one tensor: the moments, adding (Σp², Σu²) into sums[0..1]; then p moved by −scale·u.
   virtual void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
                             double* sums) = 0;
@@ -160,12 +179,14 @@ class Cuda : public Device {
   void add_sum_squares(const float* x, size_t n, double* total) override;
   void round_into(amp::Half type, std::span<const RoundTensor> tensors) override;
   void add_sums_of_squares(std::span<const Floats> tensors, double* total) override;
+  void rescale_all(std::span<const Values> tensors, double factor) override;
   void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                  bool decoupled) override;
   void adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) override;
   // The multi-tensor tables uploaded so far (each kept on the device for the next call with its tensors).
   size_t table_uploads() const;
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override;
+  void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) override;
   void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
                     double* sums) override;
   void lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args, float scale) override;

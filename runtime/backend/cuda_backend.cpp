@@ -608,6 +608,14 @@ void Cuda::round_into(amp::Half type, std::span<const RoundTensor> tensors) {
                      kStream);
 }
 
+void Cuda::rescale_all(std::span<const Values> tensors, double factor) {
+  std::vector<cuda::ScaleSegment> segments;
+  segments.reserve(tensors.size());
+  for (const Values& t : tensors) segments.push_back({t.x, static_cast<int64_t>(t.n)});
+  cuda::scale_multi(segments.data(), segments.size(), factor, state_->tables.find(segments.data(), segments.size()),
+                    kStream);
+}
+
 void Cuda::add_sums_of_squares(std::span<const Floats> tensors, double* total) {
   std::vector<cuda::SquaresSegment> segments;
   segments.reserve(tensors.size());
@@ -623,6 +631,14 @@ void Cuda::adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& 
   for (const AdamTensor& t : tensors) segments.push_back({t.p, t.g, t.m, t.v, static_cast<int64_t>(t.n)});
   cuda::adam_steps(segments.data(), segments.size(), args, decoupled,
                    state_->tables.find(segments.data(), segments.size()), kStream);
+}
+
+void Cuda::sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) {
+  std::vector<cuda::SgdSegment> segments;
+  segments.reserve(tensors.size());
+  for (const SgdTensor& t : tensors) segments.push_back({t.p, t.g, t.buf, static_cast<int64_t>(t.n)});
+  cuda::sgd_steps(segments.data(), segments.size(), args, state_->tables.find(segments.data(), segments.size()),
+                  kStream);
 }
 
 size_t Cuda::table_uploads() const { return state_->tables.uploads(); }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <typeinfo>
 #include <unordered_map>
 #include <vector>
 
@@ -32,7 +33,7 @@ class SegmentTables {
   template <class Segment>
   const void* find(const Segment* segments, size_t count) {
     std::string key(reinterpret_cast<const char*>(segments), count * sizeof(Segment));
-    key.push_back(static_cast<char>(sizeof(Segment)));  // (another kind's segments with the same bytes)
+    key += typeid(Segment).name();  // (another kind's segments with the same bytes)
     return find(std::move(key), [&] { return cuda::segment_table(segments, count); });
   }
   size_t uploads() const { return uploads_; }  // the tables uploaded so far

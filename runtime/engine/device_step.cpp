@@ -82,6 +82,13 @@ std::vector<DeviceStep::RoundTensor> DeviceStep::in_place(const std::vector<cons
 
 float* DeviceStep::grad_part(const Tensor& t) const { return partition_grads_ ? partition_ + t.offset : grad(t) + t.from; }
 
+std::vector<DeviceStep::Values> DeviceStep::grad_parts() const {
+  std::vector<Values> parts;
+  for (const Tensor& t : tensors_)
+    if (t.count > 0) parts.push_back({grad_part(t), t.count});
+  return parts;
+}
+
 void DeviceStep::load(const float* master, std::span<const StateView> state) {
   if ((master != nullptr) != (master_ != nullptr) || state.size() != state_.size())
     throw std::logic_error("DeviceStep: load() with another master or state than planned");
@@ -134,7 +141,9 @@ void DeviceStep::unit_done(size_t unit, double pre) {
   }
   if (group_ == nullptr || group_->size() == 1 || mine.empty()) return;
   if (pre != 1.0) {
-    for (const Tensor* t : mine) device_.rescale(grad(*t), t->size, pre);
+    std::vector<Values> grads;
+    for (const Tensor* t : mine) grads.push_back({grad(*t), t->size});
+    device_.rescale_all(grads, pre);
     if (grad_rounding_) device_.round_into(*grad_rounding_, in_place(mine));  // as the host scales its 16-bit sums
   }
   if (units_[unit].chunk == 0) return;
@@ -147,13 +156,12 @@ void DeviceStep::finish_gradients(double pre, double post) {
   start_unreported_sums(pre);
   if (group_ == nullptr || group_->size() == 1) return;
   while (!exchanging_.empty()) finish_oldest_exchange();
-  std::vector<RoundTensor> parts;  // the parts this rank updates (replicas: the whole tensors)
-  for (const Tensor& t : tensors_) {
-    if (t.count == 0) continue;
-    if (post != 1.0) device_.rescale(grad_part(t), t.count, post);
-    parts.push_back({grad_part(t), grad_part(t), t.count});
+  if (post != 1.0) device_.rescale_all(grad_parts(), post);
+  if (grad_rounding_) {
+    std::vector<RoundTensor> parts;
+    for (const Values& part : grad_parts()) parts.push_back({part.x, part.x, part.n});
+    device_.round_into(*grad_rounding_, parts);
   }
-  if (grad_rounding_) device_.round_into(*grad_rounding_, parts);
 }
 
 void DeviceStep::start_unreported_sums(double pre) {
@@ -170,8 +178,7 @@ void DeviceStep::finish_oldest_exchange() {
 double DeviceStep::sum_squares() {
   device_.zero(sums_, sizeof(double));
   std::vector<backend::Device::Floats> parts;
-  for (const Tensor& t : tensors_)
-    if (t.count > 0) parts.push_back({grad_part(t), t.count});
+  for (const Values& part : grad_parts()) parts.push_back({part.x, part.n});
   device_.add_sums_of_squares(parts, sums_);
   double total = 0.0;
   device_.to_host(&total, sums_, sizeof total);
@@ -186,8 +193,7 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   std::vector<const Tensor*> mine;  // the tensors with a part to update
   for (const Tensor& t : tensors_)
     if (t.count > 0) mine.push_back(&t);
-  if (grad_scale != 1.0)
-    for (const Tensor* t : mine) device_.rescale(grad_part(*t), t->count, grad_scale);
+  if (grad_scale != 1.0) device_.rescale_all(grad_parts(), grad_scale);
   auto p_of = [&](const Tensor& t) {
     return master_ ? master_ + t.offset : gathered_ ? gathered_->partition() + t.offset : param(t) + t.from;
   };
@@ -208,8 +214,11 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
         device_.lamb_apply(p_of(t), state_at(0, t), state_at(1, t), t.count, u.lamb,
                            u.lamb_step_size * u.trust_ratio(sums[2 * i], sums[2 * i + 1]));
     }
-  } else if (u.kind == Kind::sgd) {
-    for (const Tensor* t : mine) device_.sgd_step(p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count, u.sgd);
+  } else if (u.kind == Kind::sgd) {  // every tensor in one call, as Adam's
+    std::vector<backend::Device::SgdTensor> sgd;
+    sgd.reserve(mine.size());
+    for (const Tensor* t : mine) sgd.push_back({p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count});
+    device_.sgd_steps(sgd, u.sgd);
   } else {  // every tensor in one call: one launch on a GPU
     std::vector<backend::Device::AdamTensor> adam;
     adam.reserve(mine.size());

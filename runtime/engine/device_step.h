@@ -138,6 +138,8 @@ class DeviceStep {
   float* grad(const Tensor& t) const;       // the tensor's gradients in the layer's buffer
   float* grad_part(const Tensor& t) const;  // the sums of the part this rank updates
   using RoundTensor = backend::Device::RoundTensor;
+  using Values = backend::Device::Values;
+  std::vector<Values> grad_parts() const;  // each tensor's grad_part, where this rank updates some
   std::vector<RoundTensor> in_place(const std::vector<const Tensor*>& tensors) const;  // their whole gradients
   float* values(Exchange e, const Tensor& t) const { return e == Exchange::gather_params ? param(t) : grad(t); }
   Exchange grads_exchange() const { return partitioned_ ? Exchange::reduce_scatter_grads : Exchange::all_reduce_grads; }

@@ -76,7 +76,14 @@ class CountingDevice : public backend::Device {
   }
   void copy_within(void* dst, const void* src, size_t bytes) override { cuda_.copy_within(dst, src, bytes); }
   void accumulate(float* y, const float* x, size_t n) override { cuda_.accumulate(y, x, n); }
-  void rescale(float* x, size_t n, double factor) override { cuda_.rescale(x, n, factor); }
+  void rescale(float* x, size_t n, double factor) override {
+    ++rescale_calls;
+    cuda_.rescale(x, n, factor);
+  }
+  void rescale_all(std::span<const Values> tensors, double factor) override {
+    ++rescale_calls;
+    cuda_.rescale_all(tensors, factor);
+  }
   void add_sum_squares(const float* x, size_t n, double* total) override { cuda_.add_sum_squares(x, n, total); }
   void round_into(amp::Half type, std::span<const RoundTensor> tensors) override { cuda_.round_into(type, tensors); }
   void add_sums_of_squares(std::span<const Floats> tensors, double* total) override {
@@ -92,7 +99,12 @@ class CountingDevice : public backend::Device {
     cuda_.adam_steps(tensors, args, decoupled);
   }
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override {
+    ++sgd_calls;
     cuda_.sgd_step(p, g, buf, n, args);
+  }
+  void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) override {
+    ++sgd_calls;
+    cuda_.sgd_steps(tensors, args);
   }
   void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
                     double* sums) override {
@@ -107,6 +119,8 @@ class CountingDevice : public backend::Device {
   size_t ordered_after_copies = 0;
   size_t uploaded_async = 0, downloaded_async = 0;  // of those: on the copy stream
   size_t adam_calls = 0;  // adam_step and adam_steps calls (each one launch on a GPU)
+  size_t rescale_calls = 0;  // rescale and rescale_all calls (likewise)
+  size_t sgd_calls = 0;      // sgd_step and sgd_steps calls (likewise)
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes
   bool refuse_pins = false;              // pin_host refuses everything

@@ -215,6 +215,27 @@ TEST_CASE("device step: clipping by the device's norm") {
   CHECK(device.params != device.initial);
 }
 
+// SGD, with momentum and without, updates every tensor in one call (one launch on a GPU), as Adam does.
+TEST_CASE("device step: SGD steps every tensor in one call") {
+  for (const std::string& optimizer : {kSgd, kPlainSgd}) {
+    CAPTURE(optimizer);
+    const DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
+                                                        {"optimizer", nlohmann::json::parse(optimizer)}},
+                                         "test", 1);
+    run_ranks(1, [&](ProcessGroup& group) {
+      CountingDevice device;
+      auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+      Engine engine = make_engine(on(device, true), *plugin, group, config);
+      REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
+      engine.step();
+      device.sgd_calls = 0;
+      engine.step();
+      CHECK(device.sgd_calls == 1);
+      CHECK(engine.slots().size() > 1);
+    });
+  }
+}
+
 // What crosses per step: the micro-batches up, each micro-batch's loss and the squared norm down; what the
 // host keeps meanwhile.
 TEST_CASE("device step: a step moves no parameters or gradients between host and device") {
@@ -231,12 +252,14 @@ TEST_CASE("device step: a step moves no parameters or gradients between host and
           e.grad_accum = gas;
           e.zero_stage = stage;
           e.precision = precision;
+          e.gradient_clipping = 1e-6;  // below every norm
           Engine engine = make_engine(e, *plugin, group, config);
           CHECK(engine.optimizer_place().find("on the device") != std::string::npos);
           engine.step();  // the parameters' first upload, and the master's and state's
-          device.uploaded = device.downloaded = device.adam_calls = 0;
+          device.uploaded = device.downloaded = device.adam_calls = device.rescale_calls = 0;
           engine.step();
           CHECK(device.adam_calls == 1);  // every tensor's AdamW in one call: one launch
+          CHECK(device.rescale_calls == 1);  // likewise the clipping factor's scaling (each step clips)
           const auto n = static_cast<size_t>(gas);
           CHECK(device.uploaded == n * (4 * 12 + 4 + 1) * sizeof(float));  // inputs, targets, d(total)/d(loss)
           CHECK(device.downloaded == n * sizeof(float) + sizeof(double));  // the losses, Σg²

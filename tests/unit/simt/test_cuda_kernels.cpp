@@ -253,6 +253,38 @@ TEST_CASE("cuda multi-tensor rounding and sum of squares: round_to's bits, the d
   CHECK(std::fabs(sums[0] - 0.25 - exact) <= 1e-12 * exact);
 }
 
+TEST_CASE("cuda multi-tensor scaling: scale_kernel's bits in each tensor, nothing between them written") {
+  // Tensors of 0, 5, 4096 and 8193 elements with a gap after each (a block running past its tensor writes it).
+  const std::vector<int64_t> sizes = {0, 5, 4096, 8193};
+  std::vector<int64_t> starts;
+  int64_t total = 0;
+  for (int64_t n : sizes) {
+    starts.push_back(total);
+    total += n + 3;
+  }
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> src(total);
+  for (auto& x : src) x = normal(rng);
+  const double factor = 1.0 / 3.0;  // (in double: not fp32's product)
+  std::vector<float> want = src;
+  for (size_t s = 0; s < sizes.size(); ++s)
+    ds::simt::launch(2, 64, {}, [&] { ds::cuda::scale_kernel(&want[starts[s]], sizes[s], factor); });
+  std::vector<ds::cuda::ScaleSegment> segments;
+  for (auto order : {Order::forward, Order::reverse}) {
+    std::vector<float> got = src;
+    segments.clear();
+    for (size_t s = 0; s < sizes.size(); ++s) segments.push_back({&got[starts[s]], sizes[s]});
+    const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
+    LaunchOptions o;
+    o.order = order;
+    ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o,
+                     [&] { ds::cuda::scale_multi_kernel(segments.data(), blocks.data(), factor); });
+    CHECK(got == want);
+    CHECK(got != src);
+  }
+}
+
 TEST_CASE("cuda sgd on the emulator gives the CPU loop's bits: plain, momentum, dampening, Nesterov, first step") {
   const ds::cpu::SgdArgs cases[] = {{0.1f, 0.01f, 0.0f, 1.0f, false, false},
                                     {0.1f, 0.01f, 0.9f, 0.75f, false, true},
@@ -280,6 +312,52 @@ TEST_CASE("cuda sgd on the emulator gives the CPU loop's bits: plain, momentum, 
     });
     CHECK(p == cpu_p);
     CHECK(buf == cpu_buf);  // untouched without momentum, as on the CPU
+  }
+}
+
+TEST_CASE("cuda multi-tensor sgd: the CPU loop's bits in each tensor, nothing between them written, both block orders") {
+  const ds::cpu::SgdArgs cases[] = {{0.1f, 0.01f, 0.0f, 1.0f, false, false},
+                                    {0.1f, 0.01f, 0.9f, 0.75f, false, true},
+                                    {0.05f, 0.01f, 0.9f, 1.0f, true, false}};
+  const std::vector<size_t> sizes = {0, 7, 4096, 8195};  // a gap of 3 after each
+  std::vector<size_t> starts;
+  size_t total = 0;
+  for (size_t n : sizes) {
+    starts.push_back(total);
+    total += n + 3;
+  }
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p0(total), g(total), buf0(total);
+  for (auto* v : {&p0, &g, &buf0})
+    for (float& x : *v) x = normal(rng);
+  for (const ds::cpu::SgdArgs& a : cases) {
+    CAPTURE(a.momentum);
+    CAPTURE(a.nesterov);
+    CAPTURE(a.first);
+    std::vector<float> want_p = p0, want_buf = buf0;
+    for (size_t s = 0; s < sizes.size(); ++s)
+      ds::cpu::sgd_step(&want_p[starts[s]], ds::amp::Storage::F32, &g[starts[s]], ds::amp::Storage::F32,
+                        &want_buf[starts[s]], ds::amp::Storage::F32, sizes[s], a);
+    for (auto order : {Order::forward, Order::reverse}) {
+      std::vector<float> p = p0, buf = buf0;
+      std::vector<ds::cuda::SgdSegment> segments;
+      for (size_t s = 0; s < sizes.size(); ++s)
+        segments.push_back({&p[starts[s]], &g[starts[s]], a.momentum != 0.0f ? &buf[starts[s]] : nullptr,
+                            static_cast<int64_t>(sizes[s])});
+      const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
+      LaunchOptions o;
+      o.order = order;
+      ds::cuda::with_sgd_kind(a, [&](auto momentum, auto nesterov, auto first) {
+        ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o, [&] {
+          ds::cuda::sgd_multi_kernel<decltype(momentum)::value, decltype(nesterov)::value, decltype(first)::value>(
+              segments.data(), blocks.data(), a);
+        });
+      });
+      CHECK(p == want_p);
+      CHECK(buf == want_buf);
+      CHECK(p != p0);
+    }
   }
 }
 
