@@ -144,17 +144,31 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
   }
 }
 
+namespace {
+
+// Tensors of `sizes` elements side by side in one buffer, `gap` elements after each (a block running past its
+// tensor writes there; a gap of one shifts the next tensor's alignment): where each starts, and the length.
+struct SideBySide {
+  std::vector<int64_t> starts;
+  int64_t total = 0;
+};
+SideBySide side_by_side(const std::vector<int64_t>& sizes, int64_t gap) {
+  SideBySide laid;
+  for (int64_t n : sizes) {
+    laid.starts.push_back(laid.total);
+    laid.total += n + gap;
+  }
+  return laid;
+}
+
+}  // namespace
+
 TEST_CASE("cuda multi-tensor adam: one launch gives each tensor's one-launch bits, at any size and alignment") {
   // Tensors of 0, 1, 37, 4096 (one block's worth), 4099 and 9000 elements (three blocks) side by side in
   // flat arrays, some starting off 16-byte alignment: every element as the one-tensor kernel leaves it, in
   // both block orders.
   const std::vector<int64_t> sizes = {0, 1, 37, 4096, 4099, 9000};
-  std::vector<int64_t> starts;
-  int64_t total = 0;
-  for (int64_t n : sizes) {
-    starts.push_back(total);
-    total += n + 1;  // a gap of one: the next tensor's alignment shifts
-  }
+  const auto [starts, total] = side_by_side(sizes, 1);
   std::mt19937 rng(12);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> p(total), g(total), m(total), v(total);
@@ -204,12 +218,7 @@ TEST_CASE("cuda multi-tensor rounding and sum of squares: round_to's bits, the d
   // round_to_half's bits, nothing outside them written; the sum of squares within 1e-12 of the double sum,
   // the same bits in both block orders.
   const std::vector<int64_t> sizes = {0, 3, 4096, 9001};
-  std::vector<int64_t> starts;
-  int64_t total = 0;
-  for (int64_t n : sizes) {
-    starts.push_back(total);
-    total += n + 1;
-  }
+  const auto [starts, total] = side_by_side(sizes, 1);
   std::mt19937 rng(13);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> src(total);
@@ -254,14 +263,8 @@ TEST_CASE("cuda multi-tensor rounding and sum of squares: round_to's bits, the d
 }
 
 TEST_CASE("cuda multi-tensor scaling: scale_kernel's bits in each tensor, nothing between them written") {
-  // Tensors of 0, 5, 4096 and 8193 elements with a gap after each (a block running past its tensor writes it).
   const std::vector<int64_t> sizes = {0, 5, 4096, 8193};
-  std::vector<int64_t> starts;
-  int64_t total = 0;
-  for (int64_t n : sizes) {
-    starts.push_back(total);
-    total += n + 3;
-  }
+  const auto [starts, total] = side_by_side(sizes, 3);
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> src(total);
@@ -319,13 +322,8 @@ TEST_CASE("cuda multi-tensor sgd: the CPU loop's bits in each tensor, nothing be
   const ds::cpu::SgdArgs cases[] = {{0.1f, 0.01f, 0.0f, 1.0f, false, false},
                                     {0.1f, 0.01f, 0.9f, 0.75f, false, true},
                                     {0.05f, 0.01f, 0.9f, 1.0f, true, false}};
-  const std::vector<size_t> sizes = {0, 7, 4096, 8195};  // a gap of 3 after each
-  std::vector<size_t> starts;
-  size_t total = 0;
-  for (size_t n : sizes) {
-    starts.push_back(total);
-    total += n + 3;
-  }
+  const std::vector<int64_t> sizes = {0, 7, 4096, 8195};
+  const auto [starts, total] = side_by_side(sizes, 3);
   std::mt19937 rng(19);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> p0(total), g(total), buf0(total);
@@ -338,13 +336,13 @@ TEST_CASE("cuda multi-tensor sgd: the CPU loop's bits in each tensor, nothing be
     std::vector<float> want_p = p0, want_buf = buf0;
     for (size_t s = 0; s < sizes.size(); ++s)
       ds::cpu::sgd_step(&want_p[starts[s]], ds::amp::Storage::F32, &g[starts[s]], ds::amp::Storage::F32,
-                        &want_buf[starts[s]], ds::amp::Storage::F32, sizes[s], a);
+                        &want_buf[starts[s]], ds::amp::Storage::F32, static_cast<size_t>(sizes[s]), a);
     for (auto order : {Order::forward, Order::reverse}) {
       std::vector<float> p = p0, buf = buf0;
       std::vector<ds::cuda::SgdSegment> segments;
       for (size_t s = 0; s < sizes.size(); ++s)
         segments.push_back({&p[starts[s]], &g[starts[s]], a.momentum != 0.0f ? &buf[starts[s]] : nullptr,
-                            static_cast<int64_t>(sizes[s])});
+                            sizes[s]});
       const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
       LaunchOptions o;
       o.order = order;
