@@ -88,6 +88,22 @@ DS_KERNEL void round_multi_kernel(amp::Half type, const RoundSegment* segments, 
     s.dst[i] = from_half_bits(type, to_half_bits(type, s.src[i]));
 }
 
+// Many moves in one launch (segments.h): blocks[b]'s part of its segment moved as kKind says, with
+// float_to_half_kernel's and half_to_float_kernel's bits. Grid: the blocks' count; any block size.
+template <MoveKind kKind>
+DS_KERNEL void move_multi_kernel(amp::Half type, const MoveSegment* segments, const SegmentBlock* blocks) {
+  const SegmentBlock b = blocks[blockIdx.x];
+  const MoveSegment s = segments[b.segment];
+  const int64_t end = s.n - b.begin < kSegmentBlockElements ? s.n : b.begin + kSegmentBlockElements;
+  for (int64_t i = b.begin + threadIdx.x; i < end; i += blockDim.x) {
+    if constexpr (kKind == MoveKind::copy) static_cast<float*>(s.dst)[i] = static_cast<const float*>(s.src)[i];
+    if constexpr (kKind == MoveKind::narrow)
+      static_cast<uint16_t*>(s.dst)[i] = to_half_bits(type, static_cast<const float*>(s.src)[i]);
+    if constexpr (kKind == MoveKind::widen)
+      static_cast<float*>(s.dst)[i] = from_half_bits(type, static_cast<const uint16_t*>(s.src)[i]);
+  }
+}
+
 // x[i] = float(x[i] · factor), the product in double (amp::scale's fp32 rule); any grid and block.
 DS_KERNEL void scale_kernel(float* x, int64_t n, double factor) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

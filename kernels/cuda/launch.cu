@@ -486,6 +486,19 @@ void round_copies(amp::Half type, const RoundSegment* segments, size_t count, co
   check(cudaGetLastError(), "round_copies launch");
 }
 
+void move_multi(MoveKind kind, amp::Half type, const MoveSegment* segments, size_t count, const void* table,
+                void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  switch (kind) {
+    case MoveKind::copy: move_multi_kernel<MoveKind::copy><<<t.count, kElementThreads, 0, s>>>(type, t.segments, t.blocks); break;
+    case MoveKind::narrow: move_multi_kernel<MoveKind::narrow><<<t.count, kElementThreads, 0, s>>>(type, t.segments, t.blocks); break;
+    case MoveKind::widen: move_multi_kernel<MoveKind::widen><<<t.count, kElementThreads, 0, s>>>(type, t.segments, t.blocks); break;
+  }
+  check(cudaGetLastError(), "move_multi launch");
+}
+
 void scale_multi(const ScaleSegment* segments, size_t count, double factor, const void* table, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const auto t = locate_table(segments, count, table);

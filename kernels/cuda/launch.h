@@ -206,10 +206,12 @@ void adam_step(float* p, const float* g, float* m, float* v, int64_t n, const cp
 void adam_steps(const AdamSegment* segments, size_t count, const cpu::AdamArgs& args, bool decoupled,
                 const void* table, void* stream);
 
-// Multi-tensor forms of round_to_half, scale and sum_squares (segments.h; the segments in host memory), one launch
+// Multi-tensor forms of round_to_half, the copies and conversions, scale and sum_squares (segments.h; the segments in host memory), one launch
 // each (two for the sum), `table` as adam_steps'; the sum's `partial` is device scratch of a double per
 // block (segment_block_count).
 void round_copies(amp::Half type, const RoundSegment* segments, size_t count, const void* table, void* stream);
+void move_multi(MoveKind kind, amp::Half type, const MoveSegment* segments, size_t count, const void* table,
+                void* stream);  // (type: narrow's and widen's)
 void scale_multi(const ScaleSegment* segments, size_t count, double factor, const void* table, void* stream);
 void sum_squares_multi(const SquaresSegment* segments, size_t count, double* total, const void* table, double* partial,
                        void* stream);

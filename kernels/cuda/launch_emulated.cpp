@@ -477,6 +477,18 @@ void round_copies(amp::Half type, const RoundSegment* segments, size_t count, co
   simt::launch(t.count, kElementThreads, {}, [&] { round_multi_kernel(type, t.segments, t.blocks); });
 }
 
+void move_multi(MoveKind kind, amp::Half type, const MoveSegment* segments, size_t count, const void* table, void*) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  simt::launch(t.count, kElementThreads, {}, [&] {
+    switch (kind) {
+      case MoveKind::copy: move_multi_kernel<MoveKind::copy>(type, t.segments, t.blocks); break;
+      case MoveKind::narrow: move_multi_kernel<MoveKind::narrow>(type, t.segments, t.blocks); break;
+      case MoveKind::widen: move_multi_kernel<MoveKind::widen>(type, t.segments, t.blocks); break;
+    }
+  });
+}
+
 void scale_multi(const ScaleSegment* segments, size_t count, double factor, const void* table, void*) {
   const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;

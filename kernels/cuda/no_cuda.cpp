@@ -226,6 +226,10 @@ void round_copies(amp::Half, const RoundSegment*, size_t, const void*, void*) {
   throw std::runtime_error("cuda: round_copies: dsrun was built without CUDA");
 }
 
+void move_multi(MoveKind, amp::Half, const MoveSegment*, size_t, const void*, void*) {
+  throw std::runtime_error("cuda: move_multi: dsrun was built without CUDA");
+}
+
 void scale_multi(const ScaleSegment*, size_t, double, const void*, void*) {
   throw std::runtime_error("cuda: scale_multi: dsrun was built without CUDA");
 }

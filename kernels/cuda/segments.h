@@ -20,6 +20,15 @@ struct AdamSegment {  // p, m, v [n] updated in place from g [n]
   int64_t n;
 };
 
+// n values from src into dst: fp32 copied (MoveKind::copy), fp32 narrowed to 16-bit bits (narrow), or 16-bit
+// bits widened to fp32 (widen).
+enum class MoveKind { copy, narrow, widen };
+struct MoveSegment {
+  void* dst;
+  const void* src;
+  int64_t n;
+};
+
 struct SgdSegment {  // p [n] (and buf [n] with momentum; else null) updated in place from g [n]
   float* p;
   const float* g;

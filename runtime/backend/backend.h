@@ -99,6 +99,22 @@ class Device {
   virtual void add_sums_of_squares(std::span<const Floats> tensors, double* total) {
     for (const Floats& t : tensors) add_sum_squares(t.x, t.n, total);
   }
+  // copy_within's, narrow's and widen's bits over several arrays of n fp32 or 16-bit values (in one launch each
+  // on a GPU; by default one call per array).
+  struct Move {
+    void* dst;
+    const void* src;
+    size_t n;
+  };
+  virtual void copy_all(std::span<const Move> moves) {
+    for (const Move& m : moves) copy_within(m.dst, m.src, m.n * sizeof(float));
+  }
+  virtual void narrow_all(amp::Half type, std::span<const Move> moves) {
+    for (const Move& m : moves) narrow(type, static_cast<const float*>(m.src), static_cast<uint16_t*>(m.dst), m.n);
+  }
+  virtual void widen_all(amp::Half type, std::span<const Move> moves) {
+    for (const Move& m : moves) widen(type, static_cast<const uint16_t*>(m.src), static_cast<float*>(m.dst), m.n);
+  }
   // rescale's bits over several tensors (in one launch on a GPU).
   struct Values {
     float* x;
@@ -180,6 +196,9 @@ class Cuda : public Device {
   void round_into(amp::Half type, std::span<const RoundTensor> tensors) override;
   void add_sums_of_squares(std::span<const Floats> tensors, double* total) override;
   void rescale_all(std::span<const Values> tensors, double factor) override;
+  void copy_all(std::span<const Move> moves) override;
+  void narrow_all(amp::Half type, std::span<const Move> moves) override;
+  void widen_all(amp::Half type, std::span<const Move> moves) override;
   void adam_step(float* p, const float* g, float* m, float* v, size_t n, const cpu::AdamArgs& args,
                  bool decoupled) override;
   void adam_steps(std::span<const AdamTensor> tensors, const cpu::AdamArgs& args, bool decoupled) override;

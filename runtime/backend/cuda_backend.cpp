@@ -608,6 +608,26 @@ void Cuda::round_into(amp::Half type, std::span<const RoundTensor> tensors) {
                      kStream);
 }
 
+namespace {
+
+void move_all(State& s, cuda::MoveKind kind, amp::Half type, std::span<const Device::Move> moves) {
+  std::vector<cuda::MoveSegment> segments;
+  segments.reserve(moves.size());
+  for (const Device::Move& m : moves) segments.push_back({m.dst, m.src, static_cast<int64_t>(m.n)});
+  cuda::move_multi(kind, type, segments.data(), segments.size(), s.tables.find(segments.data(), segments.size()),
+                   kStream);
+}
+
+}  // namespace
+
+void Cuda::copy_all(std::span<const Move> moves) { move_all(*state_, cuda::MoveKind::copy, amp::Half::BF16, moves); }
+void Cuda::narrow_all(amp::Half type, std::span<const Move> moves) {
+  move_all(*state_, cuda::MoveKind::narrow, type, moves);
+}
+void Cuda::widen_all(amp::Half type, std::span<const Move> moves) {
+  move_all(*state_, cuda::MoveKind::widen, type, moves);
+}
+
 void Cuda::rescale_all(std::span<const Values> tensors, double factor) {
   std::vector<cuda::ScaleSegment> segments;
   segments.reserve(tensors.size());

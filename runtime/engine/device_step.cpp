@@ -260,12 +260,13 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
   const Unit& u = units_[unit];
   float* in = gather ? chunk_buffer_[slot] : unit_buffer_[slot];
   device_.zero(in, (gather ? u.chunk : u.padded) * (half ? sizeof(uint16_t) : sizeof(float)));
+  std::vector<Move> moves;  // the tensors' values into the buffer, in one call
   for (const Tensor* t : unit_tensors_[unit]) {
     const Copy c = gather ? part(exchange, *t, slot) : whole(exchange, *t, slot);
-    if (c.count == 0) continue;
-    if (half) device_.narrow(*half, c.tensor, half_at(in, c.buffer), c.count);
-    else device_.copy_within(c.buffer, c.tensor, c.count * sizeof(float));
+    if (c.count > 0) moves.push_back({half ? static_cast<void*>(half_at(in, c.buffer)) : c.buffer, c.tensor, c.count});
   }
+  if (half) device_.narrow_all(*half, moves);
+  else device_.copy_all(moves);
   const DataType type = zero::collective_type(half);
   switch (exchange) {
     case Exchange::all_reduce_grads: return group_->allreduce_async(in, u.padded, type, ReduceOp::Sum);
@@ -299,12 +300,13 @@ void DeviceStep::finish_exchange(Exchange exchange, size_t unit, size_t slot, Wo
     if (half) device_.round_to(*half, partition_ + u.part_offset, u.chunk);
     return;
   }
+  std::vector<Move> moves;  // the buffer's values into the tensors, in one call
   for (const Tensor* t : unit_tensors_[unit]) {
     const Copy c = scatter ? part(exchange, *t, slot) : whole(exchange, *t, slot);
-    if (c.count == 0) continue;
-    if (half) device_.widen(*half, half_at(out, c.buffer), c.tensor, c.count);
-    else device_.copy_within(c.tensor, c.buffer, c.count * sizeof(float));
+    if (c.count > 0) moves.push_back({c.tensor, half ? static_cast<const void*>(half_at(out, c.buffer)) : c.buffer, c.count});
   }
+  if (half) device_.widen_all(*half, moves);
+  else device_.copy_all(moves);
 }
 
 DeviceStep::Copy DeviceStep::whole(Exchange exchange, const Tensor& t, size_t slot) const {

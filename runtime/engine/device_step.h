@@ -139,6 +139,7 @@ class DeviceStep {
   float* grad_part(const Tensor& t) const;  // the sums of the part this rank updates
   using RoundTensor = backend::Device::RoundTensor;
   using Values = backend::Device::Values;
+  using Move = backend::Device::Move;
   std::vector<Values> grad_parts() const;  // each tensor's grad_part, where this rank updates some
   std::vector<RoundTensor> in_place(const std::vector<const Tensor*>& tensors) const;  // their whole gradients
   float* values(Exchange e, const Tensor& t) const { return e == Exchange::gather_params ? param(t) : grad(t); }

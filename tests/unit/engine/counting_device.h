@@ -80,6 +80,18 @@ class CountingDevice : public backend::Device {
     ++rescale_calls;
     cuda_.rescale(x, n, factor);
   }
+  void copy_all(std::span<const Move> moves) override {
+    ++move_calls;
+    cuda_.copy_all(moves);
+  }
+  void narrow_all(amp::Half type, std::span<const Move> moves) override {
+    ++move_calls;
+    cuda_.narrow_all(type, moves);
+  }
+  void widen_all(amp::Half type, std::span<const Move> moves) override {
+    ++move_calls;
+    cuda_.widen_all(type, moves);
+  }
   void rescale_all(std::span<const Values> tensors, double factor) override {
     ++rescale_calls;
     cuda_.rescale_all(tensors, factor);
@@ -121,6 +133,7 @@ class CountingDevice : public backend::Device {
   size_t adam_calls = 0;  // adam_step and adam_steps calls (each one launch on a GPU)
   size_t rescale_calls = 0;  // rescale and rescale_all calls (likewise)
   size_t sgd_calls = 0;      // sgd_step and sgd_steps calls (likewise)
+  size_t move_calls = 0;     // copy_all, narrow_all and widen_all calls (likewise)
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes
   bool refuse_pins = false;              // pin_host refuses everything

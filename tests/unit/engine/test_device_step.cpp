@@ -614,6 +614,7 @@ TEST_CASE("device step: replicas all-reduce one flat buffer per unit, in the gra
       REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
       engine.step();
       nccl.starts.clear();
+      device.move_calls = 0;
       const uint64_t before = nccl.comms().sent_bytes();
       engine.step();
       size_t units = 0;
@@ -621,6 +622,7 @@ TEST_CASE("device step: replicas all-reduce one flat buffer per unit, in the gra
       CHECK((units == 1) == one_unit);
       CHECK(engine.slots().size() > units);  // (each layer's weight and bias)
       CHECK(nccl.starts.size() == units);  // (the step's norm and loss go through the host's group)
+      CHECK(device.move_calls == 2 * units);  // each unit's tensors into its buffer in one call, and back
       sent[grads == amp::Storage::BF16] += nccl.comms().sent_bytes() - before;
     }
     CHECK(sent[1] * 2 == sent[0]);

@@ -161,6 +161,15 @@ SideBySide side_by_side(const std::vector<int64_t>& sizes, int64_t gap) {
   return laid;
 }
 
+// n values drawn from the standard normal distribution with `seed`.
+std::vector<float> normal_values(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (auto& x : values) x = normal(rng);
+  return values;
+}
+
 }  // namespace
 
 TEST_CASE("cuda multi-tensor adam: one launch gives each tensor's one-launch bits, at any size and alignment") {
@@ -219,10 +228,7 @@ TEST_CASE("cuda multi-tensor rounding and sum of squares: round_to's bits, the d
   // the same bits in both block orders.
   const std::vector<int64_t> sizes = {0, 3, 4096, 9001};
   const auto [starts, total] = side_by_side(sizes, 1);
-  std::mt19937 rng(13);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> src(total);
-  for (auto& x : src) x = normal(rng);
+  const std::vector<float> src = normal_values(total, 13);
   for (ds::amp::Half type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
     std::vector<float> want(total, -7.0f), got(total, -7.0f), in_place = src;
     for (size_t s = 0; s < sizes.size(); ++s) {
@@ -265,10 +271,7 @@ TEST_CASE("cuda multi-tensor rounding and sum of squares: round_to's bits, the d
 TEST_CASE("cuda multi-tensor scaling: scale_kernel's bits in each tensor, nothing between them written") {
   const std::vector<int64_t> sizes = {0, 5, 4096, 8193};
   const auto [starts, total] = side_by_side(sizes, 3);
-  std::mt19937 rng(17);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> src(total);
-  for (auto& x : src) x = normal(rng);
+  const std::vector<float> src = normal_values(total, 17);
   const double factor = 1.0 / 3.0;  // (in double: not fp32's product)
   std::vector<float> want = src;
   for (size_t s = 0; s < sizes.size(); ++s)
@@ -315,6 +318,50 @@ TEST_CASE("cuda sgd on the emulator gives the CPU loop's bits: plain, momentum, 
     });
     CHECK(p == cpu_p);
     CHECK(buf == cpu_buf);  // untouched without momentum, as on the CPU
+  }
+}
+
+TEST_CASE("cuda multi-tensor moves: copies, narrowings and widenings with the one-array kernels' bits") {
+  // Arrays of 0, 9, 4096 and 5000 elements with gaps between them (left as they were), both block orders.
+  const std::vector<int64_t> sizes = {0, 9, 4096, 5000};
+  const auto [starts, total] = side_by_side(sizes, 2);
+  const std::vector<float> values = normal_values(total, 23);
+  for (ds::amp::Half type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
+    std::vector<uint16_t> halves(total);
+    ds::simt::launch(3, 64, {}, [&] { ds::cuda::float_to_half_kernel(type, values.data(), halves.data(), total); });
+    std::vector<float> widened(total);
+    ds::simt::launch(3, 64, {}, [&] { ds::cuda::half_to_float_kernel(type, halves.data(), widened.data(), total); });
+    for (auto order : {Order::forward, Order::reverse}) {
+      LaunchOptions o;
+      o.order = order;
+      std::vector<float> copied(total, -5.0f), got_widened(total, -5.0f);
+      std::vector<uint16_t> got_halves(total, 0xffff);
+      std::vector<ds::cuda::MoveSegment> copies, narrowings, widenings;
+      for (size_t s = 0; s < sizes.size(); ++s) {
+        const int64_t at = starts[s];
+        copies.push_back({&copied[at], &values[at], sizes[s]});
+        narrowings.push_back({&got_halves[at], &values[at], sizes[s]});
+        widenings.push_back({&got_widened[at], &halves[at], sizes[s]});
+      }
+      const auto blocks = ds::cuda::segment_blocks(copies.data(), copies.size());
+      const auto grid = static_cast<unsigned>(blocks.size());
+      using ds::cuda::MoveKind;
+      ds::simt::launch(grid, 64, o, [&] { ds::cuda::move_multi_kernel<MoveKind::copy>(type, copies.data(), blocks.data()); });
+      ds::simt::launch(grid, 64, o, [&] { ds::cuda::move_multi_kernel<MoveKind::narrow>(type, narrowings.data(), blocks.data()); });
+      ds::simt::launch(grid, 64, o, [&] { ds::cuda::move_multi_kernel<MoveKind::widen>(type, widenings.data(), blocks.data()); });
+      for (size_t s = 0; s < sizes.size(); ++s) {
+        for (int64_t i = starts[s]; i < starts[s] + sizes[s]; ++i) {
+          REQUIRE(copied[i] == values[i]);
+          REQUIRE(got_halves[i] == halves[i]);
+          REQUIRE(got_widened[i] == widened[i]);
+        }
+        for (int64_t i = starts[s] + sizes[s]; i < starts[s] + sizes[s] + 2; ++i) {  // the gap after it
+          REQUIRE(copied[i] == -5.0f);
+          REQUIRE(got_halves[i] == 0xffff);
+          REQUIRE(got_widened[i] == -5.0f);
+        }
+      }
+    }
   }
 }
 
