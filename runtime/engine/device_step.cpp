@@ -27,8 +27,11 @@ DeviceStep::DeviceStep(backend::Device& device, DeviceLayers& layers, Plan plan)
     exchanged += u.chunk > 0 ? 1 : 0;
   }
   slots_ = std::min<size_t>(2, exchanged);  // two, so that a unit's sum runs while the next one is copied in
+  // Replicas move only the gradients through it: in 16 bits with 16-bit accumulation (as DeepSpeed's stage 0
+  // flattens its buckets: the unit's size in the gradients' type).
+  const size_t unit_element = !partitioned_ && grad_rounding_ ? sizeof(uint16_t) : sizeof(float);
   for (size_t slot = 0; slot < slots_; ++slot) {
-    unit_buffer_[slot] = static_cast<float*>(allocate(padded * sizeof(float), &MemoryReport::workspace));
+    unit_buffer_[slot] = static_cast<float*>(allocate(padded * unit_element, &MemoryReport::workspace));
     if (partitioned_) chunk_buffer_[slot] = static_cast<float*>(allocate(chunk * sizeof(float), &MemoryReport::workspace));
   }
   unit_tensors_.resize(layout_units);

@@ -168,7 +168,8 @@ class DeviceStep {
   bool partition_grads_;
   DeviceGather* gathered_;
   size_t slots_ = 0;               // several ranks: 2, or 1 where one unit has parameters
-  float* unit_buffer_[2] = {};     // several ranks, per slot: [max padded], one unit whole
+  float* unit_buffer_[2] = {};     // several ranks, per slot: [max padded], one unit whole (replicas with
+                                   // 16-bit gradients: 16-bit values, half the bytes)
   float* chunk_buffer_[2] = {};    // partitioned, per slot: [max chunk], this rank's part of it
   float* partition_ = nullptr;     // partition_grads: [n], this rank's sums of the step's gradients
   std::vector<std::vector<const Tensor*>> unit_tensors_;  // per layout unit: its tensors (into tensors_)

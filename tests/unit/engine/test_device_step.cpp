@@ -602,6 +602,7 @@ TEST_CASE("device step: replicas all-reduce one flat buffer per unit, in the gra
     auto plugin = Plugin::load(plugin_path(), kModel, device.table());
     StartsNoted nccl(fake_device_group(store, group.rank(), group.size()), device);
     uint64_t sent[2] = {};
+    size_t workspace[2][2] = {};  // [bf16 gradients][one unit]: the device's
     for (amp::Storage grads : {amp::Storage::F32, amp::Storage::BF16})
     for (bool one_unit : {false, true}) {
       CAPTURE(grads == amp::Storage::F32 ? "fp32 gradients" : "bf16 gradients");
@@ -624,8 +625,14 @@ TEST_CASE("device step: replicas all-reduce one flat buffer per unit, in the gra
       CHECK(nccl.starts.size() == units);  // (the step's norm and loss go through the host's group)
       CHECK(device.move_calls == 2 * units);  // each unit's tensors into its buffer in one call, and back
       sent[grads == amp::Storage::BF16] += nccl.comms().sent_bytes() - before;
+      workspace[grads == amp::Storage::BF16][one_unit] = engine.device_memory()->workspace;
     }
     CHECK(sent[1] * 2 == sent[0]);
+    // The units' buffers (two, of the largest unit's size; one where one unit has parameters) hold the moved
+    // type: 16 bits with bf16 gradients, half fp32's bytes.
+    const size_t mlp_units[2] = {12 * 24 + 24, 12 * 24 + 24 + 24 * 5 + 5};  // [one unit]: the largest's elements
+    for (bool one_unit : {false, true})
+      CHECK(workspace[0][one_unit] - workspace[1][one_unit] == (one_unit ? 1 : 2) * mlp_units[one_unit] * 2);
   });
 }
 
