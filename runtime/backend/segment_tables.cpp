@@ -25,7 +25,7 @@ const void* SegmentTables::find(std::string key, const std::function<std::vector
   const std::vector<std::byte> bytes = make();
   void* device = memory_.allocate(bytes.size());
   try {
-    memory_.upload(device, bytes.data(), bytes.size());
+    if (!bytes.empty()) memory_.upload(device, bytes.data(), bytes.size());
     tables_.emplace(std::move(key), Table{device, uses_});
   } catch (...) {
     memory_.release(device);
