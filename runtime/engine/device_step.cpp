@@ -159,11 +159,12 @@ void DeviceStep::finish_gradients(double pre, double post) {
   start_unreported_sums(pre);
   if (group_ == nullptr || group_->size() == 1) return;
   while (!exchanging_.empty()) finish_oldest_exchange();
-  if (post != 1.0) device_.rescale_all(grad_parts(), post);
+  const std::vector<Values> parts = grad_parts();
+  if (post != 1.0) device_.rescale_all(parts, post);
   if (grad_rounding_) {
-    std::vector<RoundTensor> parts;
-    for (const Values& part : grad_parts()) parts.push_back({part.x, part.x, part.n});
-    device_.round_into(*grad_rounding_, parts);
+    std::vector<RoundTensor> rounded;
+    for (const Values& part : parts) rounded.push_back({part.x, part.x, part.n});
+    device_.round_into(*grad_rounding_, rounded);
   }
 }
 
