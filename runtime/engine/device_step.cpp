@@ -249,7 +249,7 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
 }
 
 // A unit's exchange through the flat buffers of a slot: the tensors' values into the collective's input
-// (zeros where the unit is padded), the collective on the group's stream, then its output back into the
+// (zeros where the unit is padded, zero_gaps), the collective on the group's stream, then its output back into the
 // tensors. All-reduce (replicas): every tensor's gradients whole into the unit, in place, and back whole.
 // Reduce-scatter: every tensor's gradients whole into the unit, the sums of
 // this rank's parts back (the other parts keep this rank's own sums, which nothing reads), or with
@@ -263,12 +263,15 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
   const std::optional<amp::Half> half = moved_as(exchange);
   const Unit& u = units_[unit];
   float* in = gather ? chunk_buffer_[slot] : unit_buffer_[slot];
-  device_.zero(in, (gather ? u.chunk : u.padded) * (half ? sizeof(uint16_t) : sizeof(float)));
   std::vector<Move> moves;  // the tensors' values into the buffer, in one call
+  std::vector<std::pair<size_t, size_t>> written;  // [begin, end) of the buffer's elements that they fill
   for (const Tensor* t : unit_tensors_[unit]) {
     const Copy c = gather ? part(exchange, *t, slot) : whole(exchange, *t, slot);
-    if (c.count > 0) moves.push_back({half ? static_cast<void*>(half_at(in, c.buffer)) : c.buffer, c.tensor, c.count});
+    if (c.count == 0) continue;
+    moves.push_back({half ? static_cast<void*>(half_at(in, c.buffer)) : c.buffer, c.tensor, c.count});
+    written.emplace_back(static_cast<size_t>(c.buffer - in), static_cast<size_t>(c.buffer - in) + c.count);
   }
+  zero_gaps(in, gather ? u.chunk : u.padded, half ? sizeof(uint16_t) : sizeof(float), std::move(written));
   if (half) device_.narrow_all(*half, moves);
   else device_.copy_all(moves);
   const DataType type = zero::collective_type(half);
@@ -278,6 +281,18 @@ std::unique_ptr<Work> DeviceStep::start_exchange(Exchange exchange, size_t unit,
     case Exchange::gather_params: return group_->allgather_async(in, unit_buffer_[slot], u.chunk, type);
   }
   throw std::logic_error("DeviceStep: an unknown exchange");
+}
+
+// Zeros where the tensors leave the buffer's first `length` elements unwritten (the unit's padding), which
+// the collective reads too; not the whole buffer, which would write the unit twice.
+void DeviceStep::zero_gaps(float* buffer, size_t length, size_t element, std::vector<std::pair<size_t, size_t>> written) {
+  std::sort(written.begin(), written.end());
+  size_t done = 0;  // the elements before it are written or zeroed
+  written.emplace_back(length, length);
+  for (const auto& [begin, end] : written) {
+    if (begin > done) device_.zero(reinterpret_cast<std::byte*>(buffer) + done * element, (begin - done) * element);
+    done = std::max(done, end);
+  }
 }
 
 std::optional<amp::Half> DeviceStep::moved_as(Exchange exchange) const {

@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "amp/half.h"
@@ -146,7 +147,9 @@ class DeviceStep {
   Exchange grads_exchange() const { return partitioned_ ? Exchange::reduce_scatter_grads : Exchange::all_reduce_grads; }
   Copy whole(Exchange e, const Tensor& t, size_t slot) const;  // the tensor, at its place in the unit
   Copy part(Exchange e, const Tensor& t, size_t slot) const;   // this rank's part, at its place in the chunk
-  std::optional<amp::Half> moved_as(Exchange exchange) const;  // the 16-bit type it moves; none: fp32
+  std::optional<amp::Half> moved_as(Exchange exchange) const;
+  // Zeros the elements of buffer [length] (of `element` bytes) outside the `written` [begin, end) ranges.
+  void zero_gaps(float* buffer, size_t length, size_t element, std::vector<std::pair<size_t, size_t>> written);  // the 16-bit type it moves; none: fp32
   // Where the element at `place` (a Copy's place in `buffer`) is when `buffer` holds 16-bit values.
   static uint16_t* half_at(float* buffer, const float* place);
   void* allocate(size_t bytes, size_t MemoryReport::*kind);

@@ -65,7 +65,10 @@ class CountingDevice : public backend::Device {
     cuda_.unpin_host(p);
     pinned.erase(p);
   }
-  void zero(void* dst, size_t bytes) override { cuda_.zero(dst, bytes); }
+  void zero(void* dst, size_t bytes) override {
+    zeroed += bytes;
+    cuda_.zero(dst, bytes);
+  }
   void round_to(amp::Half type, float* x, size_t n) override { cuda_.round_to(type, x, n); }
   void widen(amp::Half type, const uint16_t* in, float* out, size_t n) override { cuda_.widen(type, in, out, n); }
   void narrow(amp::Half type, const float* in, uint16_t* out, size_t n) override { cuda_.narrow(type, in, out, n); }
@@ -134,6 +137,7 @@ class CountingDevice : public backend::Device {
   size_t rescale_calls = 0;  // rescale and rescale_all calls (likewise)
   size_t sgd_calls = 0;      // sgd_step and sgd_steps calls (likewise)
   size_t move_calls = 0;     // copy_all, narrow_all and widen_all calls (likewise)
+  size_t zeroed = 0;         // bytes zero() wrote
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)
   std::map<const void*, size_t> pinned;  // start → bytes
   bool refuse_pins = false;              // pin_host refuses everything

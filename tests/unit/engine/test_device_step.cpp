@@ -636,6 +636,42 @@ TEST_CASE("device step: replicas all-reduce one flat buffer per unit, in the gra
   });
 }
 
+// An exchange's flat buffer is filled by the tensors' copies; only its padding (the unit's elements past its
+// tensors, up to a multiple of the ranks: none at stage 0, whose units are not partitioned) is zeroed, not the
+// whole buffer before the copies write it again. The bytes a step zeroes on two ranks are those on one rank (the
+// layers' gradient buffers) plus the padding of the reduce-scatters' inputs (rank 0's chunks of the parameters'
+// all-gathers have none: its parts fill them).
+TEST_CASE("device step: an exchange zeroes only its buffer's padding") {
+  for (int stage : {0, 1})
+  for (amp::Storage grads : {amp::Storage::F32, amp::Storage::BF16}) {
+    CAPTURE(stage);
+    CAPTURE(grads == amp::Storage::F32 ? "fp32 gradients" : "bf16 gradients");
+    size_t zeroed[2] = {}, padding = 0;  // [two ranks]: rank 0's
+    for (int world : {1, 2})
+      run_ranks(world, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
+        CountingDevice device;
+        auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+        auto nccl = world > 1 ? fake_device_group(store, group.rank(), group.size()) : nullptr;
+        EngineConfig e = units_per_layer(device, stage, nccl.get());
+        set_precision(e, amp::Storage::BF16);
+        e.grad_storage = grads;
+        Engine engine = make_engine(e, *plugin, group, adam_config(world));
+        REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
+        engine.step();
+        const size_t before = device.zeroed;
+        engine.step();
+        if (group.rank() > 0) return;
+        zeroed[world - 1] = device.zeroed - before;
+        if (world == 1) return;
+        const size_t element = grads == amp::Storage::BF16 ? 2 : 4;  // the buffer holds the gradients' type
+        for (const zero::Unit& u : engine.layout().units())
+          if (u.size > 0) padding += (u.padded() - u.size) * element;
+      });
+    CHECK((padding > 0) == (stage == 1));  // (the MLP's second layer: 125 elements, padded to 126 on two ranks)
+    CHECK(zeroed[1] == zeroed[0] + padding);
+  }
+}
+
 // The multi-tensor launches' tables (AdamW, the norm, the 16-bit roundings in backward and after the update)
 // are the same at every step: the backend keeps them on the device, and a step after the first uploads none
 // (an upload from pageable memory would make the host wait for the GPU's queue, in backward too). On one rank
