@@ -472,7 +472,7 @@ void sgd(Check& c, size_t n, float momentum, bool nesterov, std::mt19937& rng) {
   c.differing = differing(got_p, cpu_p.data()) + differing(d_buf.to_host(), cpu_buf.data());
 }
 
-// Three steps of LAMB over `sizes` tensors against the CPU optimizer: the moments bit for bit, the
+// Three steps of LAMB over `sizes` tensors (all in each launch) against the CPU optimizer: the moments bit for bit, the
 // parameters bit for bit but for a last bit where a trust ratio's sums, added in another order, rounded
 // to its neighbour (the note counts them).
 void lamb(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
@@ -488,28 +488,33 @@ void lamb(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
   auto cpu_lamb = optim::make_lamb(params, n, nullptr, amp::Storage::F32);
   const cpu::LambArgs args = optim::lamb_args(params);
   const std::vector<float> zeros(n, 0.0f);
-  DeviceArray<float> d_p(p), d_m(zeros), d_v(zeros);
-  DeviceArray<double> d_partial(std::vector<double>(2 * cuda::kSumSquaresBlocks, 0.0));
+  DeviceArray<float> d_p(p), d_m(zeros), d_v(zeros), d_g(zeros);
+  std::vector<cuda::LambSegment> segments;  // every tensor in each launch, as the device step runs it
+  int64_t first_block = 0;
+  for (const TensorRange& t : tensors) {
+    const size_t at = t.offset;
+    const auto size = static_cast<int64_t>(t.size);
+    segments.push_back({d_p.get() + at, d_g.get() + at, d_m.get() + at, d_v.get() + at, size, first_block});
+    first_block += (size + cuda::kSegmentBlockElements - 1) / cuda::kSegmentBlockElements;
+  }
+  const std::vector<std::byte> table = cuda::segment_table(segments.data(), segments.size());
+  DeviceArray<std::byte> d_table(table);
+  DeviceArray<double> d_partial(std::vector<double>(2 * static_cast<size_t>(first_block), 0.0));
+  DeviceArray<double> d_sums(std::vector<double>(2 * tensors.size(), 0.0));
   for (int64_t step = 1; step <= 3; ++step) {
     const std::vector<float> g = random_floats(rng, n, 0.0f, 1.0f);
     const double lr = 1e-2;
     Segment segment{cpu_p.data(), g.data(), n};
     cpu_lamb->step(std::span<const Segment>(&segment, 1), tensors, lr, step);
-    DeviceArray<float> d_g(g);
-    DeviceArray<double> d_sums(std::vector<double>(2 * tensors.size(), 0.0));
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      const size_t at = tensors[t].offset;
-      cuda::lamb_moments(d_p.get() + at, d_g.get() + at, d_m.get() + at, d_v.get() + at,
-                         static_cast<int64_t>(tensors[t].size), args, d_sums.get() + 2 * t, d_partial.get(), nullptr);
-    }
+    cuda::copy_to_device(d_g.get(), g.data(), n * sizeof(float));
+    cuda::lamb_moments(segments.data(), segments.size(), args, d_sums.get(), d_table.get(), d_partial.get(), nullptr);
     const std::vector<double> sums = d_sums.to_host();
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      const size_t at = tensors[t].offset;
-      const float scale =
-          optim::lamb_step_size(params, lr, step) * optim::lamb_trust_ratio(params, sums[2 * t], sums[2 * t + 1]);
-      cuda::lamb_apply(d_p.get() + at, d_m.get() + at, d_v.get() + at, static_cast<int64_t>(tensors[t].size), args,
-                       scale, nullptr);
-    }
+    std::vector<float> scales;
+    for (size_t t = 0; t < tensors.size(); ++t)
+      scales.push_back(optim::lamb_step_size(params, lr, step) *
+                       optim::lamb_trust_ratio(params, sums[2 * t], sums[2 * t + 1]));
+    DeviceArray<float> d_scales(scales);
+    cuda::lamb_apply(segments.data(), segments.size(), args, d_scales.get(), d_table.get(), nullptr);
     cuda::synchronize();
   }
   const auto state = cpu_lamb->state();

@@ -537,23 +537,23 @@ void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& arg
   check(cudaGetLastError(), "sgd_steps launch");
 }
 
-void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,
-                  double* sums, double* partial, void* stream) {
-  if (n <= 0) return;
+void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,
+                  const void* table, double* partial, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const unsigned blocks = sum_squares_blocks(n);
-  lamb_moments_kernel<<<blocks, kReduceThreads, 0, s>>>(p, g, m, v, n, args, partial);
+  const auto t = locate_table(segments, count, table);
+  if (count == 0) return;
+  if (t.count > 0) lamb_moments_kernel<<<t.count, kReduceThreads, 0, s>>>(t.segments, t.blocks, args, partial);
   check(cudaGetLastError(), "lamb_moments launch");
-  sum_partials_kernel<<<1, kReduceThreads, 0, s>>>(partial, blocks, sums);
-  sum_partials_kernel<<<1, kReduceThreads, 0, s>>>(partial + blocks, blocks, sums + 1);
+  lamb_sums_kernel<<<static_cast<unsigned>(count), kReduceThreads, 0, s>>>(t.segments, partial, sums);
   check(cudaGetLastError(), "lamb_moments (sums) launch");
 }
 
-void lamb_apply(float* p, const float* m, const float* v, int64_t n, const cpu::LambArgs& args, float scale,
-                void* stream) {
-  if (n <= 0) return;
-  lamb_apply_kernel<<<element_blocks(n), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, m, v, n, args,
-                                                                                                 scale);
+void lamb_apply(const LambSegment* segments, size_t count, const cpu::LambArgs& args, const float* scales,
+                const void* table, void* stream) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  lamb_apply_kernel<<<t.count, kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(t.segments, t.blocks, args,
+                                                                                      scales);
   check(cudaGetLastError(), "lamb_apply launch");
 }
 

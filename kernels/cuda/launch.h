@@ -222,13 +222,15 @@ void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArg
 // The same step over the tensors segments[0, count) in one launch, `table` as adam_steps'.
 void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& args, const void* table, void* stream);
 
-// LAMB over one tensor (lamb.cuh), fp32 in place: lamb_moments updates m, v [n] from g [n] and adds
-// (Σp², Σu²) into sums[0], sums[1] (partial: scratch of 2·kSumSquaresBlocks doubles; all in device
-// memory); the caller forms scale = step size × trust ratio from them (optim::lamb_trust_ratio) and
-// lamb_apply moves p [n] by −scale·u.
-void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,
-                  double* sums, double* partial, void* stream);
-void lamb_apply(float* p, const float* m, const float* v, int64_t n, const cpu::LambArgs& args, float scale,
-                void* stream);
+// LAMB over the tensors segments[0, count) (lamb.cuh; fp32 in place; `table` as adam_steps'; segments'
+// first_block as segments.h says), around the host: lamb_moments updates each tensor's m, v from g and writes
+// its Σp² to sums[2s] and Σu² to sums[2s + 1] (two launches; partial: scratch of 2 · segment_block_count
+// doubles; both in device memory); the caller forms each tensor's scale = step size × trust ratio from them
+// (optim::lamb_trust_ratio), and lamb_apply moves each p by −scales[s]·u (one launch; scales [count] in
+// device memory).
+void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,
+                  const void* table, double* partial, void* stream);
+void lamb_apply(const LambSegment* segments, size_t count, const cpu::LambArgs& args, const float* scales,
+                const void* table, void* stream);
 
 }  // namespace ds::cuda

@@ -523,18 +523,19 @@ void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& arg
   });
 }
 
-void lamb_moments(const float* p, const float* g, float* m, float* v, int64_t n, const cpu::LambArgs& args,
-                  double* sums, double* partial, void*) {
-  if (n <= 0) return;
-  const unsigned blocks = sum_squares_blocks(n);
-  simt::launch(blocks, kReduceThreads, {}, [&] { lamb_moments_kernel(p, g, m, v, n, args, partial); });
-  simt::launch(1, kReduceThreads, {}, [&] { sum_partials_kernel(partial, blocks, sums); });
-  simt::launch(1, kReduceThreads, {}, [&] { sum_partials_kernel(partial + blocks, blocks, sums + 1); });
+void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,
+                  const void* table, double* partial, void*) {
+  const auto t = locate_table(segments, count, table);
+  if (count == 0) return;
+  if (t.count > 0) simt::launch(t.count, kReduceThreads, {}, [&] { lamb_moments_kernel(t.segments, t.blocks, args, partial); });
+  simt::launch(static_cast<unsigned>(count), kReduceThreads, {}, [&] { lamb_sums_kernel(t.segments, partial, sums); });
 }
 
-void lamb_apply(float* p, const float* m, const float* v, int64_t n, const cpu::LambArgs& args, float scale, void*) {
-  if (n <= 0) return;
-  simt::launch(element_blocks(n), kElementThreads, {}, [&] { lamb_apply_kernel(p, m, v, n, args, scale); });
+void lamb_apply(const LambSegment* segments, size_t count, const cpu::LambArgs& args, const float* scales,
+                const void* table, void*) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  simt::launch(t.count, kElementThreads, {}, [&] { lamb_apply_kernel(t.segments, t.blocks, args, scales); });
 }
 
 }  // namespace ds::cuda

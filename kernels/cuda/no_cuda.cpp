@@ -242,11 +242,11 @@ void sgd_step(float*, const float*, float*, int64_t, const cpu::SgdArgs&, void*)
   throw std::runtime_error("cuda: sgd_step: dsrun was built without CUDA");
 }
 
-void lamb_moments(const float*, const float*, float*, float*, int64_t, const cpu::LambArgs&, double*, double*, void*) {
+void lamb_moments(const LambSegment*, size_t, const cpu::LambArgs&, double*, const void*, double*, void*) {
   throw std::runtime_error("cuda: lamb_moments: dsrun was built without CUDA");
 }
 
-void lamb_apply(float*, const float*, const float*, int64_t, const cpu::LambArgs&, float, void*) {
+void lamb_apply(const LambSegment*, size_t, const cpu::LambArgs&, const float*, const void*, void*) {
   throw std::runtime_error("cuda: lamb_apply: dsrun was built without CUDA");
 }
 

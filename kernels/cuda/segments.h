@@ -1,4 +1,4 @@
-// Multi-tensor launches (launch.h's adam_steps, round_copies, sum_squares_multi): the tensors of one
+// Multi-tensor launches (launch.h's adam_steps, lamb_moments, round_copies, sum_squares_multi, ...): the tensors of one
 // op and the blocks that cover them, so that one launch takes every tensor of a step, as DeepSpeed's and
 // torch's fused multi-tensor optimizers do, instead of a launch per tensor (GPT-2 has 148, most of them
 // a few hundred elements: their launches, not their bytes, took the time). Plain C++: the host builds the
@@ -34,6 +34,15 @@ struct SgdSegment {  // p [n] (and buf [n] with momentum; else null) updated in 
   const float* g;
   float* buf;
   int64_t n;
+};
+
+struct LambSegment {  // m, v [n] updated from g [n], then p [n] moved; first_block: the index of its first
+  float* p;           // block among the launch's (segment_blocks': the blocks of the segments before it)
+  const float* g;
+  float* m;
+  float* v;
+  int64_t n;
+  int64_t first_block;
 };
 
 struct RoundSegment {  // dst[i] = float(half(src[i])) for i < n; dst may be src

@@ -149,11 +149,20 @@ class Device {
   virtual void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) {
     for (const SgdTensor& t : tensors) sgd_step(t.p, t.g, t.buf, t.n, args);
   }
-  // LAMB over one tensor: the moments, adding (Σp², Σu²) into sums[0..1]; then p moved by −scale·u.
-  virtual void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
-                            double* sums) = 0;
-  virtual void lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args,
-                          float scale) = 0;
+  // LAMB over several tensors, in its two passes with the host between them: lamb_moments updates each
+  // tensor's moments from g and writes its Σp² to sums[2i] and Σu² to sums[2i + 1] (device memory [2 ·
+  // tensors]); lamb_apply moves each tensor's p by −scales[i]·u (host memory [tensors]). The CUDA backend
+  // makes three launches in all, whatever the tensors' count.
+  struct LambTensor {
+    float* p;
+    const float* g;  // (read by lamb_moments)
+    float* m;
+    float* v;
+    size_t n;
+  };
+  virtual void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) = 0;
+  virtual void lamb_apply(std::span<const LambTensor> tensors, const cpu::LambArgs& args,
+                          std::span<const float> scales) = 0;
 };
 
 // A CUDA device's backend: its ops run on the default stream of `device` (the current device is set
@@ -206,9 +215,8 @@ class Cuda : public Device {
   size_t table_uploads() const;
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override;
   void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) override;
-  void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
-                    double* sums) override;
-  void lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args, float scale) override;
+  void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) override;
+  void lamb_apply(std::span<const LambTensor> tensors, const cpu::LambArgs& args, std::span<const float> scales) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.
   void synchronize() override;
 

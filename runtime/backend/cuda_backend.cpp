@@ -12,6 +12,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -667,14 +668,38 @@ void Cuda::sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::S
   cuda::sgd_step(p, g, buf, static_cast<int64_t>(n), args, kStream);
 }
 
-void Cuda::lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
-                        double* sums) {
-  const Temp<double> partial(*state_, 2 * cuda::kSumSquaresBlocks);
-  cuda::lamb_moments(p, g, m, v, static_cast<int64_t>(n), args, sums, partial.get(), kStream);
+namespace {
+
+// The tensors as the LAMB kernels' segments, each with its first block's index among the launch's.
+std::vector<cuda::LambSegment> lamb_segments(std::span<const Device::LambTensor> tensors) {
+  std::vector<cuda::LambSegment> segments;
+  segments.reserve(tensors.size());
+  int64_t blocks = 0;
+  for (const Device::LambTensor& t : tensors) {
+    const auto n = static_cast<int64_t>(t.n);
+    segments.push_back({t.p, t.g, t.m, t.v, n, blocks});
+    blocks += (n + cuda::kSegmentBlockElements - 1) / cuda::kSegmentBlockElements;
+  }
+  return segments;
 }
 
-void Cuda::lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args, float scale) {
-  cuda::lamb_apply(p, m, v, static_cast<int64_t>(n), args, scale, kStream);
+}  // namespace
+
+void Cuda::lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) {
+  const std::vector<cuda::LambSegment> segments = lamb_segments(tensors);
+  const Temp<double> partial(*state_, 2 * static_cast<int64_t>(cuda::segment_block_count(segments.data(), segments.size())));
+  cuda::lamb_moments(segments.data(), segments.size(), args, sums, state_->tables.find(segments.data(), segments.size()),
+                     partial.get(), kStream);
+}
+
+// The scales go up ordered after the queued ops (the host has just waited for the moments' sums anyway).
+void Cuda::lamb_apply(std::span<const LambTensor> tensors, const cpu::LambArgs& args, std::span<const float> scales) {
+  if (scales.size() != tensors.size()) throw std::logic_error("Cuda::lamb_apply: a scale per tensor");
+  const std::vector<cuda::LambSegment> segments = lamb_segments(tensors);
+  const Temp<float> device_scales(*state_, static_cast<int64_t>(scales.size()));
+  if (!scales.empty()) cuda::copy_to_device(device_scales.get(), scales.data(), scales.size_bytes());
+  cuda::lamb_apply(segments.data(), segments.size(), args, device_scales.get(),
+                   state_->tables.find(segments.data(), segments.size()), kStream);
 }
 
 }  // namespace ds::backend

@@ -203,21 +203,26 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   };
   auto g_of = [&](const Tensor& t) { return grad_part(t); };
   auto state_at = [&](size_t k, const Tensor& t) { return state_[k] + t.offset; };
-  if (u.kind == Kind::lamb) {  // the moments and the sums, then each tensor's trust ratio on the host
-    device_.zero(sums_, 2 * tensors_.size() * sizeof(double));
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const Tensor& t = tensors_[i];
-      if (t.count > 0) device_.lamb_moments(p_of(t), g_of(t), state_at(0, t), state_at(1, t), t.count, u.lamb, sums_ + 2 * i);
+  if (u.kind == Kind::lamb) {  // the moments and each tensor's sums, then its trust ratio on the host
+    std::vector<backend::Device::LambTensor> lamb;
+    lamb.reserve(mine.size());
+    for (const Tensor* t : mine) lamb.push_back({p_of(*t), g_of(*t), state_at(0, *t), state_at(1, *t), t->count});
+    device_.lamb_moments(lamb, u.lamb, sums_);
+    std::vector<double> mine_sums(2 * mine.size()), sums(2 * tensors_.size(), 0.0);
+    device_.to_host(mine_sums.data(), sums_, mine_sums.size() * sizeof(double));
+    for (size_t i = 0; i < mine.size(); ++i) {  // at each tensor's place (those without a part: zeros)
+      const auto at = static_cast<size_t>(mine[i] - tensors_.data());
+      sums[2 * at] = mine_sums[2 * i];
+      sums[2 * at + 1] = mine_sums[2 * i + 1];
     }
-    std::vector<double> sums(2 * tensors_.size());
-    device_.to_host(sums.data(), sums_, sums.size() * sizeof(double));
     if (u.reduce_sums) u.reduce_sums(sums);  // every rank lists every tensor, in one order
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const Tensor& t = tensors_[i];
-      if (t.count > 0)
-        device_.lamb_apply(p_of(t), state_at(0, t), state_at(1, t), t.count, u.lamb,
-                           u.lamb_step_size * u.trust_ratio(sums[2 * i], sums[2 * i + 1]));
+    std::vector<float> scales;
+    scales.reserve(mine.size());
+    for (const Tensor* t : mine) {
+      const auto at = static_cast<size_t>(t - tensors_.data());
+      scales.push_back(u.lamb_step_size * u.trust_ratio(sums[2 * at], sums[2 * at + 1]));
     }
+    device_.lamb_apply(lamb, u.lamb, scales);
   } else if (u.kind == Kind::sgd) {  // every tensor in one call, as Adam's
     std::vector<backend::Device::SgdTensor> sgd;
     sgd.reserve(mine.size());

@@ -121,12 +121,13 @@ class CountingDevice : public backend::Device {
     ++sgd_calls;
     cuda_.sgd_steps(tensors, args);
   }
-  void lamb_moments(const float* p, const float* g, float* m, float* v, size_t n, const cpu::LambArgs& args,
-                    double* sums) override {
-    cuda_.lamb_moments(p, g, m, v, n, args, sums);
+  void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) override {
+    ++lamb_calls;
+    cuda_.lamb_moments(tensors, args, sums);
   }
-  void lamb_apply(float* p, const float* m, const float* v, size_t n, const cpu::LambArgs& args, float scale) override {
-    cuda_.lamb_apply(p, m, v, n, args, scale);
+  void lamb_apply(std::span<const LambTensor> tensors, const cpu::LambArgs& args, std::span<const float> scales) override {
+    ++lamb_calls;
+    cuda_.lamb_apply(tensors, args, scales);
   }
   size_t uploaded = 0, downloaded = 0, uploaded_pinned = 0, downloaded_pinned = 0;
   size_t synchronized = 0;  // synchronize() calls
@@ -136,6 +137,7 @@ class CountingDevice : public backend::Device {
   size_t adam_calls = 0;  // adam_step and adam_steps calls (each one launch on a GPU)
   size_t rescale_calls = 0;  // rescale and rescale_all calls (likewise)
   size_t sgd_calls = 0;      // sgd_step and sgd_steps calls (likewise)
+  size_t lamb_calls = 0;     // lamb_moments and lamb_apply calls (each a launch or two)
   size_t move_calls = 0;     // copy_all, narrow_all and widen_all calls (likewise)
   size_t zeroed = 0;         // bytes zero() wrote
   size_t uploaded_after = 0;                         // on the upload stream (to_device_after)

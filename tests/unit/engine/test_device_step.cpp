@@ -216,8 +216,10 @@ TEST_CASE("device step: clipping by the device's norm") {
 }
 
 // SGD, with momentum and without, updates every tensor in one call (one launch on a GPU), as Adam does.
-TEST_CASE("device step: SGD steps every tensor in one call") {
-  for (const std::string& optimizer : {kSgd, kPlainSgd}) {
+// SGD updates every tensor in one call, as Adam does; LAMB in two (the moments and sums, then the update, the
+// host forming the trust ratios between them), not two per tensor.
+TEST_CASE("device step: SGD steps every tensor in one call, LAMB in two") {
+  for (const std::string& optimizer : {kSgd, kPlainSgd, kLamb}) {
     CAPTURE(optimizer);
     const DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                         {"optimizer", nlohmann::json::parse(optimizer)}},
@@ -228,9 +230,11 @@ TEST_CASE("device step: SGD steps every tensor in one call") {
       Engine engine = make_engine(on(device, true), *plugin, group, config);
       REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
       engine.step();
-      device.sgd_calls = 0;
+      device.sgd_calls = device.lamb_calls = 0;
       engine.step();
-      CHECK(device.sgd_calls == 1);
+      const bool lamb = optimizer == kLamb;
+      CHECK(device.sgd_calls == (lamb ? 0 : 1));
+      CHECK(device.lamb_calls == (lamb ? 2 : 0));
       CHECK(engine.slots().size() > 1);
     });
   }

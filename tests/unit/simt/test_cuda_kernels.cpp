@@ -407,55 +407,80 @@ TEST_CASE("cuda multi-tensor sgd: the CPU loop's bits in each tensor, nothing be
 }
 
 TEST_CASE("cuda lamb on the emulator: the CPU optimizer's moments bit for bit, its parameters to the last bit") {
-  // Three tensors (one of a single element), several blocks' partial sums, grids smaller than the
-  // tensors (grid-stride loops); both places of eps.
-  const std::vector<ds::TensorRange> tensors{{0, 1037}, {1037, 1}, {1038, 3000}};
-  const size_t n = 4038;
+  // Four tensors in three launches (one of a single element, an empty one, one of three blocks: each
+  // tensor's sums gather its blocks' partials from its first_block on); both places of eps; both block and
+  // thread orders, which give the same bits.
+  const std::vector<ds::TensorRange> tensors{{0, 1037}, {1037, 1}, {1038, 0}, {1038, 9000}};
+  const size_t n = 10038;
+  const std::vector<float> p0 = normal_values(static_cast<int64_t>(n), 5);
   for (bool inside : {false, true}) {
     CAPTURE(inside);
-    std::mt19937 rng(5);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> cpu_p(n), g(n);
-    for (auto& v : cpu_p) v = normal(rng);
-    std::vector<float> gpu_p = cpu_p, gpu_m(n, 0.0f), gpu_v(n, 0.0f);
     ds::LambParams params;
     params.weight_decay = 0.01;
     params.eps_inside_sqrt = inside;
     params.eps = 1e-6;
-    auto lamb = ds::optim::make_lamb(params, n, nullptr, ds::amp::Storage::F32);
     const ds::cpu::LambArgs args = ds::optim::lamb_args(params);
-    size_t last_bit = 0;
-    for (int64_t step = 1; step <= 3; ++step) {
-      for (auto& v : g) v = normal(rng);
-      const double lr = 1e-2;
-      ds::Segment segment{cpu_p.data(), g.data(), n};
-      lamb->step(std::span<const ds::Segment>(&segment, 1), tensors, lr, step);
+    std::vector<float> by_order[2];
+    for (auto order : {Order::forward, Order::reverse}) {
+      LaunchOptions o;
+      o.order = order;
+      std::vector<float> cpu_p = p0, gpu_p = p0, gpu_m(n, 0.0f), gpu_v(n, 0.0f);
+      auto lamb = ds::optim::make_lamb(params, n, nullptr, ds::amp::Storage::F32);
+      std::vector<ds::cuda::LambSegment> segments;
+      int64_t first_block = 0;
       for (const ds::TensorRange& t : tensors) {
         const auto size = static_cast<int64_t>(t.size);
-        float *p = gpu_p.data() + t.offset, *m = gpu_m.data() + t.offset, *v = gpu_v.data() + t.offset;
-        const unsigned blocks = 5;
-        std::vector<double> partial(2 * blocks, NAN), sums(2, 0.0);
-        ds::simt::launch(blocks, 64, {}, [&] {
-          ds::cuda::lamb_moments_kernel(p, g.data() + t.offset, m, v, size, args, partial.data());
-        });
-        ds::simt::launch(1, 64, {}, [&] { ds::cuda::sum_partials_kernel(partial.data(), blocks, &sums[0]); });
-        ds::simt::launch(1, 64, {}, [&] { ds::cuda::sum_partials_kernel(partial.data() + blocks, blocks, &sums[1]); });
-        const float scale = ds::optim::lamb_step_size(params, lr, step) *
-                            ds::optim::lamb_trust_ratio(params, sums[0], sums[1]);
-        ds::simt::launch(3, 64, {}, [&] { ds::cuda::lamb_apply_kernel(p, m, v, size, args, scale); });
+        segments.push_back({&gpu_p[t.offset], nullptr, &gpu_m[t.offset], &gpu_v[t.offset], size, first_block});
+        first_block += (size + ds::cuda::kSegmentBlockElements - 1) / ds::cuda::kSegmentBlockElements;
       }
+      const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
+      REQUIRE(blocks.size() == 5);
+      const auto launches = static_cast<unsigned>(blocks.size());
+      for (int64_t step = 1; step <= 3; ++step) {
+        const std::vector<float> g = normal_values(static_cast<int64_t>(n), static_cast<unsigned>(10 + step));
+        const double lr = 1e-2;
+        ds::Segment segment{cpu_p.data(), g.data(), n};
+        lamb->step(std::span<const ds::Segment>(&segment, 1), tensors, lr, step);
+        for (size_t t = 0; t < tensors.size(); ++t) segments[t].g = &g[tensors[t].offset];
+        std::vector<double> partial(2 * blocks.size(), NAN), sums(2 * tensors.size(), NAN);
+        ds::simt::launch(launches, 64, o, [&] {
+          ds::cuda::lamb_moments_kernel(segments.data(), blocks.data(), args, partial.data());
+        });
+        ds::simt::launch(static_cast<unsigned>(segments.size()), 64, o,
+                         [&] { ds::cuda::lamb_sums_kernel(segments.data(), partial.data(), sums.data()); });
+        std::vector<float> scales;
+        for (size_t t = 0; t < tensors.size(); ++t) {
+          double p_sq = 0.0, u_sq = 0.0;  // each tensor's sums, in double in element order
+          for (size_t i = tensors[t].offset; i < tensors[t].offset + tensors[t].size; ++i) {
+            const double u = ds::cpu::lamb_update(gpu_p[i], gpu_m[i], gpu_v[i], args);
+            p_sq += static_cast<double>(gpu_p[i]) * gpu_p[i];
+            u_sq += u * u;
+          }
+          CHECK(sums[2 * t] == doctest::Approx(p_sq).epsilon(1e-12));
+          CHECK(sums[2 * t + 1] == doctest::Approx(u_sq).epsilon(1e-12));
+          scales.push_back(ds::optim::lamb_step_size(params, lr, step) *
+                           ds::optim::lamb_trust_ratio(params, sums[2 * t], sums[2 * t + 1]));
+        }
+        ds::simt::launch(launches, 64, o, [&] {
+          ds::cuda::lamb_apply_kernel(segments.data(), blocks.data(), args, scales.data());
+        });
+      }
+      const auto state = lamb->state();
+      CHECK(std::equal(gpu_m.begin(), gpu_m.end(), static_cast<const float*>(state[0].data)));
+      CHECK(std::equal(gpu_v.begin(), gpu_v.end(), static_cast<const float*>(state[1].data)));
+      // The sums add in another order: a trust ratio may round to its neighbour, moving a parameter by at
+      // most a unit in its last place.
+      size_t last_bit = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (gpu_p[i] == cpu_p[i]) continue;
+        ++last_bit;
+        CHECK(std::nextafter(gpu_p[i], cpu_p[i]) == cpu_p[i]);
+      }
+      CHECK(gpu_p != p0);
+      if (order == Order::forward) MESSAGE("lamb on the emulator: ", last_bit, " of ", n, " parameters differ in their last bit");
+      by_order[order == Order::reverse] = gpu_p;
     }
-    const auto state = lamb->state();
-    CHECK(std::equal(gpu_m.begin(), gpu_m.end(), static_cast<const float*>(state[0].data)));
-    CHECK(std::equal(gpu_v.begin(), gpu_v.end(), static_cast<const float*>(state[1].data)));
-    // The sums add in another order: a trust ratio may round to its neighbour, moving a parameter by at
-    // most a unit in its last place.
-    for (size_t i = 0; i < n; ++i) {
-      if (gpu_p[i] == cpu_p[i]) continue;
-      ++last_bit;
-      CHECK(std::nextafter(gpu_p[i], cpu_p[i]) == cpu_p[i]);
-    }
-    MESSAGE("lamb on the emulator: ", last_bit, " of ", n, " parameters differ in their last bit");
+    CHECK(by_order[0] == by_order[1]);
   }
 }
 
