@@ -39,6 +39,7 @@
 #include "comm/nccl_group.h"
 #include "optim/optimizers.h"
 #include "device_array.h"
+#include "selftest_multi.h"
 #include "selftest_nccl.h"
 #include "selftest_training.h"
 
@@ -641,6 +642,16 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
         [=](Check& c, std::mt19937& rng) { sgd(c, 65'539, momentum, nesterov, rng); }, true);
   const std::vector<size_t> lamb_tensors{65'539, 1, 4097};
   add("lamb", "65539+1+4097 x 3 steps", [=](Check& c, std::mt19937& rng) { lamb(c, lamb_tensors, rng); }, true);
+  // The device step's multi-tensor launches, against the one-tensor launchers above (selftest_multi.h).
+  for (MultiTensorOp op : {MultiTensorOp::adam, MultiTensorOp::adamw, MultiTensorOp::sgd, MultiTensorOp::scale,
+                           MultiTensorOp::round_bf16, MultiTensorOp::round_fp16, MultiTensorOp::moves_bf16,
+                           MultiTensorOp::moves_fp16})
+    add(multi_tensor_name(op), multi_tensor_shape(),
+        [=](Check& c, std::mt19937& rng) { c.differing = multi_tensor_differing(op, rng); }, true);
+  add("sum_squares_multi", multi_tensor_shape(), [](Check& c, std::mt19937& rng) {
+    c.worst_error = multi_tensor_sum_squares_error(rng);
+    c.worst_share = c.worst_error / 1e-12;
+  });
   // A GPT trained on this device and on the CPU: the gpt plugin's layers on the CUDA backend, then AdamW.
   const bool small = cuda::emulated();
   const std::string gpt = small ? R"({"n_layer": 2, "n_head": 2, "n_embd": 16, "seq_len": 8, "vocab_size": 29})"

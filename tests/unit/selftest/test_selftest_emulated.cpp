@@ -43,7 +43,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   CHECK(report["device_name"] == "emulated CUDA device (the CPU SIMT emulator)");
   CHECK(report["failed"] == 0);
   CHECK(report["passed"] == report["checks"].size());
-  size_t bitwise = 0, attention = 0, half_attention = 0, gemm = 0, nccl_rows = 0, training = 0;
+  size_t bitwise = 0, multi = 0, attention = 0, half_attention = 0, gemm = 0, nccl_rows = 0, training = 0;
   for (const auto& c : report["checks"]) {
     INFO(c.dump());
     CHECK(c["passed"] == true);
@@ -57,6 +57,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
     half_attention += c["kernel"] == "attention_bf16" || c["kernel"] == "attention_fp16" ||
                       c["kernel"] == "attention_bf16_gemm" || c["kernel"] == "attention_fp16_gemm";
     gemm += std::string(c["kernel"]).starts_with("gemm");
+    multi += c["shape"] == "0+1+37+4096+4099+65539";
     nccl_rows += std::string(c["kernel"]).starts_with("nccl ");
     if (c["kernel"] == "lamb") CHECK(std::string(c["note"]).find("differ in their last bit") != std::string::npos);
     if (c["kernel"] == "train gpt") {
@@ -70,8 +71,11 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   CHECK(gemm == 23);  // f32, bf16, fp16: 1x1x1, 17x33x65 x 4 transposes, a batch; f32: k 0; bf16->f32 and
                       // fp16->f32: 2 each; the big: GPU
   CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
-  CHECK(bitwise == 4 + 3 + 1 + 3 + 1 + 1 + 3 + nccl_rows);  // Adam x 4, SGD x 3, LAMB, bias+residual x 3,
-                                                            // embedding, nonfinite, relu+scale, 2 conversions
+  CHECK(multi == 9);  // the device step's multi-tensor launches: Adam, AdamW, SGD, scaling, rounding x 2,
+                      // moves x 2, the sum of squares
+  CHECK(bitwise == 4 + 3 + 1 + 3 + 1 + 1 + 3 + 8 + nccl_rows);  // Adam x 4, SGD x 3, LAMB, bias+residual x 3,
+                                                                // embedding, nonfinite, relu+scale, 2 conversions,
+                                                                // 8 multi-tensor
   CHECK((std::string(report["not_checked"]).find("NCCL") == std::string::npos) == (nccl.ranks > 0));
   CHECK(std::string(report["not_checked"]).find("GEMM") == std::string::npos);
   CHECK(std::string(report["not_checked"]).find("engine") != std::string::npos);  // dsworker's loop: not yet
