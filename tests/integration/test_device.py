@@ -101,6 +101,24 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
         assert abs(a - b) <= tolerance * abs(b), (on_device, on_cpu)
 
 
+# The other optimizers the device steps (every tensor in one launch: SGD's one, LAMB's three around the host's
+# trust ratios) train as the CPU does; on a GPU (scripts/gpu-check.sh) this runs their multi-tensor kernels
+# through dsworker.
+@pytest.mark.parametrize("optimizer", [
+    {"type": "Lamb", "params": {"lr": 0.002, "weight_decay": 0.01}},
+    {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "nesterov": True}},
+], ids=["lamb", "sgd"])
+def test_lamb_and_sgd_step_on_the_device_as_on_the_cpu(dsrun, clean_env, tmp_path, optimizer):
+    cfg = dict(CONFIG, optimizer=optimizer)
+    r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda", cfg, gpus=1)
+    assert "dsworker: device: the optimizer steps on the device" in r.stderr
+    _, on_cpu = train(dsrun, clean_env, tmp_path, "cpu", DSWORKER, "cpu", cfg, gpus=1)
+    assert len(on_device) == len(on_cpu) == 4
+    for a, b in zip(on_device, on_cpu):
+        assert abs(a - b) <= 1e-5 * abs(b), (on_device, on_cpu)
+    assert on_device[-1] < on_device[0]
+
+
 # offload_param at stage 3 keeps the parameters' partition in host memory, gathered there: the whole step
 # stays on the CPU (as ZeRO-Offload), and the engine names the setting.
 def test_offload_param_keeps_stage_3_on_the_host(dsrun, clean_env, tmp_path):
