@@ -67,7 +67,12 @@ std::string device_name(int device) {
 
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
-  check(cudaMalloc(&p, bytes), "cudaMalloc");
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // (not sticky: cleared, the device goes on)
+    throw OutOfMemory("cuda: cudaMalloc of " + std::to_string(bytes) + " bytes: cudaErrorMemoryAllocation: out of memory");
+  }
+  check(e, "cudaMalloc");
   return p;
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "amp/half.h"
@@ -30,7 +31,13 @@ void set_device(int device);
 std::string device_name(int device);  // "NVIDIA H100 80GB HBM3 (sm_90, 81559 MiB)"
 
 // Device memory (cudaMalloc, cudaFree, cudaMemcpy) and waiting for the device, whose asynchronous
-// errors (a kernel's fault) surface here.
+// errors (a kernel's fault) surface here. device_alloc throws OutOfMemory when the device has no room
+// (cudaErrorMemoryAllocation, which it clears so that later launches do not report it; emulated: past
+// DS_CUDA_EMULATED_MEMORY bytes, the emulated device's size, unlimited when unset): the caller may free
+// what it caches and try again.
+struct OutOfMemory : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 void* device_alloc(size_t bytes);
 void device_free(void* p);
 void copy_to_device(void* dst, const void* src, size_t bytes);

@@ -81,9 +81,33 @@ void host_unpin(void* p) {
   starts.erase(at);
 }
 
+namespace {
+std::mutex allocated_mutex;
+std::map<void*, size_t> allocated;  // device_alloc's blocks → bytes
+size_t allocated_bytes = 0;
+
+// DS_CUDA_EMULATED_MEMORY: the emulated device's bytes (none: unlimited).
+std::optional<size_t> emulated_memory() {
+  const char* v = std::getenv("DS_CUDA_EMULATED_MEMORY");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long bytes = std::strtoull(v, &end, 10);
+  if (*end != '\0') throw std::runtime_error(std::string("DS_CUDA_EMULATED_MEMORY='") + v + "': expected a number of bytes");
+  return static_cast<size_t>(bytes);
+}
+}  // namespace
+
 void* device_alloc(size_t bytes) {
+  std::lock_guard lock(allocated_mutex);
+  const std::optional<size_t> memory = emulated_memory();
+  if (memory && allocated_bytes + bytes > *memory)
+    throw OutOfMemory("cuda: cudaMalloc of " + std::to_string(bytes) + " bytes: cudaErrorMemoryAllocation: out of "
+                      "memory (the emulated device has " + std::to_string(*memory) + " bytes, " +
+                      std::to_string(allocated_bytes) + " allocated)");
   void* p = std::malloc(bytes ? bytes : 1);
-  if (!p) throw std::bad_alloc();
+  if (!p) throw OutOfMemory("cuda: cudaMalloc of " + std::to_string(bytes) + " bytes: out of host memory (emulated)");
+  allocated.emplace(p, bytes);
+  allocated_bytes += bytes;
   return p;
 }
 // (memcpy's pointers must not be null even for 0 bytes; an empty host vector's data() may be)
@@ -144,6 +168,14 @@ void synchronize() {
 
 void device_free(void* p) {  // cudaFree waits for the device first
   synchronize();
+  if (p == nullptr) return;
+  {
+    std::lock_guard lock(allocated_mutex);
+    const auto at = allocated.find(p);
+    if (at == allocated.end()) throw std::runtime_error("cuda: cudaFree: cudaErrorInvalidValue: not a device allocation");
+    allocated_bytes -= at->second;
+    allocated.erase(at);
+  }
   std::free(p);
 }
 

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/segment_tables.h"
+#include "core/format_bytes.h"
 #include "cuda/gemm.h"
 #include "cuda/launch.h"
 #include "cuda/launch_shape.h"
@@ -36,6 +37,7 @@ struct Cuda::State {
   std::mutex mutex;                              // the cache; ops come from one thread at a time
   std::map<size_t, std::vector<void*>> free_blocks;  // bytes → cached device blocks not in use
   std::map<void*, size_t> used_blocks;               // block → bytes
+  std::map<void*, size_t> buffers;                   // allocate()'s (the engine's buffers) → bytes
   // DS_CUDA_PROFILE=1: each op waits for the device before and after, and its wall time is summed by
   // op name; the table goes to stderr when the backend is destroyed. An op's first call is counted apart:
   // it pays one-time costs (cuBLASLt loading its kernels, a GEMM's plan, the allocation cache filling), which
@@ -97,10 +99,38 @@ struct Cuda::State {
       p = list.back();
       list.pop_back();
     } else {
-      p = cuda::device_alloc(bytes);
+      p = new_block(bytes);
     }
     used_blocks[p] = bytes;
     return p;
+  }
+  // A new device allocation (under the mutex). When the device is full, the cached blocks not in use are
+  // freed (cudaFree waits for the queued ops, which may still read them) and it is tried once more, as
+  // PyTorch's allocator does: blocks of sizes no longer asked for (another sequence length, generation's
+  // growing context) would otherwise hold the memory for good. Failing again, the error says what this
+  // backend holds.
+  void* new_block(size_t bytes) {
+    try {
+      return cuda::device_alloc(bytes);
+    } catch (const cuda::OutOfMemory&) {
+    }
+    size_t released = 0;
+    for (auto& [size, list] : free_blocks) {
+      for (void* p : list) cuda::device_free(p);
+      released += size * list.size();
+    }
+    free_blocks.clear();
+    try {
+      return cuda::device_alloc(bytes);
+    } catch (const cuda::OutOfMemory& e) {
+      size_t held = 0;
+      for (const auto& [p, size] : used_blocks) held += size;
+      for (const auto& [p, size] : buffers) held += size;
+      throw cuda::OutOfMemory(std::string(e.what()) + ": cuda:" + std::to_string(device) + " has no room for " +
+                              format_bytes(bytes) + " more; this process's tensors and buffers there hold " +
+                              format_bytes(held) + " (and " + format_bytes(released) +
+                              " of cached blocks not in use were released first)");
+    }
   }
   // The block goes back to the cache: the ops that used it are ahead of any later user's on the one
   // stream, so it can be handed out again at once.
@@ -141,6 +171,9 @@ ds_status guarded(void* ctx, const std::string& op, F&& f) noexcept {
     State::OpTime& t = s.op_times[op];
     (t.calls++ == 0 ? t.first_seconds : t.seconds) += seconds;
     return DS_OK;
+  } catch (const cuda::OutOfMemory& e) {
+    s.error = e.what();
+    return DS_OUT_OF_MEMORY;
   } catch (const std::bad_alloc&) {
     s.error = "out of memory";
     return DS_OUT_OF_MEMORY;
@@ -449,9 +482,21 @@ void Cuda::synchronize() { cuda::synchronize(); }
 
 std::string Cuda::describe() const { return cuda::device_name(state_->device); }
 
-void* Cuda::allocate(size_t bytes) { return cuda::device_alloc(bytes > 0 ? bytes : 1); }
+void* Cuda::allocate(size_t bytes) {
+  bytes = std::max<size_t>(bytes, 1);
+  std::lock_guard lock(state_->mutex);
+  void* p = state_->new_block(bytes);
+  state_->buffers[p] = bytes;
+  return p;
+}
 
-void Cuda::release(void* p) { cuda::device_free(p); }
+void Cuda::release(void* p) {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->buffers.erase(p);
+  }
+  cuda::device_free(p);
+}
 
 void Cuda::to_device(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) cuda::copy_to_device(dst, src, bytes);
