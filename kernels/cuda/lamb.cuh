@@ -7,7 +7,8 @@
 //                        from its sums (optim::lamb_trust_ratio, after summing them across ranks).
 // The moments and u are the CPU's bits; the sums add in another order than the CPU's (within a few
 // roundings of its double), so a trust ratio, and then a parameter, may differ in its last bit.
-// Until 2026-11-29 these were per-tensor kernels: three launches per tensor (444 for GPT-2's 148 tensors).
+// Until 2026-11-29 these were per-tensor kernels: four launches per tensor (the moments, two sums, the update:
+// 592 for GPT-2's 148 tensors).
 // Written in the CUDA subset: nvcc compiles it, the SIMT emulator runs it.
 #pragma once
 #include <cstdint>
