@@ -491,16 +491,15 @@ void lamb(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
   const std::vector<float> zeros(n, 0.0f);
   DeviceArray<float> d_p(p), d_m(zeros), d_v(zeros), d_g(zeros);
   std::vector<cuda::LambSegment> segments;  // every tensor in each launch, as the device step runs it
-  int64_t first_block = 0;
   for (const TensorRange& t : tensors) {
     const size_t at = t.offset;
-    const auto size = static_cast<int64_t>(t.size);
-    segments.push_back({d_p.get() + at, d_g.get() + at, d_m.get() + at, d_v.get() + at, size, first_block});
-    first_block += (size + cuda::kSegmentBlockElements - 1) / cuda::kSegmentBlockElements;
+    segments.push_back({d_p.get() + at, d_g.get() + at, d_m.get() + at, d_v.get() + at, static_cast<int64_t>(t.size), 0});
   }
+  cuda::set_first_blocks(segments.data(), segments.size());
   const std::vector<std::byte> table = cuda::segment_table(segments.data(), segments.size());
   DeviceArray<std::byte> d_table(table);
-  DeviceArray<double> d_partial(std::vector<double>(2 * static_cast<size_t>(first_block), 0.0));
+  DeviceArray<double> d_partial(
+      std::vector<double>(2 * cuda::segment_block_count(segments.data(), segments.size()), 0.0));
   DeviceArray<double> d_sums(std::vector<double>(2 * tensors.size(), 0.0));
   for (int64_t step = 1; step <= 3; ++step) {
     const std::vector<float> g = random_floats(rng, n, 0.0f, 1.0f);

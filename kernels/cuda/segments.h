@@ -89,6 +89,15 @@ size_t segment_block_count(const Segment* segments, size_t count) {
   return blocks;
 }
 
+// Each LAMB segment's first_block: how many blocks segment_blocks gives the segments before it.
+inline void set_first_blocks(LambSegment* segments, size_t count) {
+  int64_t blocks = 0;
+  for (size_t s = 0; s < count; ++s) {
+    segments[s].first_block = blocks;
+    blocks += (segments[s].n + kSegmentBlockElements - 1) / kSegmentBlockElements;
+  }
+}
+
 // The table's bytes, as the kernels read them in device memory: the segments, then the blocks covering them.
 template <class Segment>
 std::vector<std::byte> segment_table(const Segment* segments, size_t count) {

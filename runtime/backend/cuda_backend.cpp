@@ -719,12 +719,8 @@ namespace {
 std::vector<cuda::LambSegment> lamb_segments(std::span<const Device::LambTensor> tensors) {
   std::vector<cuda::LambSegment> segments;
   segments.reserve(tensors.size());
-  int64_t blocks = 0;
-  for (const Device::LambTensor& t : tensors) {
-    const auto n = static_cast<int64_t>(t.n);
-    segments.push_back({t.p, t.g, t.m, t.v, n, blocks});
-    blocks += (n + cuda::kSegmentBlockElements - 1) / cuda::kSegmentBlockElements;
-  }
+  for (const Device::LambTensor& t : tensors) segments.push_back({t.p, t.g, t.m, t.v, static_cast<int64_t>(t.n), 0});
+  cuda::set_first_blocks(segments.data(), segments.size());
   return segments;
 }
 
