@@ -14,19 +14,29 @@ DeviceGather::DeviceGather(backend::Device& device, DeviceLayers& layers, Plan p
   device_.zero(partition_, plan_.n * elem_);
   size_t padded = 0, views = 0;
   for (const Unit& u : plan_.units) padded = std::max(padded, u.padded);
+  std::vector<size_t> floats;  // per layer: its views' size
   for (const Layer& l : plan_.layers) {
     if (l.unit >= plan_.units.size()) throw std::logic_error("DeviceGather: a layer's unit is not in the layout");
     std::vector<size_t>& at = aligned_.emplace_back();
-    size_t floats = 0;
+    size_t& n = floats.emplace_back(0);
     for (const Param& p : l.params) {
-      at.push_back(floats);
-      if (!p.tie) floats += (p.size + 3) / 4 * 4;  // 16-byte aligned, as DeviceLayers lays its views out
+      at.push_back(n);
+      if (!p.tie) n += (p.size + 3) / 4 * 4;  // 16-byte aligned, as DeviceLayers lays its views out
     }
-    views = std::max(views, floats);
+    if (!l.persistent) views = std::max(views, n);
   }
   const bool several = plan_.group != nullptr && plan_.group->size() > 1;
   if (several) landing_ = static_cast<std::byte*>(allocate(padded * elem_));
+  slots_.resize(2);
   for (Slot& slot : slots_) slot.views = static_cast<float*>(allocate(views * sizeof(float)));
+  for (size_t i = 0; i < plan_.layers.size(); ++i) {
+    if (!plan_.layers[i].persistent) {
+      kept_.emplace_back();
+      continue;
+    }
+    kept_.emplace_back(slots_.size());
+    slots_.emplace_back().views = static_cast<float*>(allocate(floats[i] * sizeof(float)));
+  }
   for (const Tie& tie : plan_.ties) tie_copies_.push_back(static_cast<float*>(allocate(tie.size * sizeof(float))));
 }
 
@@ -95,17 +105,20 @@ void DeviceGather::drop(Slot& slot) {
 void DeviceGather::acquire(size_t layer, std::optional<size_t> next) {
   if (!loaded_) throw std::logic_error("DeviceGather: acquire() before load()");
   auto holding = [&](size_t l) {
+    if (kept_[l]) return slots_[*kept_[l]].layer == l ? kept_[l] : std::nullopt;
     for (size_t s = 0; s < 2; ++s)
       if (slots_[s].layer == l) return std::optional<size_t>(s);
     return std::optional<size_t>();
   };
+  // Where a gather of l goes: its own slot, or the one that the layer not persistent acquired last does not hold.
+  auto slot_for = [&](size_t l) { return kept_[l] ? *kept_[l] : current_ ? 1 - *current_ : 0; };
   std::optional<size_t> s = holding(layer);
-  if (!s) {  // not prefetched: gathered now, into the slot that the layer acquired last does not hold
-    s = current_ ? 1 - *current_ : 0;
+  if (!s) {  // not prefetched: gathered now
+    s = slot_for(layer);
     start_gather(layer, *s);
   }
   if (!slots_[*s].ready) finish_gather(*s);
-  current_ = s;
+  if (!kept_[layer]) current_ = s;
   const Layer& l = plan_.layers[layer];
   std::vector<ds_tensor> views;
   for (size_t k = 0; k < l.params.size(); ++k) {
@@ -114,7 +127,7 @@ void DeviceGather::acquire(size_t layer, std::optional<size_t> next) {
     views.push_back(ds_tensor{at, DS_F32, p.shape, device_.table()->device});
   }
   layers_.provide_params(layer, std::move(views));
-  if (next && *next != layer && !holding(*next)) start_gather(*next, 1 - *s);
+  if (next && *next != layer && !holding(*next)) start_gather(*next, slot_for(*next));
 }
 
 void DeviceGather::start_gather(size_t layer, size_t s) {

@@ -12,6 +12,9 @@
 //              for the other slot while the acquired one runs; a layer still in its slot (the last
 //              layer, from its forward to its backward; the first, between micro-batches) is not
 //              gathered again.
+//   kept:      a persistent layer (stage3_param_persistence_threshold, as the host's fetcher decides)
+//              has views of its own: gathered at its first use after an update, it stays until the
+//              next update, and takes neither slot (the layers around it keep theirs);
 //   ties:      a tied parameter's user (GPT's head) reads a copy of its owner's values, taken when
 //              the owner's layer is gathered (every pass's first forward comes before the user).
 // Every rank acquires the same layers in the same order, so the ranks' gathers match. One rank:
@@ -41,6 +44,7 @@ class DeviceGather {
   struct Layer {
     size_t unit = 0;             // its unit, in the layout
     std::vector<Param> params;   // in the layer's order
+    bool persistent = false;     // kept gathered from its first use after an update until the next
   };
   struct Unit {
     size_t padded = 0, chunk = 0, part_offset = 0;  // as zero::Unit has them
@@ -100,10 +104,13 @@ class DeviceGather {
   size_t elem_;                  // bytes per stored element
   std::byte* partition_ = nullptr;
   std::byte* landing_ = nullptr;  // several ranks: [max padded], where the gather under way lands
-  Slot slots_[2];             // (at most one gathering)
+  // The two slots that the layers not persistent take in turn, then one per persistent layer (at most one
+  // gathering of all).
+  std::vector<Slot> slots_;
+  std::vector<std::optional<size_t>> kept_;   // per layer: its own slot, if persistent
   std::vector<std::vector<size_t>> aligned_;  // per layer: each parameter's place (floats) in a slot's views
   std::vector<float*> tie_copies_;            // per tie: [size]
-  std::optional<size_t> current_;             // the slot of the layer acquired last
+  std::optional<size_t> current_;             // the slot of the layer not persistent acquired last
   std::vector<void*> owned_;
   MemoryReport held_;
   bool loaded_ = false;

@@ -405,10 +405,12 @@ std::string Engine::device_step_blocker() const {
 void Engine::build_device_gather() {
   DeviceGather::Plan plan;
   for (const zero::Unit& u : layout_->units()) plan.units.push_back({u.padded(), u.chunk, u.part_offset});
+  const std::vector<bool> persistent = zero::ParamFetcher::persistent_layers(*layout_, config_.stage3);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const size_t unit_begin = layout_->unit_of_layer(i).begin;
     DeviceGather::Layer& layer = plan.layers.emplace_back();
     layer.unit = layout_->unit_index(i);
+    layer.persistent = persistent[layer.unit];
     for (size_t s = layers_[i].first_slot; s < layers_[i].first_slot + layers_[i].num_slots; ++s) {
       const ParamSlot& slot = slots_[s];
       std::optional<size_t> tie;

@@ -37,6 +37,7 @@ std::pair<Run, Run> host_and_device(RunSpec spec) {
   const auto tweak = spec.tweak;
   const Run host = run_training(spec);
   spec.tweak = [tweak](EngineConfig& e) {
+    e.stage3.persistence = 0;  // stage 3: every layer gathered at its use (persistent layers have their own tests)
     if (tweak) tweak(e);
     e.optimizer_on_device = true;
   };
@@ -53,6 +54,7 @@ EngineConfig on(backend::Device& device, bool optimizer_on_device) {
   e.micro_batch = 4;
   e.device = &device;
   e.optimizer_on_device = optimizer_on_device;
+  e.stage3.persistence = 0;  // as host_and_device's
   return e;
 }
 
@@ -65,8 +67,9 @@ void set_precision(EngineConfig& e, amp::Storage p) {
 // micro-batches with the optimizer on the host and on the device (its ranks' group made by `device_group`;
 // none on one rank): the same losses and parameters. One rank at stages 2-3 differs in the last bits: the host
 // joins the head's gradient to the embedding's each micro-batch (its 16-bit buckets), the device once per step.
+// At stage 3 the layers of at most `persistence` elements stay gathered (GPT's are all that small but for 0).
 void gpt_host_and_device(int world, int stage, const decltype(RunSpec::device_group)& device_group,
-                         amp::Storage precision = amp::Storage::F32) {
+                         amp::Storage precision = amp::Storage::F32, int64_t persistence = 0) {
   const bool exact = world > 1 || stage < 2;
   const std::string gpt = R"({"n_layer": 2, "n_head": 4, "n_embd": 16, "seq_len": 8, "vocab_size": 64})";
   DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 2},
@@ -90,6 +93,7 @@ void gpt_host_and_device(int world, int stage, const decltype(RunSpec::device_gr
       e.device = &cuda;
       e.optimizer_on_device = on_device;
       e.device_group = on_device ? devices.get() : nullptr;
+      e.stage3.persistence = persistence;
       return Engine(e, *plugin, group, [&](size_t n, NormReducer r) { return make_optimizer(config.optimizer, n, r); },
                     make_lr_schedule(config.scheduler, config.optimizer.lr), &data);
     };
@@ -378,6 +382,7 @@ TEST_CASE("device step: GPT's tied embedding and head") {
   gpt_host_and_device(1, 0, nullptr);
   gpt_host_and_device(1, 0, nullptr, amp::Storage::BF16);  // the head's upload widens the embedding's values
   gpt_host_and_device(1, 3, nullptr);  // the head reads its copy of the embedding's gathered values
+  gpt_host_and_device(1, 3, nullptr, amp::Storage::F32, 100'000);  // (every layer kept gathered; a restore drops them)
 }
 
 #ifdef DS_TEST_FAKE_NCCL
@@ -718,9 +723,65 @@ TEST_CASE("device step: GPT's tied embedding and head on two ranks at stage 2") 
 }
 
 // At stage 3 each layer is gathered on the device from the ranks' partitions; the head reads its copy of the
-// embedding's values, taken at the embedding's gather.
+// embedding's values, taken at the embedding's gather (once per update when the embedding is persistent).
 TEST_CASE("device step: GPT's tied embedding and head on two ranks at stage 3") {
   gpt_host_and_device(2, 3, fake_device_group);
+  gpt_host_and_device(2, 3, fake_device_group, amp::Storage::F32, 100'000);
+}
+
+// stage3_param_persistence_threshold on the device: a layer of at most that many elements (while the kept
+// layers add up to at most stage3_model_persistence_threshold) is gathered at its first use after an update and
+// stays, in views of its own, until the next: once per step, where the others are gathered at each use (each
+// micro-batch's forward and backward). The values are the same gathered bits either way.
+TEST_CASE("device step: at stage 3 the persistent layers are gathered once per update") {
+  const std::string model = R"({"in_features": 12, "hidden": 24, "layers": 16, "classes": 5, "num_samples": 256})";
+  const DsConfig config = adam_config(2);
+  run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
+    backend::Cuda cuda(0);
+    auto plugin = Plugin::load(plugin_path(), model, cuda.table());
+    auto nccl = fake_device_group(store, group.rank(), group.size());
+    struct Result {
+      int64_t gathers = 0;  // in the last step
+      std::vector<float> losses, params;
+      size_t device_params = 0;  // bytes
+    };
+    size_t units = 0, psi = 0;
+    auto train = [&](int64_t persistence, int64_t model_persistence) {
+      EngineConfig e = units_per_layer(cuda, 3, nccl.get());
+      e.stage3.persistence = persistence;
+      e.stage3.model_persistence = model_persistence;
+      Engine engine = make_engine(e, *plugin, group, config);
+      REQUIRE(engine.optimizer_place().find("gathered there") != std::string::npos);
+      Result r;
+      for (int s = 0; s < 4; ++s) {
+        const int64_t before = nccl->comms().stats("allgather").count;
+        r.losses.push_back(engine.step().loss);
+        r.gathers = nccl->comms().stats("allgather").count - before;
+      }
+      units = 0;
+      for (const zero::Unit& u : engine.layout().units()) units += u.size > 0;  // (a ReLU's has none)
+      r.params = engine.gather_parameters();
+      psi = r.params.size();
+      r.device_params = engine.device_memory()->params;
+      return r;
+    };
+    const Result none = train(0, INT64_MAX), all = train(100'000, INT64_MAX), half = train(100'000, 0);
+    CHECK(all.gathers == static_cast<int64_t>(units));
+    CHECK(none.gathers >= 3 * all.gathers);             // 2 micro-batches, a forward and a backward each
+    CHECK(half.gathers == none.gathers);                // a model cap of 0 keeps none
+    const Result some = train(100'000, static_cast<int64_t>(psi / 2));
+    CHECK(some.gathers > all.gathers);
+    CHECK(some.gathers < none.gathers);
+    for (const Result* r : {&all, &half, &some}) {
+      CHECK(r->losses == none.losses);
+      CHECK(r->params == none.params);
+    }
+    // The kept layers' views are beside the two slots (the layers not kept take those in turn).
+    CHECK(all.device_params >= (psi + psi / 2) * sizeof(float));  // the whole model's views and the partition
+    CHECK(all.device_params > none.device_params);
+    CHECK(some.device_params > none.device_params);
+    CHECK(some.device_params < all.device_params);
+  });
 }
 
 // Stage 2's point is memory: the device holds this rank's partition of the gradients and one unit's, where
