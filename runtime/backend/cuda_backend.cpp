@@ -77,11 +77,15 @@ struct Cuda::State {
   float* ones = nullptr;                             // [ones_size] of 1.0f: bias_grad's GEMM operand
   int64_t ones_size = 0;
 
-  // At least n ones on the device.
+  // At least n ones on the device (grown as the cache's blocks are made: a full device frees the unused ones).
   const float* ones_of(int64_t n) {
     if (n > ones_size) {
       const std::vector<float> host(static_cast<size_t>(n), 1.0f);
-      float* grown = static_cast<float*>(cuda::device_alloc(host.size() * sizeof(float)));
+      float* grown = nullptr;
+      {
+        std::lock_guard lock(mutex);
+        grown = static_cast<float*>(new_block(host.size() * sizeof(float)));
+      }
       cuda::copy_to_device(grown, host.data(), host.size() * sizeof(float));
       if (ones != nullptr) cuda::device_free(ones);
       ones = grown;
@@ -126,6 +130,7 @@ struct Cuda::State {
       size_t held = 0;
       for (const auto& [p, size] : used_blocks) held += size;
       for (const auto& [p, size] : buffers) held += size;
+      held += static_cast<size_t>(ones_size) * sizeof(float);
       throw cuda::OutOfMemory(std::string(e.what()) + ": cuda:" + std::to_string(device) + " has no room for " +
                               format_bytes(bytes) + " more; this process's tensors and buffers there hold " +
                               format_bytes(held) + " (and " + format_bytes(released) +

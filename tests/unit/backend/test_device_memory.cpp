@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "../scoped_env.h"
 #include "backend/backend.h"
@@ -31,6 +32,29 @@ TEST_CASE("cuda backend (emulated): a full device frees the cached blocks and tr
   device.release(buffer);
   REQUIRE(t.alloc(t.ctx, 600'000, &another) == DS_OK);
   t.free(t.ctx, another);
+}
+
+// bias_grad's operand of ones grows with the rows; its block is made as the cache's are.
+TEST_CASE("cuda backend (emulated): bias_grad's ones find room as the other blocks do") {
+  REQUIRE(cuda::emulated());
+  ScopedEnv memory("DS_CUDA_EMULATED_MEMORY", "1048576");
+  backend::Cuda device(0);
+  const ds_backend& t = *device.table();
+  constexpr int64_t rows = 100'000;  // 400 KB of dy, and as much of ones
+  const std::vector<float> halves(rows, 0.5f);
+  auto* dy = static_cast<float*>(device.allocate(rows * sizeof(float)));
+  auto* dbias = static_cast<float*>(device.allocate(sizeof(float)));
+  device.to_device(dy, halves.data(), rows * sizeof(float));
+  device.zero(dbias, sizeof(float));
+  void* temporary = nullptr;
+  REQUIRE(t.alloc(t.ctx, 500'000, &temporary) == DS_OK);
+  t.free(t.ctx, temporary);  // cached: the ones fit only once it is freed
+  REQUIRE(t.bias_grad(t.ctx, dy, dbias, rows, 1) == DS_OK);
+  float sum = 0;
+  device.to_host(&sum, dbias, sizeof(float));
+  CHECK(sum == 50'000.0f);
+  device.release(dbias);
+  device.release(dy);
 }
 
 TEST_CASE("cuda backend (emulated): DS_CUDA_EMULATED_MEMORY must be a number of bytes") {
