@@ -30,7 +30,7 @@ std::string_view dtype_name(Dtype dtype);  // "fp32", "fp16", "bf16"
 
 // ---- optimizer ---------------------------------------------------------------------------------
 
-enum class OptimizerType { Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
+enum class OptimizerType { Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
 std::string_view optimizer_type_name(OptimizerType type);  // "Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", …
 
 // FusedAdam / DeepSpeedCPUAdam (reference §4.2).
@@ -47,6 +47,12 @@ struct AdamParams {
 struct SgdParams {
   double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
+};
+
+// FusedLion / DeepSpeedCPULion: lr 1e-3 (OptimizerConfig::lr), no eps, decoupled weight decay.
+struct LionParams {
+  double beta1 = 0.9, beta2 = 0.999;
+  double weight_decay = 0.0;
 };
 
 // FusedLamb (reference §4.3).
@@ -99,7 +105,8 @@ struct OptimizerConfig {
   OptimizerType type = OptimizerType::Adam;
   double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it
   // AdamParams for Adam and AdamW
-  std::variant<AdamParams, SgdParams, LambParams, OneBitAdamParams, ZeroOneAdamParams, OneBitLambParams> params;
+  std::variant<AdamParams, SgdParams, LionParams, LambParams, OneBitAdamParams, ZeroOneAdamParams, OneBitLambParams>
+      params;
   bool legacy_fusion = false;    // accepted; no effect in dsworker
 };
 

@@ -1,5 +1,5 @@
 // The `optimizer` section: type (DeepSpeed's names case-insensitively, torch's exactly) and the
-// constructor keyword arguments of FusedAdam / torch.optim.SGD / FusedLamb (reference §2.5, §4) and
+// constructor keyword arguments of FusedAdam / torch.optim.SGD / FusedLion / FusedLamb (reference §2.5, §4) and
 // of DeepSpeed's OnebitAdam / ZeroOneAdam / OnebitLamb (fp16/onebit/*.py); and the checks those
 // three make against other sections (ZeRO stage 0, 1-bit LAMB's dynamic loss scale).
 #include <fmt/format.h>
@@ -10,15 +10,16 @@
 namespace ds::cfg {
 namespace {
 
-const std::vector<std::string> kSupported = {"Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+const std::vector<std::string> kSupported = {"Adam", "AdamW", "SGD", "Lion", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
-  if (!name) s.fail("type", "missing (one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+  if (!name) s.fail("type", "missing (one of Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   // DeepSpeed lower-cases its own optimizer names; anything else is a torch.optim class name,
   // which is case-sensitive ("SGD").
   std::string lower = to_lower(*name);
   if (lower == "adam") return OptimizerType::Adam;
   if (lower == "adamw") return OptimizerType::AdamW;
+  if (lower == "lion") return OptimizerType::Lion;
   if (lower == "lamb") return OptimizerType::Lamb;
   if (lower == "onebitadam") return OptimizerType::OneBitAdam;
   if (lower == "zerooneadam") return OptimizerType::ZeroOneAdam;
@@ -78,6 +79,16 @@ SgdParams parse_sgd(Section& p) {
   if (p.flag("maximize", false)) p.fail("maximize", "true is not supported by dsworker");
   for (const char* speed_only : {"foreach", "differentiable", "fused"}) p.flag(speed_only, false);
   return s;
+}
+
+// FusedLion(params, lr, betas, weight_decay, set_grad_none): any other key is an error, as the constructor's
+// TypeError in DeepSpeed (Lion has no eps).
+LionParams parse_lion(Section& p) {
+  LionParams l;
+  std::tie(l.beta1, l.beta2) = parse_betas(p, {l.beta1, l.beta2});
+  l.weight_decay = non_negative(p, "weight_decay", l.weight_decay);
+  p.flag("set_grad_none", true);  // FusedLion's zero_grad behaviour: no effect here
+  return l;
 }
 
 LambParams parse_lamb(Section& p) {
@@ -187,6 +198,7 @@ std::optional<OptimizerConfig> parse_optimizer(Section& top) {
     case OptimizerType::Adam:
     case OptimizerType::AdamW: c.params = parse_adam(p, c.type); break;
     case OptimizerType::SGD: c.params = parse_sgd(p); break;
+    case OptimizerType::Lion: c.params = parse_lion(p); break;
     case OptimizerType::Lamb: c.params = parse_lamb(p); break;
     case OptimizerType::OneBitAdam: c.params = parse_onebit_adam(p); break;
     case OptimizerType::ZeroOneAdam: c.params = parse_zero_one_adam(p); break;

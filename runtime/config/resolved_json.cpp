@@ -69,6 +69,9 @@ ojson optimizer_json(const OptimizerConfig& o) {
     p["dampening"] = s->dampening;
     p["weight_decay"] = s->weight_decay;
     p["nesterov"] = s->nesterov;
+  } else if (const auto* n = std::get_if<LionParams>(&o.params)) {
+    p["betas"] = {n->beta1, n->beta2};
+    p["weight_decay"] = n->weight_decay;
   } else if (const auto* l = std::get_if<LambParams>(&o.params)) {
     p["betas"] = {l->beta1, l->beta2};
     p["eps"] = l->eps;
@@ -178,6 +181,7 @@ std::string_view optimizer_type_name(OptimizerType type) {
     case OptimizerType::Adam: return "Adam";
     case OptimizerType::AdamW: return "AdamW";
     case OptimizerType::SGD: return "SGD";
+    case OptimizerType::Lion: return "Lion";
     case OptimizerType::Lamb: return "Lamb";
     case OptimizerType::OneBitAdam: return "OneBitAdam";
     case OptimizerType::ZeroOneAdam: return "ZeroOneAdam";

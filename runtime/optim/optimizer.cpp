@@ -26,6 +26,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t 
                                           ProcessGroup* group, amp::Storage state) {
   if (const auto* adam = std::get_if<AdamParams>(&config.params)) return optim::make_adam(*adam, n, state);
   if (const auto* sgd = std::get_if<SgdParams>(&config.params)) return optim::make_sgd(*sgd, n, state);
+  if (const auto* lion = std::get_if<LionParams>(&config.params)) return optim::make_lion(*lion, n, state);
   if (const auto* lamb = std::get_if<LambParams>(&config.params))
     return optim::make_lamb(*lamb, n, std::move(reduce_norms), state);
   if (state != amp::Storage::F32)

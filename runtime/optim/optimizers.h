@@ -1,12 +1,14 @@
 // Internal to ds_optim: one factory per optimizer family, and the bias-correction term they share.
 #pragma once
 #include "cpu/lamb_element.h"
+#include "cpu/lion_element.h"
 #include "optim/optimizer.h"
 
 namespace ds::optim {
 
 std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n, amp::Storage state);
+std::unique_ptr<Optimizer> make_lion(const LionParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms, amp::Storage state);
 std::unique_ptr<Optimizer> make_onebit_adam(const OneBitAdamParams& params, size_t n, ProcessGroup& group);
 std::unique_ptr<Optimizer> make_zero_one_adam(const ZeroOneAdamParams& params, size_t n, ProcessGroup& group);
@@ -20,6 +22,8 @@ float bias_correction(float beta, int64_t step);
 // element arguments; the step size, lr·sqrt(1−β2^t)/(1−β1^t) in fp32 (lr without bias correction); the
 // trust ratio ‖p‖/‖u‖ from Σp² and Σu², clamped to [min_coeff, max_coeff] (1 if either norm is 0).
 cpu::LambArgs lamb_args(const LambParams& params);
+// Lion's element arguments at lr (lion.cpp; the GPU's self-test steps its kernel with them).
+cpu::LionArgs lion_args(const LionParams& params, double lr);
 float lamb_step_size(const LambParams& params, double lr, int64_t step);
 float lamb_trust_ratio(const LambParams& params, double p_sq, double u_sq);
 

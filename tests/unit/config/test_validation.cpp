@@ -32,7 +32,7 @@ TEST_CASE("unknown keys: suggestion in optimizer params") {
         "ds_config.json: optimizer.params.betas: unknown key");
   CHECK(error_of(with(R"("optimizer": {"tpye": "Adam"})")) ==
         "ds_config.json: optimizer.tpye: unknown key (did you mean 'type'?)\n"
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
 }
 
 TEST_CASE("unknown keys: suggestion in zero_optimization and its offload blocks") {
@@ -236,15 +236,27 @@ TEST_CASE("optimizer: names and DeepSpeed quirks") {
   CHECK(std::get<ds::LambParams>(lamb.optimizer.params).max_coeff == 5.0);
   auto sgd = parse(with(R"("optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}})"));
   CHECK(std::get<ds::SgdParams>(sgd.optimizer.params).nesterov);
+  auto lion = parse(with(R"("optimizer": {"type": "Lion", "params": {"lr": 1e-4, "betas": [0.95, 0.98],
+                                                                     "weight_decay": 0.1}})"));
+  CHECK(lion.optimizer.type == ds::OptimizerType::Lion);
+  CHECK(lion.optimizer.lr == 1e-4);
+  CHECK(std::get<ds::LionParams>(lion.optimizer.params).beta2 == 0.98);
+  CHECK(std::get<ds::LionParams>(lion.optimizer.params).weight_decay == 0.1);
+  const auto lion_defaults = std::get<ds::LionParams>(parse(with(R"("optimizer": {"type": "lion"})")).optimizer.params);
+  CHECK(lion_defaults.beta1 == 0.9);  // FusedLion's defaults: betas (0.9, 0.999), no decay, lr 1e-3
+  CHECK(lion_defaults.beta2 == 0.999);
+  CHECK(lion_defaults.weight_decay == 0.0);
+  CHECK(error_of(with(R"("optimizer": {"type": "Lion", "params": {"eps": 1e-8}})")) ==
+        "ds_config.json: optimizer.params.eps: unknown key");  // (FusedLion takes none: a TypeError in DeepSpeed)
 
   CHECK(error_of(with(R"("optimizer": {"type": "sgd"})")) ==
-        "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, SGD, Lamb, "
-        "OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
+        "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, SGD, Lion, "
+        "Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
   CHECK(error_of(with(R"("optimizer": {"type": "Adagrad"})")) ==
         "ds_config.json: optimizer.type: \"Adagrad\" is not supported by dsworker (supported: Adam, AdamW, SGD, "
-        "Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   CHECK(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")) ==
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, SGD, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   CHECK(error_of(with(R"("optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}})")) ==
         "ds_config.json: optimizer.params.max_grad_norm: not supported as an optimizer parameter; use the "
         "top-level 'gradient_clipping'");

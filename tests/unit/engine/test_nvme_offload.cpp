@@ -69,17 +69,21 @@ TEST_CASE("NVMe offload: every stage, precision, buffer count and world size giv
   }
 }
 
-TEST_CASE("NVMe offload: SGD with momentum too, and Lamb is refused") {
+TEST_CASE("NVMe offload: SGD with momentum and Lion too, and Lamb is refused") {
   RunSpec spec;
   spec.stage = 2;
   spec.world = 2;
   spec.steps = 6;
-  spec.optimizer = kSgd;
-  const Run memory = run_training(spec);
-  spec.tweak = setup(amp::Storage::F32, false, nvme(3));
-  CHECK(run_training(spec).params == memory.params);
+  for (const std::string& optimizer : {kSgd, kLion}) {
+    CAPTURE(optimizer);
+    spec.optimizer = optimizer;
+    spec.tweak = {};
+    const Run memory = run_training(spec);
+    spec.tweak = setup(amp::Storage::F32, false, nvme(3));
+    CHECK(run_training(spec).params == memory.params);
+  }
   spec.optimizer = kLamb;
-  CHECK_THROWS_WITH_AS(run_training(spec), doctest::Contains("needs an element-wise optimizer (Adam, AdamW or SGD)"),
+  CHECK_THROWS_WITH_AS(run_training(spec), doctest::Contains("needs an element-wise optimizer (Adam, AdamW, SGD or Lion)"),
                        std::exception);  // run_ranks names the rank
 }
 

@@ -1,5 +1,5 @@
 // Helpers for the kernel tests: a fixed PRNG (splitmix64, so inputs are the same on every
-// platform), random fills, the fast-vs-reference comparison atol + rtol·|ref| that prints the
+// platform), random fills, values stored as fp32/bf16/fp16 bytes, the fast-vs-reference comparison atol + rtol·|ref| that prints the
 // worst error it saw, and central differences for gradient checks.
 #pragma once
 #include <doctest/doctest.h>
@@ -12,6 +12,9 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "amp/storage.h"
+#include "cpu/convert.h"
 
 namespace ds::test {
 
@@ -31,6 +34,13 @@ struct Rng {
   }
   int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
 };
+
+// values in storage s's bytes (rounded to nearest even by the reference conversion).
+inline std::vector<std::byte> stored(amp::Storage s, const std::vector<float>& values) {
+  std::vector<std::byte> out(values.size() * amp::storage_bytes(s));
+  cpu::from_float_reference(s, values.data(), out.data(), values.size());
+  return out;
+}
 
 inline std::vector<float> random_vec(Rng& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
   std::vector<float> v(n);

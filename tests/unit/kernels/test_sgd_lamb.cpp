@@ -17,11 +17,7 @@ namespace {
 
 using ds::amp::Storage;
 
-std::vector<std::byte> stored(Storage s, const std::vector<float>& values) {
-  std::vector<std::byte> out(values.size() * ds::amp::storage_bytes(s));
-  ds::cpu::from_float_reference(s, values.data(), out.data(), values.size());
-  return out;
-}
+using ds::test::stored;
 
 struct Combo {
   Storage param, grad, state;

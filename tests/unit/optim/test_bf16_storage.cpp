@@ -35,6 +35,11 @@ std::unique_ptr<Optimizer> make(OptimizerType type, amp::Storage state) {
     s.weight_decay = 0.01;
     return make_optimizer(test::optimizer_config(type, 0.05, s), kN, {}, nullptr, state);
   }
+  if (type == OptimizerType::Lion) {
+    LionParams l;
+    l.weight_decay = 0.01;
+    return make_optimizer(test::optimizer_config(type, 0.01, l), kN, {}, nullptr, state);
+  }
   LambParams l;
   l.weight_decay = 0.01;
   return make_optimizer(test::optimizer_config(type, 0.01, l), kN, {}, nullptr, state);
@@ -66,13 +71,13 @@ std::vector<float> grads_at(int t) {
 }
 
 std::string name(OptimizerType type) {
-  return type == OptimizerType::Adam ? "AdamW" : type == OptimizerType::SGD ? "SGD" : "Lamb";
+  return type == OptimizerType::Adam ? "AdamW" : type == OptimizerType::SGD ? "SGD" : type == OptimizerType::Lion ? "Lion" : "Lamb";
 }
 
 }  // namespace
 
 TEST_CASE("bf16 storage: bf16 parameters and gradients with fp32 state are the fp32 step, rounded") {
-  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::SGD, OptimizerType::Lamb}) {
+  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::SGD, OptimizerType::Lion, OptimizerType::Lamb}) {
     CAPTURE(name(type));
     auto low = make(type, amp::Storage::F32), reference = make(type, amp::Storage::F32);
     std::vector<uint16_t> p16 = to_bf16(initial_params());
@@ -91,11 +96,11 @@ TEST_CASE("bf16 storage: bf16 parameters and gradients with fp32 state are the f
   }
 }
 
-// Adam and SGD use each new moment before rounding it, so the oracle rounds its fp32 state after the
+// Adam, SGD and Lion use each new moment before rounding it, so the oracle rounds its fp32 state after the
 // step. Lamb recomputes its update from the stored (rounded) moments, which moves it by about 2^-8
 // relative: its parameters are compared to within two bf16 ulps.
 TEST_CASE("bf16 storage: bf16 optimizer states are the fp32 state rounded after every step") {
-  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::SGD, OptimizerType::Lamb}) {
+  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::SGD, OptimizerType::Lion, OptimizerType::Lamb}) {
     CAPTURE(name(type));
     auto low = make(type, amp::Storage::BF16), reference = make(type, amp::Storage::F32);
     for (const StateView& v : low->state()) {

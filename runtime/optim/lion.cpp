@@ -1,0 +1,66 @@
+// Lion as DeepSpeed's FusedLion / DeepSpeedCPULion (the formulas and the loop: kernels/cpu/lion.h): one
+// momentum buffer ("exp_avg", as DeepSpeed names it), no bias correction, decoupled weight decay. Parameters,
+// gradients and the momentum may each be fp32 or bf16.
+#include "cpu/lion.h"
+#include "optim/optimizers.h"
+#include "optim/state_buffer.h"
+
+namespace ds::optim {
+namespace {
+
+class Lion final : public Optimizer {
+ public:
+  Lion(const LionParams& params, size_t n, amp::Storage state) : params_(params), n_(n), exp_avg_(n, state) {}
+
+  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
+    check_step_args("Lion", segments, n_, step);
+    update(segments, state(), lr);
+  }
+
+  bool elementwise() const override { return true; }
+  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+                       int64_t step) override {
+    check_state_args("Lion", segments, state, this->state(), step);
+    update(segments, state, lr);
+  }
+
+  void hold_state(bool held) override { exp_avg_.hold(held); }
+  std::vector<StateView> state() override { return {exp_avg_.view("exp_avg")}; }
+
+  void set_betas(double beta1, double beta2) override {
+    params_.beta1 = beta1;
+    params_.beta2 = beta2;
+  }
+
+ private:
+  // The segments' update, with the momentum in state[0].
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr) const {
+    const cpu::LionArgs args = lion_args(params_, lr);
+    const amp::Storage storage = state[0].storage;
+    size_t k = 0;  // state offset of the segment
+    for (const Segment& s : segments) {
+      check_not_fp16(s.param_type, s.grad_type);
+      std::byte* m = static_cast<std::byte*>(state[0].data) + k * amp::storage_bytes(storage);
+      cpu::lion_step(s.params, s.param_type, s.grads, s.grad_type, m, storage, s.size, args);
+      k += s.size;
+    }
+  }
+
+  LionParams params_;
+  size_t n_;
+  StateBuffer exp_avg_;  // [n]
+};
+
+}  // namespace
+
+cpu::LionArgs lion_args(const LionParams& params, double lr) {
+  const auto f = [](double x) { return static_cast<float>(x); };
+  const float beta1 = f(params.beta1), beta2 = f(params.beta2), rate = f(lr);
+  return {rate, 1.0f - rate * f(params.weight_decay), beta1, 1.0f - beta1, beta2, 1.0f - beta2};
+}
+
+std::unique_ptr<Optimizer> make_lion(const LionParams& params, size_t n, amp::Storage state) {
+  return std::make_unique<Lion>(params, n, state);
+}
+
+}  // namespace ds::optim
