@@ -473,6 +473,40 @@ void sgd(Check& c, size_t n, float momentum, bool nesterov, std::mt19937& rng) {
   c.differing = differing(got_p, cpu_p.data()) + differing(d_buf.to_host(), cpu_buf.data());
 }
 
+// Three steps of Lion over `sizes` tensors (all in each launch, as the device step runs it) against the CPU
+// optimizer: parameters and momentum bit for bit. A fifth of the gradients are 0 at the first step, where the
+// momentum starts at 0: those parameters are only decayed (sign 0).
+void lion(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
+  size_t n = 0;
+  for (size_t size : sizes) n += size;
+  std::vector<float> p = random_floats(rng, n, -1.0f, 1.0f), cpu_p = p;
+  const LionParams params{0.9, 0.99, 0.1};
+  auto cpu_lion = optim::make_lion(params, n, amp::Storage::F32);
+  const cpu::LionArgs args = optim::lion_args(params, 1e-3);
+  DeviceArray<float> d_p(p), d_m(std::vector<float>(n, 0.0f)), d_g(std::vector<float>(n, 0.0f));
+  std::vector<cuda::LionSegment> segments;
+  size_t at = 0;
+  for (size_t size : sizes) {
+    segments.push_back({d_p.get() + at, d_g.get() + at, d_m.get() + at, static_cast<int64_t>(size)});
+    at += size;
+  }
+  DeviceArray<std::byte> d_table(cuda::segment_table(segments.data(), segments.size()));
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<float> g = random_floats(rng, n, -1.0f, 1.0f);
+    if (step == 1)
+      for (size_t i = 0; i < n; i += 5) g[i] = 0.0f;
+    Segment segment{cpu_p.data(), g.data(), n};
+    cpu_lion->step(std::span<const Segment>(&segment, 1), {}, 1e-3, step);
+    cuda::copy_to_device(d_g.get(), g.data(), n * sizeof(float));
+    cuda::lion_steps(segments.data(), segments.size(), args, d_table.get(), nullptr);
+    cuda::synchronize();
+  }
+  const std::vector<float> got_p = d_p.to_host();
+  for (size_t i = 0; i < n; ++i) c.worst_error = std::max<double>(c.worst_error, std::fabs(got_p[i] - cpu_p[i]));
+  c.differing = differing(got_p, cpu_p.data()) +
+                differing(d_m.to_host(), static_cast<const float*>(cpu_lion->state()[0].data));
+}
+
 // Three steps of LAMB over `sizes` tensors (all in each launch) against the CPU optimizer: the moments bit for bit, the
 // parameters bit for bit but for a last bit where a trust ratio's sums, added in another order, rounded
 // to its neighbour (the note counts them).
@@ -639,6 +673,8 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
   for (const auto& [momentum, nesterov] : {std::pair{0.0f, false}, std::pair{0.9f, false}, std::pair{0.9f, true}})
     add("sgd", fmt::format("65539 x 3, {} {}", nesterov ? "nesterov" : "momentum", momentum),
         [=](Check& c, std::mt19937& rng) { sgd(c, 65'539, momentum, nesterov, rng); }, true);
+  add("lion_steps", "65539+1+4097 x 3 steps", [](Check& c, std::mt19937& rng) { lion(c, {65'539, 1, 4097}, rng); },
+      true);
   const std::vector<size_t> lamb_tensors{65'539, 1, 4097};
   add("lamb", "65539+1+4097 x 3 steps", [=](Check& c, std::mt19937& rng) { lamb(c, lamb_tensors, rng); }, true);
   // The device step's multi-tensor launches, against the one-tensor launchers above (selftest_multi.h).
@@ -729,7 +765,7 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
   std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
   std::printf("(of bound: the worst element's share of atol + rtol*|ref| (GEMMs: of fp32 rounding relative to sum "
-              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, SGD, LAMB (a parameter's last bit "
+              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, SGD, Lion, LAMB (a parameter's last bit "
               "aside), NCCL: elements that differ, bit for bit; "
               "train: every step's loss and gradients within 1e-5 relative of the CPU's, from the same state)\n");
   std::mt19937 rng(2024);

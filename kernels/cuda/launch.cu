@@ -22,6 +22,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/lion.cuh"
 #include "cuda/sgd.cuh"
 #include "cuda/vocab_parallel.cuh"
 
@@ -540,6 +541,13 @@ void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& arg
         <<<t.count, kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(t.segments, t.blocks, args);
   });
   check(cudaGetLastError(), "sgd_steps launch");
+}
+
+void lion_steps(const LionSegment* segments, size_t count, const cpu::LionArgs& args, const void* table, void* stream) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  lion_multi_kernel<<<t.count, kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(t.segments, t.blocks, args);
+  check(cudaGetLastError(), "lion_steps launch");
 }
 
 void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,

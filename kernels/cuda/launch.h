@@ -16,6 +16,7 @@
 #include "cpu/adam_element.h"
 #include "cuda/segments.h"
 #include "cpu/lamb_element.h"
+#include "cpu/lion_element.h"
 #include "cpu/sgd_element.h"
 
 namespace ds::cuda {
@@ -228,6 +229,9 @@ void sum_squares_multi(const SquaresSegment* segments, size_t count, double* tot
 void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArgs& args, void* stream);
 // The same step over the tensors segments[0, count) in one launch, `table` as adam_steps'.
 void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& args, const void* table, void* stream);
+
+// One Lion step (lion.cuh) over the tensors segments[0, count) in one launch, `table` as adam_steps'.
+void lion_steps(const LionSegment* segments, size_t count, const cpu::LionArgs& args, const void* table, void* stream);
 
 // LAMB over the tensors segments[0, count) (lamb.cuh; fp32 in place; `table` as adam_steps'; segments'
 // first_block as segments.h says), around the host: lamb_moments updates each tensor's m, v from g and writes

@@ -30,6 +30,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/lion.cuh"
 #include "cuda/sgd.cuh"
 #include "cuda/vocab_parallel.cuh"
 #include "simt/simt.h"
@@ -553,6 +554,12 @@ void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& arg
                                                                                                     t.blocks, args);
     });
   });
+}
+
+void lion_steps(const LionSegment* segments, size_t count, const cpu::LionArgs& args, const void* table, void*) {
+  const auto t = locate_table(segments, count, table);
+  if (t.count == 0) return;
+  simt::launch(t.count, kElementThreads, {}, [&] { lion_multi_kernel(t.segments, t.blocks, args); });
 }
 
 void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,

@@ -36,6 +36,13 @@ struct SgdSegment {  // p [n] (and buf [n] with momentum; else null) updated in 
   int64_t n;
 };
 
+struct LionSegment {  // p and m [n] (the momentum) updated in place from g [n]
+  float* p;
+  const float* g;
+  float* m;
+  int64_t n;
+};
+
 struct LambSegment {  // m, v [n] updated from g [n], then p [n] moved; first_block: the index of its first
   float* p;           // block among the launch's (segment_blocks': the blocks of the segments before it)
   const float* g;

@@ -11,6 +11,7 @@
 #include "amp/half.h"
 #include "cpu/adam_element.h"
 #include "cpu/lamb_element.h"
+#include "cpu/lion_element.h"
 #include "cpu/sgd_element.h"
 #include "plugin/ds_backend.h"
 
@@ -149,6 +150,14 @@ class Device {
   virtual void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) {
     for (const SgdTensor& t : tensors) sgd_step(t.p, t.g, t.buf, t.n, args);
   }
+  // One Lion step over several tensors, p and m (the momentum) in place from g (CUDA: one launch).
+  struct LionTensor {
+    float* p;
+    const float* g;
+    float* m;
+    size_t n;
+  };
+  virtual void lion_steps(std::span<const LionTensor> tensors, const cpu::LionArgs& args) = 0;
   // LAMB over several tensors, in its two passes with the host between them: lamb_moments updates each
   // tensor's moments from g and writes its Σp² to sums[2i] and Σu² to sums[2i + 1] (device memory [2 ·
   // tensors]); lamb_apply moves each tensor's p by −scales[i]·u (host memory [tensors]). The CUDA backend
@@ -215,6 +224,7 @@ class Cuda : public Device {
   size_t table_uploads() const;
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override;
   void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) override;
+  void lion_steps(std::span<const LionTensor> tensors, const cpu::LionArgs& args) override;
   void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) override;
   void lamb_apply(std::span<const LambTensor> tensors, const cpu::LambArgs& args, std::span<const float> scales) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.

@@ -712,6 +712,14 @@ void Cuda::sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& arg
                   kStream);
 }
 
+void Cuda::lion_steps(std::span<const LionTensor> tensors, const cpu::LionArgs& args) {
+  std::vector<cuda::LionSegment> segments;
+  segments.reserve(tensors.size());
+  for (const LionTensor& t : tensors) segments.push_back({t.p, t.g, t.m, static_cast<int64_t>(t.n)});
+  cuda::lion_steps(segments.data(), segments.size(), args, state_->tables.find(segments.data(), segments.size()),
+                   kStream);
+}
+
 size_t Cuda::table_uploads() const { return state_->tables.uploads(); }
 
 void Cuda::sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) {

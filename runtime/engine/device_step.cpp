@@ -192,7 +192,7 @@ double DeviceStep::sum_squares() {
 void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   if (!loaded_) throw std::logic_error("DeviceStep: update() before load()");
   using Kind = DeviceUpdate::Kind;
-  const size_t states = u.kind == Kind::sgd ? (u.sgd.momentum != 0.0f ? 1u : 0u) : 2u;
+  const size_t states = u.kind == Kind::sgd ? (u.sgd.momentum != 0.0f ? 1u : 0u) : u.kind == Kind::lion ? 1u : 2u;
   if (states != state_.size()) throw std::logic_error("DeviceStep: the update's state differs from the buffers held");
   std::vector<const Tensor*> mine;  // the tensors with a part to update
   for (const Tensor& t : tensors_)
@@ -228,6 +228,11 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
     sgd.reserve(mine.size());
     for (const Tensor* t : mine) sgd.push_back({p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count});
     device_.sgd_steps(sgd, u.sgd);
+  } else if (u.kind == Kind::lion) {
+    std::vector<backend::Device::LionTensor> lion;
+    lion.reserve(mine.size());
+    for (const Tensor* t : mine) lion.push_back({p_of(*t), g_of(*t), state_at(0, *t), t->count});
+    device_.lion_steps(lion, u.lion);
   } else {  // every tensor in one call: one launch on a GPU
     std::vector<backend::Device::AdamTensor> adam;
     adam.reserve(mine.size());

@@ -32,6 +32,14 @@ class Lion final : public Optimizer {
     params_.beta2 = beta2;
   }
 
+  std::optional<DeviceUpdate> device_update(double lr, int64_t) const override {
+    if (exp_avg_.storage() != amp::Storage::F32) return std::nullopt;
+    DeviceUpdate u;
+    u.kind = DeviceUpdate::Kind::lion;
+    u.lion = lion_args(params_, lr);
+    return u;
+  }
+
  private:
   // The segments' update, with the momentum in state[0].
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr) const {

@@ -37,7 +37,7 @@ TEST_CASE("lion: three steps as worked by hand, the last against the gradient's 
   CHECK(opt->state()[0].name == "exp_avg");  // DeepSpeed's name, in checkpoints
 }
 
-TEST_CASE("lion: element-wise (ZeRO-Infinity's sub-groups), bf16 state, betas set by OneCycle") {
+TEST_CASE("lion: element-wise (ZeRO-Infinity's sub-groups), bf16 state, betas set by OneCycle, on the device") {
   auto opt = lion(0);
   CHECK(opt->elementwise());
   std::vector<float> p = {1.0f, 1.0f}, g = {0.5f, -0.5f}, m = {0.0f, 0.0f};
@@ -50,10 +50,18 @@ TEST_CASE("lion: element-wise (ZeRO-Infinity's sub-groups), bf16 state, betas se
 
   auto half = lion(1, ds::amp::Storage::BF16);
   CHECK(half->state()[0].storage == ds::amp::Storage::BF16);
+  CHECK(!half->device_update(0.1, 1));  // the device's kernel keeps fp32 state
 
   auto cycled = lion(1);
   cycled->set_betas(0.5, 0.5);  // c = 0.5·m + 0.5·g; m = 0.5·m + 0.5·g
   std::vector<float> q = {1.0f}, h = {0.5f};
   cycled->step(q.data(), h.data(), 1, {}, 0.1, 1);
   check_close(ds::test::values(cycled->state()[0])[0], 0.25);
+  const auto u = cycled->device_update(0.1, 2);
+  REQUIRE(u);
+  CHECK(u->kind == ds::DeviceUpdate::Kind::lion);
+  CHECK(u->lion.lr == 0.1f);
+  CHECK(u->lion.after_decay == 1.0f - 0.1f * 0.1f);
+  CHECK(u->lion.beta1 == 0.5f);
+  CHECK(u->lion.one_minus_beta2 == 0.5f);
 }

@@ -15,6 +15,7 @@
 #include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
+#include "cpu/lion.h"
 #include "cpu/sgd_lamb.h"
 #include "cuda/adam.cuh"
 #include "cuda/attention.cuh"
@@ -25,6 +26,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/lion.cuh"
 #include "cuda/sgd.cuh"
 #include "optim/optimizers.h"
 
@@ -401,6 +403,41 @@ TEST_CASE("cuda multi-tensor sgd: the CPU loop's bits in each tensor, nothing be
       });
       CHECK(p == want_p);
       CHECK(buf == want_buf);
+      CHECK(p != p0);
+    }
+  }
+}
+
+// Lion's interpolation is exactly 0 where m = −g·(1−β1)/β1: with β1 = 0.5 at every fourth element (g = −m); the
+// kernel leaves those parameters only decayed, as the CPU loop does.
+TEST_CASE("cuda multi-tensor lion: the CPU loop's bits in each tensor, nothing between them written, both block orders") {
+  const ds::cpu::LionArgs cases[] = {{0.01f, 1.0f, 0.9f, 1.0f - 0.9f, 0.99f, 1.0f - 0.99f},
+                                     {0.001f, 1.0f - 0.001f * 0.1f, 0.5f, 0.5f, 0.98f, 1.0f - 0.98f}};
+  const std::vector<int64_t> sizes = {0, 7, 4096, 8195};
+  const auto [starts, total] = side_by_side(sizes, 3);
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p0(total), g(total), m0(total);
+  for (auto* v : {&p0, &g, &m0})
+    for (float& x : *v) x = normal(rng);
+  for (size_t i = 0; i < g.size(); i += 4) g[i] = -m0[i];
+  for (const ds::cpu::LionArgs& a : cases) {
+    CAPTURE(a.beta1);
+    std::vector<float> want_p = p0, want_m = m0;
+    for (size_t s = 0; s < sizes.size(); ++s)
+      ds::cpu::lion_step(&want_p[starts[s]], ds::amp::Storage::F32, &g[starts[s]], ds::amp::Storage::F32,
+                         &want_m[starts[s]], ds::amp::Storage::F32, static_cast<size_t>(sizes[s]), a);
+    for (auto order : {Order::forward, Order::reverse}) {
+      std::vector<float> p = p0, m = m0;
+      std::vector<ds::cuda::LionSegment> segments;
+      for (size_t s = 0; s < sizes.size(); ++s) segments.push_back({&p[starts[s]], &g[starts[s]], &m[starts[s]], sizes[s]});
+      const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
+      LaunchOptions o;
+      o.order = order;
+      ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o,
+                       [&] { ds::cuda::lion_multi_kernel(segments.data(), blocks.data(), a); });
+      CHECK(p == want_p);
+      CHECK(m == want_m);
       CHECK(p != p0);
     }
   }
