@@ -30,7 +30,7 @@ std::string_view dtype_name(Dtype dtype);  // "fp32", "fp16", "bf16"
 
 // ---- optimizer ---------------------------------------------------------------------------------
 
-enum class OptimizerType { Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
+enum class OptimizerType { Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
 std::string_view optimizer_type_name(OptimizerType type);  // "Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", …
 
 // FusedAdam / DeepSpeedCPUAdam (reference §4.2).
@@ -47,6 +47,14 @@ struct AdamParams {
 struct SgdParams {
   double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
+};
+
+// torch.optim.Adagrad (DeepSpeed's "Adagrad" without offload): lr 1e-2 (OptimizerConfig::lr).
+struct AdagradParams {
+  double lr_decay = 0.0;                  // this step's lr: lr / (1 + (step − 1)·lr_decay)
+  double weight_decay = 0.0;              // L2, added to the gradient
+  double initial_accumulator_value = 0.0; // the sum of squares before the first step
+  double eps = 1e-10;
 };
 
 // FusedLion / DeepSpeedCPULion: lr 1e-3 (OptimizerConfig::lr), no eps, decoupled weight decay.
@@ -103,9 +111,10 @@ struct OneBitLambParams : CompressedCommParams {
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::Adam;
-  double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it
+  double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it; Adagrad: 1e-2
   // AdamParams for Adam and AdamW
-  std::variant<AdamParams, SgdParams, LionParams, LambParams, OneBitAdamParams, ZeroOneAdamParams, OneBitLambParams>
+  std::variant<AdamParams, AdagradParams, SgdParams, LionParams, LambParams, OneBitAdamParams, ZeroOneAdamParams,
+               OneBitLambParams>
       params;
   bool legacy_fusion = false;    // accepted; no effect in dsworker
 };

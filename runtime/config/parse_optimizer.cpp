@@ -10,15 +10,16 @@
 namespace ds::cfg {
 namespace {
 
-const std::vector<std::string> kSupported = {"Adam", "AdamW", "SGD", "Lion", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+const std::vector<std::string> kSupported = {"Adam", "AdamW", "Adagrad", "SGD", "Lion", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
-  if (!name) s.fail("type", "missing (one of Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+  if (!name) s.fail("type", "missing (one of Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   // DeepSpeed lower-cases its own optimizer names; anything else is a torch.optim class name,
   // which is case-sensitive ("SGD").
   std::string lower = to_lower(*name);
   if (lower == "adam") return OptimizerType::Adam;
   if (lower == "adamw") return OptimizerType::AdamW;
+  if (lower == "adagrad") return OptimizerType::Adagrad;
   if (lower == "lion") return OptimizerType::Lion;
   if (lower == "lamb") return OptimizerType::Lamb;
   if (lower == "onebitadam") return OptimizerType::OneBitAdam;
@@ -79,6 +80,21 @@ SgdParams parse_sgd(Section& p) {
   if (p.flag("maximize", false)) p.fail("maximize", "true is not supported by dsworker");
   for (const char* speed_only : {"foreach", "differentiable", "fused"}) p.flag(speed_only, false);
   return s;
+}
+
+// torch.optim.Adagrad's keywords (DeepSpeed's choice without offload), and DeepSpeedCPUAdagrad's amsgrad and
+// fp32_optimizer_states (its choice with offload_optimizer).
+AdagradParams parse_adagrad(Section& p) {
+  AdagradParams a;
+  a.lr_decay = non_negative(p, "lr_decay", a.lr_decay);
+  a.weight_decay = non_negative(p, "weight_decay", a.weight_decay);
+  a.initial_accumulator_value = non_negative(p, "initial_accumulator_value", a.initial_accumulator_value);
+  a.eps = non_negative(p, "eps", a.eps);
+  if (p.flag("maximize", false)) p.fail("maximize", "true is not supported by dsworker");
+  if (p.flag("amsgrad", false)) p.fail("amsgrad", "true is not supported (Adagrad has no AMSGrad variant)");
+  for (const char* speed_only : {"foreach", "differentiable", "fused"}) p.flag(speed_only, false);
+  p.flag("fp32_optimizer_states", true);  // the sum is fp32 unless bf16.bf16_optimizer_states says otherwise
+  return a;
 }
 
 // FusedLion(params, lr, betas, weight_decay, set_grad_none): any other key is an error, as the constructor's
@@ -193,11 +209,12 @@ std::optional<OptimizerConfig> parse_optimizer(Section& top) {
   c.type = parse_type(s, type);
 
   reject_max_grad_norm(p);
-  c.lr = non_negative(p, "lr", c.lr);
+  c.lr = non_negative(p, "lr", c.type == OptimizerType::Adagrad ? 1e-2 : c.lr);  // (torch's and DeepSpeed's Adagrad)
   switch (c.type) {
     case OptimizerType::Adam:
     case OptimizerType::AdamW: c.params = parse_adam(p, c.type); break;
     case OptimizerType::SGD: c.params = parse_sgd(p); break;
+    case OptimizerType::Adagrad: c.params = parse_adagrad(p); break;
     case OptimizerType::Lion: c.params = parse_lion(p); break;
     case OptimizerType::Lamb: c.params = parse_lamb(p); break;
     case OptimizerType::OneBitAdam: c.params = parse_onebit_adam(p); break;

@@ -69,6 +69,11 @@ ojson optimizer_json(const OptimizerConfig& o) {
     p["dampening"] = s->dampening;
     p["weight_decay"] = s->weight_decay;
     p["nesterov"] = s->nesterov;
+  } else if (const auto* a = std::get_if<AdagradParams>(&o.params)) {
+    p["lr_decay"] = a->lr_decay;
+    p["weight_decay"] = a->weight_decay;
+    p["initial_accumulator_value"] = a->initial_accumulator_value;
+    p["eps"] = a->eps;
   } else if (const auto* n = std::get_if<LionParams>(&o.params)) {
     p["betas"] = {n->beta1, n->beta2};
     p["weight_decay"] = n->weight_decay;
@@ -180,6 +185,7 @@ std::string_view optimizer_type_name(OptimizerType type) {
   switch (type) {
     case OptimizerType::Adam: return "Adam";
     case OptimizerType::AdamW: return "AdamW";
+    case OptimizerType::Adagrad: return "Adagrad";
     case OptimizerType::SGD: return "SGD";
     case OptimizerType::Lion: return "Lion";
     case OptimizerType::Lamb: return "Lamb";

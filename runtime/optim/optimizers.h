@@ -8,6 +8,7 @@ namespace ds::optim {
 
 std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n, amp::Storage state);
+std::unique_ptr<Optimizer> make_adagrad(const AdagradParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_lion(const LionParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms, amp::Storage state);
 std::unique_ptr<Optimizer> make_onebit_adam(const OneBitAdamParams& params, size_t n, ProcessGroup& group);

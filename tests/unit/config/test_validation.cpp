@@ -32,7 +32,7 @@ TEST_CASE("unknown keys: suggestion in optimizer params") {
         "ds_config.json: optimizer.params.betas: unknown key");
   CHECK(error_of(with(R"("optimizer": {"tpye": "Adam"})")) ==
         "ds_config.json: optimizer.tpye: unknown key (did you mean 'type'?)\n"
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
 }
 
 TEST_CASE("unknown keys: suggestion in zero_optimization and its offload blocks") {
@@ -246,17 +246,27 @@ TEST_CASE("optimizer: names and DeepSpeed quirks") {
   CHECK(lion_defaults.beta1 == 0.9);  // FusedLion's defaults: betas (0.9, 0.999), no decay, lr 1e-3
   CHECK(lion_defaults.beta2 == 0.999);
   CHECK(lion_defaults.weight_decay == 0.0);
+  auto adagrad = parse(with(R"("optimizer": {"type": "adagrad", "params": {"lr_decay": 0.01, "eps": 1e-8,
+                                                                          "initial_accumulator_value": 0.1}})"));
+  CHECK(adagrad.optimizer.type == ds::OptimizerType::Adagrad);
+  CHECK(adagrad.optimizer.lr == 1e-2);  // torch's and DeepSpeed's default for Adagrad
+  CHECK(std::get<ds::AdagradParams>(adagrad.optimizer.params).lr_decay == 0.01);
+  CHECK(std::get<ds::AdagradParams>(adagrad.optimizer.params).eps == 1e-8);
+  CHECK(std::get<ds::AdagradParams>(adagrad.optimizer.params).initial_accumulator_value == 0.1);
+  CHECK(std::get<ds::AdagradParams>(parse(with(R"("optimizer": {"type": "Adagrad"})")).optimizer.params).eps == 1e-10);
+  CHECK(error_of(with(R"("optimizer": {"type": "Adagrad", "params": {"betas": [0.9, 0.99]}})")) ==
+        "ds_config.json: optimizer.params.betas: unknown key");
   CHECK(error_of(with(R"("optimizer": {"type": "Lion", "params": {"eps": 1e-8}})")) ==
         "ds_config.json: optimizer.params.eps: unknown key");  // (FusedLion takes none: a TypeError in DeepSpeed)
 
   CHECK(error_of(with(R"("optimizer": {"type": "sgd"})")) ==
-        "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, SGD, Lion, "
-        "Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
-  CHECK(error_of(with(R"("optimizer": {"type": "Adagrad"})")) ==
-        "ds_config.json: optimizer.type: \"Adagrad\" is not supported by dsworker (supported: Adam, AdamW, SGD, "
-        "Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, SGD, "
+        "Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
+  CHECK(error_of(with(R"("optimizer": {"type": "RMSprop"})")) ==
+        "ds_config.json: optimizer.type: \"RMSprop\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, "
+        "SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   CHECK(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")) ==
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   CHECK(error_of(with(R"("optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}})")) ==
         "ds_config.json: optimizer.params.max_grad_norm: not supported as an optimizer parameter; use the "
         "top-level 'gradient_clipping'");

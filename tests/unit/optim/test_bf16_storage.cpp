@@ -35,6 +35,11 @@ std::unique_ptr<Optimizer> make(OptimizerType type, amp::Storage state) {
     s.weight_decay = 0.01;
     return make_optimizer(test::optimizer_config(type, 0.05, s), kN, {}, nullptr, state);
   }
+  if (type == OptimizerType::Adagrad) {
+    AdagradParams a;
+    a.weight_decay = 0.01;
+    return make_optimizer(test::optimizer_config(type, 0.01, a), kN, {}, nullptr, state);
+  }
   if (type == OptimizerType::Lion) {
     LionParams l;
     l.weight_decay = 0.01;
@@ -71,13 +76,20 @@ std::vector<float> grads_at(int t) {
 }
 
 std::string name(OptimizerType type) {
-  return type == OptimizerType::Adam ? "AdamW" : type == OptimizerType::SGD ? "SGD" : type == OptimizerType::Lion ? "Lion" : "Lamb";
+  switch (type) {
+    case OptimizerType::Adam: return "AdamW";
+    case OptimizerType::Adagrad: return "Adagrad";
+    case OptimizerType::SGD: return "SGD";
+    case OptimizerType::Lion: return "Lion";
+    default: return "Lamb";
+  }
 }
 
 }  // namespace
 
 TEST_CASE("bf16 storage: bf16 parameters and gradients with fp32 state are the fp32 step, rounded") {
-  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::SGD, OptimizerType::Lion, OptimizerType::Lamb}) {
+  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::Adagrad, OptimizerType::SGD, OptimizerType::Lion,
+                              OptimizerType::Lamb}) {
     CAPTURE(name(type));
     auto low = make(type, amp::Storage::F32), reference = make(type, amp::Storage::F32);
     std::vector<uint16_t> p16 = to_bf16(initial_params());
@@ -96,11 +108,12 @@ TEST_CASE("bf16 storage: bf16 parameters and gradients with fp32 state are the f
   }
 }
 
-// Adam, SGD and Lion use each new moment before rounding it, so the oracle rounds its fp32 state after the
-// step. Lamb recomputes its update from the stored (rounded) moments, which moves it by about 2^-8
+// Adam, Adagrad, SGD and Lion use each new state value before rounding it, so the oracle rounds its fp32 state
+// after the step. Lamb recomputes its update from the stored (rounded) moments, which moves it by about 2^-8
 // relative: its parameters are compared to within two bf16 ulps.
 TEST_CASE("bf16 storage: bf16 optimizer states are the fp32 state rounded after every step") {
-  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::SGD, OptimizerType::Lion, OptimizerType::Lamb}) {
+  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::Adagrad, OptimizerType::SGD, OptimizerType::Lion,
+                              OptimizerType::Lamb}) {
     CAPTURE(name(type));
     auto low = make(type, amp::Storage::BF16), reference = make(type, amp::Storage::F32);
     for (const StateView& v : low->state()) {

@@ -1,0 +1,58 @@
+// Adagrad as torch.optim.Adagrad, which DeepSpeed runs for "Adagrad" (the formulas and the loop:
+// kernels/cpu/adagrad.h): one buffer, the sum of squared gradients ("sum", torch's name), started at
+// initial_accumulator_value on the first step (step == 1; after a resume it comes from the checkpoint).
+// Parameters, gradients and the sum may each be fp32 or bf16. It steps on the CPU only (no device update).
+#include "cpu/adagrad.h"
+#include "optim/optimizers.h"
+#include "optim/state_buffer.h"
+
+namespace ds::optim {
+namespace {
+
+class Adagrad final : public Optimizer {
+ public:
+  Adagrad(const AdagradParams& params, size_t n, amp::Storage state) : params_(params), n_(n), sum_(n, state) {}
+
+  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
+    check_step_args("Adagrad", segments, n_, step);
+    update(segments, state(), lr, step);
+  }
+
+  bool elementwise() const override { return true; }
+  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+                       int64_t step) override {
+    check_state_args("Adagrad", segments, state, this->state(), step);
+    update(segments, state, lr, step);
+  }
+
+  std::vector<StateView> state() override { return {sum_.view("sum")}; }
+
+ private:
+  // The segments' update, with the sum in state[0].
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+    const double clr = lr / (1.0 + static_cast<double>(step - 1) * params_.lr_decay);
+    const cpu::AdagradArgs args{static_cast<float>(clr), static_cast<float>(params_.weight_decay),
+                                static_cast<float>(params_.eps), static_cast<float>(params_.initial_accumulator_value),
+                                step == 1};
+    const amp::Storage storage = state[0].storage;
+    size_t k = 0;  // state offset of the segment
+    for (const Segment& s : segments) {
+      check_not_fp16(s.param_type, s.grad_type);
+      std::byte* sum = static_cast<std::byte*>(state[0].data) + k * amp::storage_bytes(storage);
+      cpu::adagrad_step(s.params, s.param_type, s.grads, s.grad_type, sum, storage, s.size, args);
+      k += s.size;
+    }
+  }
+
+  AdagradParams params_;
+  size_t n_;
+  StateBuffer sum_;  // [n]
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_adagrad(const AdagradParams& params, size_t n, amp::Storage state) {
+  return std::make_unique<Adagrad>(params, n, state);
+}
+
+}  // namespace ds::optim
