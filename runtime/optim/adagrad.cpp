@@ -34,14 +34,9 @@ class Adagrad final : public Optimizer {
     const cpu::AdagradArgs args{static_cast<float>(clr), static_cast<float>(params_.weight_decay),
                                 static_cast<float>(params_.eps), static_cast<float>(params_.initial_accumulator_value),
                                 step == 1};
-    const amp::Storage storage = state[0].storage;
-    size_t k = 0;  // state offset of the segment
-    for (const Segment& s : segments) {
-      check_not_fp16(s.param_type, s.grad_type);
-      std::byte* sum = static_cast<std::byte*>(state[0].data) + k * amp::storage_bytes(storage);
-      cpu::adagrad_step(s.params, s.param_type, s.grads, s.grad_type, sum, storage, s.size, args);
-      k += s.size;
-    }
+    each_segment(segments, state[0], [&](const Segment& s, std::byte* sum) {
+      cpu::adagrad_step(s.params, s.param_type, s.grads, s.grad_type, sum, state[0].storage, s.size, args);
+    });
   }
 
   AdagradParams params_;

@@ -44,14 +44,9 @@ class Lion final : public Optimizer {
   // The segments' update, with the momentum in state[0].
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr) const {
     const cpu::LionArgs args = lion_args(params_, lr);
-    const amp::Storage storage = state[0].storage;
-    size_t k = 0;  // state offset of the segment
-    for (const Segment& s : segments) {
-      check_not_fp16(s.param_type, s.grad_type);
-      std::byte* m = static_cast<std::byte*>(state[0].data) + k * amp::storage_bytes(storage);
-      cpu::lion_step(s.params, s.param_type, s.grads, s.grad_type, m, storage, s.size, args);
-      k += s.size;
-    }
+    each_segment(segments, state[0], [&](const Segment& s, std::byte* m) {
+      cpu::lion_step(s.params, s.param_type, s.grads, s.grad_type, m, state[0].storage, s.size, args);
+    });
   }
 
   LionParams params_;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,18 @@ namespace ds::optim {
 inline void check_not_fp16(amp::Storage params, amp::Storage grads) {
   if (params == amp::Storage::F16 || grads == amp::Storage::F16)
     throw std::invalid_argument("optimizer: fp16 parameters, gradients or state are not supported");
+}
+
+// An element-wise optimizer with one state buffer: step(segment, its part of `state`) for each segment, in order
+// (`state` holds the segments' elements one after another); fp16 parameters or gradients are refused.
+template <class Step>
+void each_segment(std::span<const Segment> segments, const StateView& state, Step&& step) {
+  size_t k = 0;  // the segment's first element in the state
+  for (const Segment& s : segments) {
+    check_not_fp16(s.param_type, s.grad_type);
+    step(s, static_cast<std::byte*>(state.data) + k * amp::storage_bytes(state.storage));
+    k += s.size;
+  }
 }
 
 // n zeroed elements of `storage` (fp32 or bf16). They come from calloc: a large buffer's pages are the
