@@ -42,6 +42,15 @@ inline std::vector<std::byte> stored(amp::Storage s, const std::vector<float>& v
   return out;
 }
 
+// The storage combinations the optimizer loops take: parameters, gradients, state.
+struct StorageCombo {
+  amp::Storage param, grad, state;
+};
+constexpr StorageCombo kStorageCombos[] = {{amp::Storage::F32, amp::Storage::F32, amp::Storage::F32},
+                                           {amp::Storage::F32, amp::Storage::F32, amp::Storage::BF16},
+                                           {amp::Storage::BF16, amp::Storage::BF16, amp::Storage::F32},
+                                           {amp::Storage::BF16, amp::Storage::BF16, amp::Storage::BF16}};
+
 inline std::vector<float> random_vec(Rng& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
   std::vector<float> v(n);
   for (auto& x : v) x = rng.uniform(lo, hi);

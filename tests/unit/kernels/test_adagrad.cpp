@@ -17,12 +17,7 @@ using ds::test::stored;
 TEST_CASE("adagrad: the threaded loop gives its reference's bits at any thread count") {
   const int saved = ds::cpu::threads();
   ds::test::Rng rng(24);
-  struct Combo {
-    Storage param, grad, state;
-  };
-  for (const Combo c : {Combo{Storage::F32, Storage::F32, Storage::F32}, Combo{Storage::F32, Storage::F32, Storage::BF16},
-                        Combo{Storage::BF16, Storage::BF16, Storage::F32},
-                        Combo{Storage::BF16, Storage::BF16, Storage::BF16}})
+  for (const auto& c : ds::test::kStorageCombos)
     for (size_t n : {size_t{1}, size_t{33}, size_t{70001}})
       for (const ds::cpu::AdagradArgs& a : {ds::cpu::AdagradArgs{0.1f, 0.0f, 1e-10f, 0.0f, true},
                                             ds::cpu::AdagradArgs{0.05f, 0.01f, 1e-6f, 0.1f, false}}) {

@@ -28,12 +28,7 @@ ds::cpu::LionArgs args(float lr, float wd, float beta1, float beta2) {
 TEST_CASE("lion: the threaded loop gives its reference's bits at any thread count") {
   const int saved = ds::cpu::threads();
   ds::test::Rng rng(23);
-  struct Combo {
-    Storage param, grad, state;
-  };
-  for (const Combo c : {Combo{Storage::F32, Storage::F32, Storage::F32}, Combo{Storage::F32, Storage::F32, Storage::BF16},
-                        Combo{Storage::BF16, Storage::BF16, Storage::F32},
-                        Combo{Storage::BF16, Storage::BF16, Storage::BF16}})
+  for (const auto& c : ds::test::kStorageCombos)
     for (size_t n : {size_t{1}, size_t{33}, size_t{70001}})
       for (const ds::cpu::LionArgs& a : {args(0.05f, 0.0f, 0.9f, 0.9f), args(0.02f, 0.1f, 0.95f, 0.8f)}) {  // (steps bf16 sees)
         CAPTURE(n);

@@ -19,13 +19,7 @@ using ds::amp::Storage;
 
 using ds::test::stored;
 
-struct Combo {
-  Storage param, grad, state;
-};
-constexpr Combo kCombos[] = {{Storage::F32, Storage::F32, Storage::F32},
-                             {Storage::F32, Storage::F32, Storage::BF16},
-                             {Storage::BF16, Storage::BF16, Storage::F32},
-                             {Storage::BF16, Storage::BF16, Storage::BF16}};
+using ds::test::kStorageCombos;
 constexpr size_t kSizes[] = {1, 33, 70001, 2 * ds::cpu::kSumBlock + 7};
 
 }  // namespace
@@ -37,7 +31,7 @@ TEST_CASE("sgd: the threaded loop gives its reference's bits at any thread count
                                     {0.1f, 0.01f, 0.9f, 0.75f, false, true},
                                     {0.1f, 0.0f, 0.9f, 0.75f, false, false},
                                     {0.05f, 0.01f, 0.9f, 1.0f, true, false}};
-  for (const Combo& c : kCombos)
+  for (const auto& c : kStorageCombos)
     for (size_t n : kSizes)
       for (const ds::cpu::SgdArgs& a : cases) {
         CAPTURE(n);
@@ -63,7 +57,7 @@ TEST_CASE("sgd: the threaded loop gives its reference's bits at any thread count
 TEST_CASE("lamb: the threaded passes give their references' bits and thread-independent sums") {
   const int saved = ds::cpu::threads();
   ds::test::Rng rng(22);
-  for (const Combo& c : kCombos)
+  for (const auto& c : kStorageCombos)
     for (size_t n : kSizes)
       for (bool inside : {false, true}) {
         CAPTURE(n);
