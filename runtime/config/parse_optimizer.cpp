@@ -10,10 +10,11 @@
 namespace ds::cfg {
 namespace {
 
-const std::vector<std::string> kSupported = {"Adam", "AdamW", "Adagrad", "SGD", "Lion", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+const std::vector<std::string> kSupported = {"Adam", "AdamW",      "Adagrad",     "SGD",       "Lion",
+                                             "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
-  if (!name) s.fail("type", "missing (one of Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+  if (!name) s.fail("type", fmt::format("missing (one of {})", fmt::join(kSupported, ", ")));
   // DeepSpeed lower-cases its own optimizer names; anything else is a torch.optim class name,
   // which is case-sensitive ("SGD").
   std::string lower = to_lower(*name);
