@@ -473,21 +473,23 @@ void sgd(Check& c, size_t n, float momentum, bool nesterov, std::mt19937& rng) {
   c.differing = differing(got_p, cpu_p.data()) + differing(d_buf.to_host(), cpu_buf.data());
 }
 
-// Three steps of Lion over `sizes` tensors (all in each launch, as the device step runs it) against the CPU
-// optimizer: parameters and momentum bit for bit. A fifth of the gradients are 0 at the first step, where the
-// momentum starts at 0: those parameters are only decayed (sign 0).
-void lion(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
+// Three steps of an optimizer with one state buffer (Lion, Adagrad) over `sizes` tensors (all in each launch, as
+// the device step runs it) against the CPU optimizer: parameters and state bit for bit. launch(segments, count,
+// table, step) runs update number `step` at lr 1e-3 on the device. A fifth of the gradients are 0 at the first
+// step, where the state starts at 0: Lion only decays those parameters (sign 0); Adagrad's sum there is its
+// initial value.
+template <class Launch>
+void one_state(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng,
+               std::unique_ptr<Optimizer> (*make)(size_t n), Launch launch) {
   size_t n = 0;
   for (size_t size : sizes) n += size;
   std::vector<float> p = random_floats(rng, n, -1.0f, 1.0f), cpu_p = p;
-  const LionParams params{0.9, 0.99, 0.1};
-  auto cpu_lion = optim::make_lion(params, n, amp::Storage::F32);
-  const cpu::LionArgs args = optim::lion_args(params, 1e-3);
-  DeviceArray<float> d_p(p), d_m(std::vector<float>(n, 0.0f)), d_g(std::vector<float>(n, 0.0f));
-  std::vector<cuda::LionSegment> segments;
+  auto cpu_opt = make(n);
+  DeviceArray<float> d_p(p), d_s(std::vector<float>(n, 0.0f)), d_g(std::vector<float>(n, 0.0f));
+  std::vector<cuda::OneStateSegment> segments;
   size_t at = 0;
   for (size_t size : sizes) {
-    segments.push_back({d_p.get() + at, d_g.get() + at, d_m.get() + at, static_cast<int64_t>(size)});
+    segments.push_back({d_p.get() + at, d_g.get() + at, d_s.get() + at, static_cast<int64_t>(size)});
     at += size;
   }
   DeviceArray<std::byte> d_table(cuda::segment_table(segments.data(), segments.size()));
@@ -496,15 +498,32 @@ void lion(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
     if (step == 1)
       for (size_t i = 0; i < n; i += 5) g[i] = 0.0f;
     Segment segment{cpu_p.data(), g.data(), n};
-    cpu_lion->step(std::span<const Segment>(&segment, 1), {}, 1e-3, step);
+    cpu_opt->step(std::span<const Segment>(&segment, 1), {}, 1e-3, step);
     cuda::copy_to_device(d_g.get(), g.data(), n * sizeof(float));
-    cuda::lion_steps(segments.data(), segments.size(), args, d_table.get(), nullptr);
+    launch(segments.data(), segments.size(), d_table.get(), step);
     cuda::synchronize();
   }
   const std::vector<float> got_p = d_p.to_host();
   for (size_t i = 0; i < n; ++i) c.worst_error = std::max<double>(c.worst_error, std::fabs(got_p[i] - cpu_p[i]));
   c.differing = differing(got_p, cpu_p.data()) +
-                differing(d_m.to_host(), static_cast<const float*>(cpu_lion->state()[0].data));
+                differing(d_s.to_host(), static_cast<const float*>(cpu_opt->state()[0].data));
+}
+
+constexpr LionParams kSelftestLion{0.9, 0.99, 0.1};
+constexpr AdagradParams kSelftestAdagrad{0.01, 0.1, 0.5, 1e-10};  // lr_decay, weight decay, initial value, eps
+
+void lion(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
+  one_state(c, sizes, rng, [](size_t n) { return optim::make_lion(kSelftestLion, n, amp::Storage::F32); },
+            [](const cuda::OneStateSegment* s, size_t count, const void* table, int64_t) {
+              cuda::lion_steps(s, count, optim::lion_args(kSelftestLion, 1e-3), table, nullptr);
+            });
+}
+
+void adagrad(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
+  one_state(c, sizes, rng, [](size_t n) { return optim::make_adagrad(kSelftestAdagrad, n, amp::Storage::F32); },
+            [](const cuda::OneStateSegment* s, size_t count, const void* table, int64_t step) {
+              cuda::adagrad_steps(s, count, optim::adagrad_args(kSelftestAdagrad, 1e-3, step), table, nullptr);
+            });
 }
 
 // Three steps of LAMB over `sizes` tensors (all in each launch) against the CPU optimizer: the moments bit for bit, the
@@ -675,6 +694,8 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
         [=](Check& c, std::mt19937& rng) { sgd(c, 65'539, momentum, nesterov, rng); }, true);
   add("lion_steps", "65539+1+4097 x 3 steps", [](Check& c, std::mt19937& rng) { lion(c, {65'539, 1, 4097}, rng); },
       true);
+  add("adagrad_steps", "65539+1+4097 x 3 steps",
+      [](Check& c, std::mt19937& rng) { adagrad(c, {65'539, 1, 4097}, rng); }, true);
   const std::vector<size_t> lamb_tensors{65'539, 1, 4097};
   add("lamb", "65539+1+4097 x 3 steps", [=](Check& c, std::mt19937& rng) { lamb(c, lamb_tensors, rng); }, true);
   // The device step's multi-tensor launches, against the one-tensor launchers above (selftest_multi.h).
@@ -765,7 +786,7 @@ int run_selftest(int device, const std::string& json_path, const SelftestNccl& n
   std::printf("dsworker --selftest: device %d of %d: %s\n", device, count, name.c_str());
   std::printf("%-20s %-26s %14s %10s %9s  %s\n", "kernel", "shape", "worst |error|", "of bound", "ms", "result");
   std::printf("(of bound: the worst element's share of atol + rtol*|ref| (GEMMs: of fp32 rounding relative to sum "
-              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, SGD, Lion, LAMB (a parameter's last bit "
+              "|a||b|), at most 1; bias, ReLU, conversions, embedding, Adam, SGD, Lion, Adagrad, LAMB (a parameter's last bit "
               "aside), NCCL: elements that differ, bit for bit; "
               "train: every step's loss and gradients within 1e-5 relative of the CPU's, from the same state)\n");
   std::mt19937 rng(2024);

@@ -22,7 +22,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
-#include "cuda/lion.cuh"
+#include "cuda/one_state.cuh"
 #include "cuda/sgd.cuh"
 #include "cuda/vocab_parallel.cuh"
 
@@ -543,11 +543,28 @@ void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& arg
   check(cudaGetLastError(), "sgd_steps launch");
 }
 
-void lion_steps(const LionSegment* segments, size_t count, const cpu::LionArgs& args, const void* table, void* stream) {
+namespace {
+
+template <class Update>
+void one_state_steps(const OneStateSegment* segments, size_t count, Update update, const void* table, void* stream,
+                     const char* what) {
   const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
-  lion_multi_kernel<<<t.count, kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(t.segments, t.blocks, args);
-  check(cudaGetLastError(), "lion_steps launch");
+  one_state_multi_kernel<<<t.count, kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(t.segments, t.blocks,
+                                                                                             update);
+  check(cudaGetLastError(), what);
+}
+
+}  // namespace
+
+void lion_steps(const OneStateSegment* segments, size_t count, const cpu::LionArgs& args, const void* table,
+                void* stream) {
+  one_state_steps(segments, count, LionUpdate{args}, table, stream, "lion_steps launch");
+}
+
+void adagrad_steps(const OneStateSegment* segments, size_t count, const cpu::AdagradArgs& args, const void* table,
+                   void* stream) {
+  one_state_steps(segments, count, AdagradUpdate{args}, table, stream, "adagrad_steps launch");
 }
 
 void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,

@@ -30,7 +30,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
-#include "cuda/lion.cuh"
+#include "cuda/one_state.cuh"
 #include "cuda/sgd.cuh"
 #include "cuda/vocab_parallel.cuh"
 #include "simt/simt.h"
@@ -556,10 +556,24 @@ void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& arg
   });
 }
 
-void lion_steps(const LionSegment* segments, size_t count, const cpu::LionArgs& args, const void* table, void*) {
+namespace {
+
+template <class Update>
+void one_state_steps(const OneStateSegment* segments, size_t count, Update update, const void* table) {
   const auto t = locate_table(segments, count, table);
   if (t.count == 0) return;
-  simt::launch(t.count, kElementThreads, {}, [&] { lion_multi_kernel(t.segments, t.blocks, args); });
+  simt::launch(t.count, kElementThreads, {}, [&] { one_state_multi_kernel(t.segments, t.blocks, update); });
+}
+
+}  // namespace
+
+void lion_steps(const OneStateSegment* segments, size_t count, const cpu::LionArgs& args, const void* table, void*) {
+  one_state_steps(segments, count, LionUpdate{args}, table);
+}
+
+void adagrad_steps(const OneStateSegment* segments, size_t count, const cpu::AdagradArgs& args, const void* table,
+                   void*) {
+  one_state_steps(segments, count, AdagradUpdate{args}, table);
 }
 
 void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,

@@ -222,8 +222,12 @@ void sgd_steps(const SgdSegment*, size_t, const cpu::SgdArgs&, const void*, void
   throw std::runtime_error("cuda: sgd_steps: dsrun was built without CUDA");
 }
 
-void lion_steps(const LionSegment*, size_t, const cpu::LionArgs&, const void*, void*) {
+void lion_steps(const OneStateSegment*, size_t, const cpu::LionArgs&, const void*, void*) {
   throw std::runtime_error("cuda: lion_steps: dsrun was built without CUDA");
+}
+
+void adagrad_steps(const OneStateSegment*, size_t, const cpu::AdagradArgs&, const void*, void*) {
+  throw std::runtime_error("cuda: adagrad_steps: dsrun was built without CUDA");
 }
 
 void round_copies(amp::Half, const RoundSegment*, size_t, const void*, void*) {

@@ -36,10 +36,10 @@ struct SgdSegment {  // p [n] (and buf [n] with momentum; else null) updated in 
   int64_t n;
 };
 
-struct LionSegment {  // p and m [n] (the momentum) updated in place from g [n]
+struct OneStateSegment {  // p and s [n] (Lion's momentum, Adagrad's sum) updated in place from g [n]
   float* p;
   const float* g;
-  float* m;
+  float* s;
   int64_t n;
 };
 

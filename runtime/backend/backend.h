@@ -9,6 +9,7 @@
 #include <string>
 
 #include "amp/half.h"
+#include "cpu/adagrad_element.h"
 #include "cpu/adam_element.h"
 #include "cpu/lamb_element.h"
 #include "cpu/lion_element.h"
@@ -150,14 +151,16 @@ class Device {
   virtual void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) {
     for (const SgdTensor& t : tensors) sgd_step(t.p, t.g, t.buf, t.n, args);
   }
-  // One Lion step over several tensors, p and m (the momentum) in place from g (CUDA: one launch).
-  struct LionTensor {
+  // One Lion or Adagrad step over several tensors, p and s (Lion's momentum, Adagrad's sum) in place from g
+  // (CUDA: one launch).
+  struct OneStateTensor {
     float* p;
     const float* g;
-    float* m;
+    float* s;
     size_t n;
   };
-  virtual void lion_steps(std::span<const LionTensor> tensors, const cpu::LionArgs& args) = 0;
+  virtual void lion_steps(std::span<const OneStateTensor> tensors, const cpu::LionArgs& args) = 0;
+  virtual void adagrad_steps(std::span<const OneStateTensor> tensors, const cpu::AdagradArgs& args) = 0;
   // LAMB over several tensors, in its two passes with the host between them: lamb_moments updates each
   // tensor's moments from g and writes its Σp² to sums[2i] and Σu² to sums[2i + 1] (device memory [2 ·
   // tensors]); lamb_apply moves each tensor's p by −scales[i]·u (host memory [tensors]). The CUDA backend
@@ -224,7 +227,8 @@ class Cuda : public Device {
   size_t table_uploads() const;
   void sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) override;
   void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) override;
-  void lion_steps(std::span<const LionTensor> tensors, const cpu::LionArgs& args) override;
+  void lion_steps(std::span<const OneStateTensor> tensors, const cpu::LionArgs& args) override;
+  void adagrad_steps(std::span<const OneStateTensor> tensors, const cpu::AdagradArgs& args) override;
   void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) override;
   void lamb_apply(std::span<const LambTensor> tensors, const cpu::LambArgs& args, std::span<const float> scales) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.

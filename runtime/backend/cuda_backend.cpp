@@ -712,12 +712,27 @@ void Cuda::sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& arg
                   kStream);
 }
 
-void Cuda::lion_steps(std::span<const LionTensor> tensors, const cpu::LionArgs& args) {
-  std::vector<cuda::LionSegment> segments;
+namespace {
+
+std::vector<cuda::OneStateSegment> one_state_segments(std::span<const Device::OneStateTensor> tensors) {
+  std::vector<cuda::OneStateSegment> segments;
   segments.reserve(tensors.size());
-  for (const LionTensor& t : tensors) segments.push_back({t.p, t.g, t.m, static_cast<int64_t>(t.n)});
+  for (const Device::OneStateTensor& t : tensors) segments.push_back({t.p, t.g, t.s, static_cast<int64_t>(t.n)});
+  return segments;
+}
+
+}  // namespace
+
+void Cuda::lion_steps(std::span<const OneStateTensor> tensors, const cpu::LionArgs& args) {
+  const auto segments = one_state_segments(tensors);
   cuda::lion_steps(segments.data(), segments.size(), args, state_->tables.find(segments.data(), segments.size()),
                    kStream);
+}
+
+void Cuda::adagrad_steps(std::span<const OneStateTensor> tensors, const cpu::AdagradArgs& args) {
+  const auto segments = one_state_segments(tensors);
+  cuda::adagrad_steps(segments.data(), segments.size(), args, state_->tables.find(segments.data(), segments.size()),
+                      kStream);
 }
 
 size_t Cuda::table_uploads() const { return state_->tables.uploads(); }

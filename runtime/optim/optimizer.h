@@ -32,6 +32,7 @@
 #include "amp/storage.h"
 #include "comm/process_group.h"
 #include "config/ds_config.h"
+#include "cpu/adagrad_element.h"
 #include "cpu/adam_element.h"
 #include "cpu/lamb_element.h"
 #include "cpu/lion_element.h"
@@ -80,10 +81,11 @@ using NormReducer = std::function<void(std::vector<double>& sums)>;
 // One update's arithmetic, for a device that runs the same element bodies as the CPU loops
 // (engine/device_step.h): the arguments of update number `step` at `lr`, as step() would use them.
 struct DeviceUpdate {
-  enum class Kind { adam, adamw, sgd, lamb, lion } kind = Kind::adam;
+  enum class Kind { adam, adamw, sgd, lamb, lion, adagrad } kind = Kind::adam;
   cpu::AdamArgs adam{};  // adam, adamw
   cpu::SgdArgs sgd{};    // sgd (no state without momentum)
   cpu::LionArgs lion{};  // lion
+  cpu::AdagradArgs adagrad{};  // adagrad
   cpu::LambArgs lamb{};  // lamb: the moments, then per tensor lamb_step_size · trust_ratio(Σp², Σu²)
   float lamb_step_size = 0.0f;
   std::function<float(double p_sq, double u_sq)> trust_ratio;
@@ -125,7 +127,7 @@ class Optimizer {
                                int64_t step);
 
   // The update a device can run in its place, with state() as its state buffers in fp32 (Adam/AdamW,
-  // SGD, Lamb with fp32 state); none for the others.
+  // SGD, Lamb, Lion, Adagrad with fp32 state); none for the others.
   virtual std::optional<DeviceUpdate> device_update(double /*lr*/, int64_t /*step*/) const { return std::nullopt; }
   // With a device_update, the device may hold the state: hold_state(false) frees state()'s elements (their
   // views' data are nullptr until hold_state(true) makes them again, zeroed, for the caller to fill).

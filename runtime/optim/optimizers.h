@@ -1,5 +1,6 @@
 // Internal to ds_optim: one factory per optimizer family, and the bias-correction term they share.
 #pragma once
+#include "cpu/adagrad_element.h"
 #include "cpu/lamb_element.h"
 #include "cpu/lion_element.h"
 #include "optim/optimizer.h"
@@ -25,6 +26,8 @@ float bias_correction(float beta, int64_t step);
 cpu::LambArgs lamb_args(const LambParams& params);
 // Lion's element arguments at lr (lion.cpp; the GPU's self-test steps its kernel with them).
 cpu::LionArgs lion_args(const LionParams& params, double lr);
+// Adagrad's element arguments for update number `step` at lr (adagrad.cpp; likewise).
+cpu::AdagradArgs adagrad_args(const AdagradParams& params, double lr, int64_t step);
 float lamb_step_size(const LambParams& params, double lr, int64_t step);
 float lamb_trust_ratio(const LambParams& params, double p_sq, double u_sq);
 

@@ -121,9 +121,13 @@ class CountingDevice : public backend::Device {
     ++sgd_calls;
     cuda_.sgd_steps(tensors, args);
   }
-  void lion_steps(std::span<const LionTensor> tensors, const cpu::LionArgs& args) override {
+  void lion_steps(std::span<const OneStateTensor> tensors, const cpu::LionArgs& args) override {
     ++lion_calls;
     cuda_.lion_steps(tensors, args);
+  }
+  void adagrad_steps(std::span<const OneStateTensor> tensors, const cpu::AdagradArgs& args) override {
+    ++adagrad_calls;
+    cuda_.adagrad_steps(tensors, args);
   }
   void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) override {
     ++lamb_calls;
@@ -142,6 +146,7 @@ class CountingDevice : public backend::Device {
   size_t rescale_calls = 0;  // rescale and rescale_all calls (likewise)
   size_t sgd_calls = 0;      // sgd_step and sgd_steps calls (likewise)
   size_t lion_calls = 0;     // lion_steps calls (likewise)
+  size_t adagrad_calls = 0;  // adagrad_steps calls (likewise)
   size_t lamb_calls = 0;     // lamb_moments and lamb_apply calls (each a launch or two)
   size_t move_calls = 0;     // copy_all, narrow_all and widen_all calls (likewise)
   size_t zeroed = 0;         // bytes zero() wrote

@@ -24,7 +24,8 @@ inline const char* kModel = R"({"in_features": 12, "hidden": 24, "classes": 5, "
 inline const std::string kAdam = R"({"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}})";
 inline const std::string kSgd = R"({"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}})";
 inline const std::string kLamb = R"({"type": "Lamb", "params": {"lr": 0.01, "weight_decay": 0.01}})";
-inline const std::string kAdagrad = R"({"type": "Adagrad", "params": {"lr": 0.05, "weight_decay": 0.01}})";
+inline const std::string kAdagrad =
+    R"({"type": "Adagrad", "params": {"lr": 0.05, "lr_decay": 0.01, "weight_decay": 0.01, "initial_accumulator_value": 0.1}})";
 inline const std::string kLion = R"({"type": "Lion", "params": {"lr": 0.002, "weight_decay": 0.01}})";
 
 inline std::string plugin_path() { return std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so"; }

@@ -120,8 +120,8 @@ void gpt_host_and_device(int world, int stage, const decltype(RunSpec::device_gr
 
 }  // namespace
 
-TEST_CASE("device step: Adam, AdamW, SGD, Lion and LAMB at stages 0, 2 and 3 give the host optimizer's bits") {
-  for (const std::string& optimizer : {kAdam, kPlainAdam, kSgd, kPlainSgd, kLion, kLamb}) {
+TEST_CASE("device step: Adam, AdamW, SGD, Lion, Adagrad and LAMB at stages 0, 2 and 3 give the host optimizer's bits") {
+  for (const std::string& optimizer : {kAdam, kPlainAdam, kSgd, kPlainSgd, kLion, kAdagrad, kLamb}) {
     for (int stage : {0, 2, 3}) {
       CAPTURE(optimizer);
       CAPTURE(stage);
@@ -222,8 +222,8 @@ TEST_CASE("device step: clipping by the device's norm") {
 // SGD, with momentum and without, updates every tensor in one call (one launch on a GPU), as Adam does.
 // SGD updates every tensor in one call, as Adam does; LAMB in two (the moments and sums, then the update, the
 // host forming the trust ratios between them), not two per tensor.
-TEST_CASE("device step: SGD and Lion step every tensor in one call, LAMB in two") {
-  for (const std::string& optimizer : {kSgd, kPlainSgd, kLion, kLamb}) {
+TEST_CASE("device step: SGD, Lion and Adagrad step every tensor in one call, LAMB in two") {
+  for (const std::string& optimizer : {kSgd, kPlainSgd, kLion, kAdagrad, kLamb}) {
     CAPTURE(optimizer);
     const DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                         {"optimizer", nlohmann::json::parse(optimizer)}},
@@ -234,11 +234,12 @@ TEST_CASE("device step: SGD and Lion step every tensor in one call, LAMB in two"
       Engine engine = make_engine(on(device, true), *plugin, group, config);
       REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
       engine.step();
-      device.sgd_calls = device.lion_calls = device.lamb_calls = 0;
+      device.sgd_calls = device.lion_calls = device.adagrad_calls = device.lamb_calls = 0;
       engine.step();
-      const bool lamb = optimizer == kLamb, lion = optimizer == kLion;
-      CHECK(device.sgd_calls == (lamb || lion ? 0 : 1));
+      const bool lamb = optimizer == kLamb, lion = optimizer == kLion, adagrad = optimizer == kAdagrad;
+      CHECK(device.sgd_calls == (lamb || lion || adagrad ? 0 : 1));
       CHECK(device.lion_calls == (lion ? 1 : 0));
+      CHECK(device.adagrad_calls == (adagrad ? 1 : 0));
       CHECK(device.lamb_calls == (lamb ? 2 : 0));
       CHECK(engine.slots().size() > 1);
     });
@@ -450,7 +451,7 @@ class StartsNoted final : public ProcessGroup {
 // Sums of two addends do not depend on their order: the same bits as the host's reductions and optimizer,
 // replicas included (run_training checks that the ranks agree).
 TEST_CASE("device step: two ranks reduce the gradients and gather the partitions over NCCL in device memory") {
-  for (const std::string& optimizer : {kAdam, kSgd, kLion, kLamb})
+  for (const std::string& optimizer : {kAdam, kSgd, kLion, kAdagrad, kLamb})
   for (int stage : {0, 1, 2, 3})
   for (amp::Storage precision : {amp::Storage::F32, amp::Storage::BF16})
   for (bool prescale : {false, true})

@@ -52,5 +52,20 @@ TEST_CASE("adagrad: element-wise with the caller's state, which the first step s
   opt->step_with_state(std::span<const ds::Segment>(&seg, 1), std::span<const ds::StateView>(&state, 1), 0.1, 1);
   check_close(s[0], 1.0);  // 0.75 + 0.25
   check_close(p[0], 0.95);  // 1 − 0.1·0.5/1
-  CHECK(!opt->device_update(0.1, 1));  // it steps on the CPU
+}
+
+TEST_CASE("adagrad: the device's update carries the step's learning rate and the first step's flag; bf16 state none") {
+  auto opt = adagrad({0.5, 0.01, 0.75, 1e-8}, 1);
+  const auto first = opt->device_update(0.1, 1), third = opt->device_update(0.1, 3);
+  REQUIRE(first);
+  REQUIRE(third);
+  CHECK(first->kind == ds::DeviceUpdate::Kind::adagrad);
+  CHECK(first->adagrad.first);
+  CHECK(!third->adagrad.first);
+  CHECK(first->adagrad.clr == 0.1f);
+  CHECK(third->adagrad.clr == static_cast<float>(0.1 / 2.0));  // lr / (1 + 2·0.5)
+  CHECK(third->adagrad.weight_decay == 0.01f);
+  CHECK(third->adagrad.initial == 0.75f);
+  CHECK(third->adagrad.eps == 1e-8f);
+  CHECK(!adagrad({}, 1, ds::amp::Storage::BF16)->device_update(0.1, 1));  // the device's kernel keeps fp32 state
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/adagrad.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
@@ -26,7 +27,7 @@
 #include "cuda/launch_shape.h"
 #include "cuda/layernorm.cuh"
 #include "cuda/norm.cuh"
-#include "cuda/lion.cuh"
+#include "cuda/one_state.cuh"
 #include "cuda/sgd.cuh"
 #include "optim/optimizers.h"
 
@@ -408,38 +409,77 @@ TEST_CASE("cuda multi-tensor sgd: the CPU loop's bits in each tensor, nothing be
   }
 }
 
+namespace {
+
+// The multi-tensor kernel of an optimizer with one state buffer (one_state.cuh) over tensors of 0 to 8195 elements
+// side by side, in both block orders: p and s as cpu_step(p, g, s, n) leaves each tensor, the gaps untouched.
+// prepare(g, s) may tie the gradients to the state (at a quarter of the elements, say).
+template <class Update, class CpuStep, class Prepare>
+void check_one_state_kernel(Update update, CpuStep cpu_step, Prepare prepare) {
+  const std::vector<int64_t> sizes = {0, 7, 4096, 8195};
+  const auto [starts, total] = side_by_side(sizes, 3);
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> p0(total), g(total), s0(total);
+  for (auto* v : {&p0, &g, &s0})
+    for (float& x : *v) x = normal(rng);
+  prepare(g, s0);
+  std::vector<float> want_p = p0, want_s = s0;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    cpu_step(&want_p[starts[k]], &g[starts[k]], &want_s[starts[k]], static_cast<size_t>(sizes[k]));
+  for (auto order : {Order::forward, Order::reverse}) {
+    std::vector<float> p = p0, s = s0;
+    std::vector<ds::cuda::OneStateSegment> segments;
+    for (size_t k = 0; k < sizes.size(); ++k) segments.push_back({&p[starts[k]], &g[starts[k]], &s[starts[k]], sizes[k]});
+    const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
+    LaunchOptions o;
+    o.order = order;
+    ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o,
+                     [&] { ds::cuda::one_state_multi_kernel(segments.data(), blocks.data(), update); });
+    CHECK(p == want_p);
+    CHECK(s == want_s);
+    CHECK(p != p0);
+  }
+}
+
+}  // namespace
+
 // Lion's interpolation is exactly 0 where m = −g·(1−β1)/β1: with β1 = 0.5 at every fourth element (g = −m); the
 // kernel leaves those parameters only decayed, as the CPU loop does.
 TEST_CASE("cuda multi-tensor lion: the CPU loop's bits in each tensor, nothing between them written, both block orders") {
   const ds::cpu::LionArgs cases[] = {{0.01f, 1.0f, 0.9f, 1.0f - 0.9f, 0.99f, 1.0f - 0.99f},
                                      {0.001f, 1.0f - 0.001f * 0.1f, 0.5f, 0.5f, 0.98f, 1.0f - 0.98f}};
-  const std::vector<int64_t> sizes = {0, 7, 4096, 8195};
-  const auto [starts, total] = side_by_side(sizes, 3);
-  std::mt19937 rng(29);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> p0(total), g(total), m0(total);
-  for (auto* v : {&p0, &g, &m0})
-    for (float& x : *v) x = normal(rng);
-  for (size_t i = 0; i < g.size(); i += 4) g[i] = -m0[i];
   for (const ds::cpu::LionArgs& a : cases) {
     CAPTURE(a.beta1);
-    std::vector<float> want_p = p0, want_m = m0;
-    for (size_t s = 0; s < sizes.size(); ++s)
-      ds::cpu::lion_step(&want_p[starts[s]], ds::amp::Storage::F32, &g[starts[s]], ds::amp::Storage::F32,
-                         &want_m[starts[s]], ds::amp::Storage::F32, static_cast<size_t>(sizes[s]), a);
-    for (auto order : {Order::forward, Order::reverse}) {
-      std::vector<float> p = p0, m = m0;
-      std::vector<ds::cuda::LionSegment> segments;
-      for (size_t s = 0; s < sizes.size(); ++s) segments.push_back({&p[starts[s]], &g[starts[s]], &m[starts[s]], sizes[s]});
-      const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
-      LaunchOptions o;
-      o.order = order;
-      ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o,
-                       [&] { ds::cuda::lion_multi_kernel(segments.data(), blocks.data(), a); });
-      CHECK(p == want_p);
-      CHECK(m == want_m);
-      CHECK(p != p0);
-    }
+    check_one_state_kernel(
+        ds::cuda::LionUpdate{a},
+        [&](float* p, const float* g, float* m, size_t n) {
+          ds::cpu::lion_step(p, ds::amp::Storage::F32, g, ds::amp::Storage::F32, m, ds::amp::Storage::F32, n, a);
+        },
+        [](std::vector<float>& g, const std::vector<float>& m) {
+          for (size_t i = 0; i < g.size(); i += 4) g[i] = -m[i];
+        });
+  }
+}
+
+// Adagrad's first step starts each sum at the initial value whatever the buffer holds (here: random values);
+// later steps add to it. A quarter of the gradients are 0.
+TEST_CASE("cuda multi-tensor adagrad: the CPU loop's bits in each tensor, first step and later, both block orders") {
+  const ds::cpu::AdagradArgs cases[] = {{0.01f, 0.0f, 1e-10f, 0.0f, true},
+                                        {0.01f / 1.5f, 0.1f, 1e-8f, 0.25f, true},
+                                        {0.003f, 0.01f, 1e-10f, 0.25f, false}};
+  for (const ds::cpu::AdagradArgs& a : cases) {
+    CAPTURE(a.first);
+    CAPTURE(a.weight_decay);
+    check_one_state_kernel(
+        ds::cuda::AdagradUpdate{a},
+        [&](float* p, const float* g, float* sum, size_t n) {
+          ds::cpu::adagrad_step(p, ds::amp::Storage::F32, g, ds::amp::Storage::F32, sum, ds::amp::Storage::F32, n, a);
+        },
+        [](std::vector<float>& g, std::vector<float>& sum) {
+          for (float& x : sum) x = x * x;  // a sum of squares
+          for (size_t i = 0; i < g.size(); i += 4) g[i] = 0.0f;
+        });
   }
 }
 
