@@ -30,7 +30,7 @@ std::string_view dtype_name(Dtype dtype);  // "fp32", "fp16", "bf16"
 
 // ---- optimizer ---------------------------------------------------------------------------------
 
-enum class OptimizerType { Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
+enum class OptimizerType { Adam, AdamW, Adagrad, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
 std::string_view optimizer_type_name(OptimizerType type);  // "Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", …
 
 // FusedAdam / DeepSpeedCPUAdam (reference §4.2).
@@ -61,6 +61,16 @@ struct AdagradParams {
 struct LionParams {
   double beta1 = 0.9, beta2 = 0.999;
   double weight_decay = 0.0;
+};
+
+// DeepSpeed's MuonWithAuxAdam: Muon for the matrices (runtime/optim/muon.cpp says which), Adam for the rest.
+// OptimizerConfig::lr is the Muon group's (params.muon_lr, else params.lr, else 0.02); the Adam group's is
+// adam_lr at that lr, scaled with it by the schedule.
+struct MuonParams {
+  double adam_lr = 3e-4;          // params.adam_lr, else params.lr, else 3e-4
+  double momentum = 0.95;         // Muon's β
+  double weight_decay = 0.0;      // decoupled, both groups
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-10;  // the Adam group's
 };
 
 // FusedLamb (reference §4.3).
@@ -111,10 +121,10 @@ struct OneBitLambParams : CompressedCommParams {
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::Adam;
-  double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it; Adagrad: 1e-2
+  double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it; Adagrad: 1e-2; Muon: 0.02
   // AdamParams for Adam and AdamW
-  std::variant<AdamParams, AdagradParams, SgdParams, LionParams, LambParams, OneBitAdamParams, ZeroOneAdamParams,
-               OneBitLambParams>
+  std::variant<AdamParams, AdagradParams, SgdParams, LionParams, MuonParams, LambParams, OneBitAdamParams,
+               ZeroOneAdamParams, OneBitLambParams>
       params;
   bool legacy_fusion = false;    // accepted; no effect in dsworker
 };

@@ -10,8 +10,8 @@
 namespace ds::cfg {
 namespace {
 
-const std::vector<std::string> kSupported = {"Adam", "AdamW",      "Adagrad",     "SGD",       "Lion",
-                                             "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+const std::vector<std::string> kSupported = {"Adam", "AdamW", "Adagrad",    "SGD",         "Lion",
+                                             "Muon", "Lamb",  "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
   if (!name) s.fail("type", fmt::format("missing (one of {})", fmt::join(kSupported, ", ")));
@@ -22,6 +22,7 @@ OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
   if (lower == "adamw") return OptimizerType::AdamW;
   if (lower == "adagrad") return OptimizerType::Adagrad;
   if (lower == "lion") return OptimizerType::Lion;
+  if (lower == "muon") return OptimizerType::Muon;
   if (lower == "lamb") return OptimizerType::Lamb;
   if (lower == "onebitadam") return OptimizerType::OneBitAdam;
   if (lower == "zerooneadam") return OptimizerType::ZeroOneAdam;
@@ -108,6 +109,28 @@ LionParams parse_lion(Section& p) {
   return l;
 }
 
+// MuonWithAuxAdam's two groups from one `params`: the Muon group's lr, momentum, weight_decay, muon_lr and
+// ns_method; the Adam group's lr, betas, eps, weight_decay and adam_lr. DeepSpeed drops any other key without
+// a word; dsworker refuses it (so that e.g. "nesterov": false or "ns_steps" is not silently ignored).
+// `lr` is the optimizer's lr as parsed (absent: 0.02); it becomes the Muon group's.
+MuonParams parse_muon(Section& p, double& lr) {
+  MuonParams m;
+  const bool has_lr = p.has("lr");
+  m.adam_lr = non_negative(p, "adam_lr", has_lr ? lr : m.adam_lr);
+  lr = non_negative(p, "muon_lr", has_lr ? lr : 0.02);
+  if (lr <= 0.0)
+    p.fail(p.has("muon_lr") ? "muon_lr" : "lr",
+           fmt::format("{} must be > 0 for Muon (its schedule scales the Adam group's lr in proportion)", lr));
+  m.momentum = non_negative(p, "momentum", m.momentum);
+  if (m.momentum >= 1.0) p.fail("momentum", fmt::format("{} must be < 1", m.momentum));
+  m.weight_decay = non_negative(p, "weight_decay", m.weight_decay);
+  std::tie(m.beta1, m.beta2) = parse_betas(p, {m.beta1, m.beta2});
+  m.eps = non_negative(p, "eps", m.eps);
+  static const std::vector<std::string> kMethods = {"gram", "standard"};
+  p.choice("ns_method", kMethods, 0);  // the same iteration, computed in another order: see muon.cpp
+  return m;
+}
+
 LambParams parse_lamb(Section& p) {
   LambParams l;
   std::tie(l.beta1, l.beta2) = parse_betas(p, {l.beta1, l.beta2});
@@ -186,8 +209,23 @@ bool compressed(OptimizerType t) {
 
 }  // namespace
 
+// Muon orthogonalizes each matrix whole, in fp32: not a tensor-parallel share, not sub-groups streamed from NVMe,
+// not bf16 master weights.
+void check_muon_fits(Context& ctx, const DsConfig& c) {
+  if (c.tensor_parallel.autotp_size > 1)
+    ctx.fail("tensor_parallel.autotp_size", fmt::format("{}: optimizer Muon orthogonalizes whole matrices, not a "
+                                                        "tensor-parallel rank's share", c.tensor_parallel.autotp_size));
+  const auto& offload = c.zero_optimization.offload_optimizer;
+  if (offload && offload->device == OffloadDevice::nvme)
+    ctx.fail("zero_optimization.offload_optimizer.device", "nvme: optimizer Muon orthogonalizes whole matrices, "
+                                                           "which NVMe's sub-groups do not hold (use cpu)");
+  if (c.bf16.master_weights_and_grads)
+    ctx.fail("bf16.bf16_master_weights_and_grads", "true: optimizer Muon updates fp32 master weights");
+}
+
 void check_optimizer_fits(Context& ctx, const DsConfig& c) {
   const OptimizerType type = c.optimizer.type;
+  if (type == OptimizerType::Muon) check_muon_fits(ctx, c);
   if (!compressed(type)) return;
   const std::string_view name = optimizer_type_name(type);
   if (c.zero_optimization.stage != 0)
@@ -217,6 +255,7 @@ std::optional<OptimizerConfig> parse_optimizer(Section& top) {
     case OptimizerType::SGD: c.params = parse_sgd(p); break;
     case OptimizerType::Adagrad: c.params = parse_adagrad(p); break;
     case OptimizerType::Lion: c.params = parse_lion(p); break;
+    case OptimizerType::Muon: c.params = parse_muon(p, c.lr); break;
     case OptimizerType::Lamb: c.params = parse_lamb(p); break;
     case OptimizerType::OneBitAdam: c.params = parse_onebit_adam(p); break;
     case OptimizerType::ZeroOneAdam: c.params = parse_zero_one_adam(p); break;

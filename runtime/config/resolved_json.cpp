@@ -77,6 +77,13 @@ ojson optimizer_json(const OptimizerConfig& o) {
   } else if (const auto* n = std::get_if<LionParams>(&o.params)) {
     p["betas"] = {n->beta1, n->beta2};
     p["weight_decay"] = n->weight_decay;
+  } else if (const auto* m = std::get_if<MuonParams>(&o.params)) {
+    p["muon_lr"] = o.lr;
+    p["adam_lr"] = m->adam_lr;
+    p["momentum"] = m->momentum;
+    p["weight_decay"] = m->weight_decay;
+    p["betas"] = {m->beta1, m->beta2};
+    p["eps"] = m->eps;
   } else if (const auto* l = std::get_if<LambParams>(&o.params)) {
     p["betas"] = {l->beta1, l->beta2};
     p["eps"] = l->eps;
@@ -188,6 +195,7 @@ std::string_view optimizer_type_name(OptimizerType type) {
     case OptimizerType::Adagrad: return "Adagrad";
     case OptimizerType::SGD: return "SGD";
     case OptimizerType::Lion: return "Lion";
+    case OptimizerType::Muon: return "Muon";
     case OptimizerType::Lamb: return "Lamb";
     case OptimizerType::OneBitAdam: return "OneBitAdam";
     case OptimizerType::ZeroOneAdam: return "ZeroOneAdam";

@@ -187,6 +187,12 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     open_swap([&](size_t n) { return make_optimizer(n, reducer); });
   else
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
+  if (optimizer_ && optimizer_->reads_whole_tensors() && layout_->world() > 1)
+    optimizer_->set_gather([this](const float* partition, std::vector<float>& full) {
+      full.assign(layout_->full_size(), 0.0f);
+      for (const zero::Unit& u : layout_->units())
+        if (u.chunk > 0) group_.allgather(partition + u.part_offset, full.data() + u.begin, u.chunk, DataType::F32);
+    });
   build_segments();
   if (config_.device != nullptr) build_device_layers();
   init_parameters();
@@ -603,7 +609,9 @@ void Engine::build_partition() {
   for (const ParamSlot& slot : slots_)
     if (slot.owner < 0) {
       const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
-      tensor_ranges_.push_back(TensorRange{mine.offset, mine.size});
+      const auto [rows, cols] = muon_matrix(slot.name, std::span<const int64_t>(slot.shape.dims, slot.shape.ndim));
+      tensor_ranges_.push_back(TensorRange{mine.offset, mine.size, rows, cols, slot.offset,
+                                           mine.size > 0 ? layout_->owned_within(slot.offset) : 0});
     }
 }
 

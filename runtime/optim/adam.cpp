@@ -36,7 +36,7 @@ class Adam final : public Optimizer {
     if (exp_avg_.storage() != amp::Storage::F32) return std::nullopt;
     DeviceUpdate u;
     u.kind = params_.adam_w_mode ? DeviceUpdate::Kind::adamw : DeviceUpdate::Kind::adam;
-    u.adam = args(lr, step);
+    u.adam = adam_args(params_, lr, step);
     return u;
   }
 
@@ -46,18 +46,10 @@ class Adam final : public Optimizer {
   }
 
  private:
-  // The element arguments of update number `step` at lr.
-  cpu::AdamArgs args(double lr, int64_t step) const {
-    const float beta1 = static_cast<float>(params_.beta1), beta2 = static_cast<float>(params_.beta2);
-    const float lr_f = static_cast<float>(lr), wd = static_cast<float>(params_.weight_decay);
-    const float bc1 = params_.bias_correction ? bias_correction(beta1, step) : 1.0f;
-    const float bc2 = params_.bias_correction ? bias_correction(beta2, step) : 1.0f;
-    return {beta1, beta2, static_cast<float>(params_.eps), wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
-  }
 
   // The segments' update with their moments in state[0] (m) and state[1] (v).
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
-    const cpu::AdamArgs args = this->args(lr, step);
+    const cpu::AdamArgs args = adam_args(params_, lr, step);
     const size_t state_bytes = amp::storage_bytes(state[0].storage);
     size_t k = 0;  // state offset of the segment
     for (const Segment& s : segments) {
@@ -80,6 +72,14 @@ class Adam final : public Optimizer {
 };
 
 }  // namespace
+
+cpu::AdamArgs adam_args(const AdamParams& params, double lr, int64_t step) {
+  const float beta1 = static_cast<float>(params.beta1), beta2 = static_cast<float>(params.beta2);
+  const float lr_f = static_cast<float>(lr), wd = static_cast<float>(params.weight_decay);
+  const float bc1 = params.bias_correction ? bias_correction(beta1, step) : 1.0f;
+  const float bc2 = params.bias_correction ? bias_correction(beta2, step) : 1.0f;
+  return {beta1, beta2, static_cast<float>(params.eps), wd, -lr_f / bc1, 1.0f / std::sqrt(bc2), -lr_f * wd};
+}
 
 std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n, amp::Storage state) {
   return std::make_unique<Adam>(params, n, state);

@@ -32,6 +32,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t 
     return optim::make_lamb(*lamb, n, std::move(reduce_norms), state);
   if (state != amp::Storage::F32)
     throw std::invalid_argument(fmt::format("make_optimizer: {} keeps its state in fp32", optimizer_type_name(config.type)));
+  if (const auto* muon = std::get_if<MuonParams>(&config.params)) return optim::make_muon(*muon, config.lr, n);
   if (group == nullptr)
     throw std::invalid_argument(fmt::format("make_optimizer: {} needs the process group", optimizer_type_name(config.type)));
   if (const auto* a = std::get_if<OneBitAdamParams>(&config.params)) return optim::make_onebit_adam(*a, n, *group);

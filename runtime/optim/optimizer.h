@@ -26,6 +26,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,7 +43,20 @@ namespace ds {
 
 struct TensorRange {
   size_t offset, size;  // one parameter tensor among the n elements (offsets count across segments)
+  // For Muon, which orthogonalizes a matrix whole: the tensor as a rows × cols matrix (0 × 0: not one Muon
+  // takes), its first element in the gathered buffer (PartitionGather's; without one, among the n) and where this
+  // part begins within it (row-major).
+  size_t rows = 0, cols = 0, whole = 0, within = 0;
 };
+
+// Which tensors Muon orthogonalizes, DeepSpeed's rule (set_optimizer_flags): at least 2 dimensions and a name
+// with neither "embed" nor "lm_head" in any case; a tensor of more dimensions as dims[0] rows (DeepSpeed views 4-D
+// ones so, and orthogonalizes 3-D ones as batches of matrices). {rows, cols}, or {0, 0} for the others.
+std::pair<size_t, size_t> muon_matrix(std::string_view name, std::span<const int64_t> dims);
+
+// Muon on a partition: fills `full` with every rank's partition (n elements each, the caller's ZeRO layout) at
+// the places TensorRange::whole counts; every rank calls it at each step.
+using PartitionGather = std::function<void(const float* partition, std::vector<float>& full)>;
 
 // A contiguous piece of the elements a step updates: params[0..size) and their grads. State element
 // k belongs to the k-th element of the segments taken in order.
@@ -136,6 +150,11 @@ class Optimizer {
   // Replaces (beta1, beta2) from the next step on (OneCycle momentum cycling). All but SGD, which
   // throws std::logic_error.
   virtual void set_betas(double beta1, double beta2);
+
+  // Whether step() reads whole tensors (Muon's matrices): on a partition the caller then passes the gather
+  // that brings every rank's part (set_gather), before the first step.
+  virtual bool reads_whole_tensors() const { return false; }
+  virtual void set_gather(PartitionGather /*gather*/) {}
 
   // Whether update number `step` (as step()'s) wants gradients averaged across the ranks by the
   // engine (DeepSpeed's enable_backward_allreduce). Else each rank passes its own gradients.

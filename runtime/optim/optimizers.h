@@ -11,6 +11,7 @@ std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n, amp::St
 std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_adagrad(const AdagradParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_lion(const LionParams& params, size_t n, amp::Storage state);
+std::unique_ptr<Optimizer> make_muon(const MuonParams& params, double muon_lr, size_t n);
 std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms, amp::Storage state);
 std::unique_ptr<Optimizer> make_onebit_adam(const OneBitAdamParams& params, size_t n, ProcessGroup& group);
 std::unique_ptr<Optimizer> make_zero_one_adam(const ZeroOneAdamParams& params, size_t n, ProcessGroup& group);
@@ -24,6 +25,8 @@ float bias_correction(float beta, int64_t step);
 // element arguments; the step size, lr·sqrt(1−β2^t)/(1−β1^t) in fp32 (lr without bias correction); the
 // trust ratio ‖p‖/‖u‖ from Σp² and Σu², clamped to [min_coeff, max_coeff] (1 if either norm is 0).
 cpu::LambArgs lamb_args(const LambParams& params);
+// Adam's element arguments for update number `step` at lr (adam.cpp; Muon's Adam group steps with them too).
+cpu::AdamArgs adam_args(const AdamParams& params, double lr, int64_t step);
 // Lion's element arguments at lr (lion.cpp; the GPU's self-test steps its kernel with them).
 cpu::LionArgs lion_args(const LionParams& params, double lr);
 // Adagrad's element arguments for update number `step` at lr (adagrad.cpp; likewise).

@@ -53,4 +53,12 @@ Range PartitionLayout::owned_part(size_t offset, size_t size) const {
   return hi > lo ? Range{u.part_offset + (lo - own), hi - lo} : Range{};
 }
 
+size_t PartitionLayout::owned_within(size_t offset) const {
+  auto after = std::upper_bound(units_.begin(), units_.end(), offset,
+                                [](size_t x, const Unit& u) { return x < u.begin; });
+  if (after == units_.begin()) return 0;
+  const size_t own = owned_begin(*std::prev(after));
+  return own > offset ? own - offset : 0;
+}
+
 }  // namespace ds::zero

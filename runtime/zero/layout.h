@@ -53,6 +53,8 @@ class PartitionLayout {
   // The part of the full-buffer range [offset, offset + size) (inside one unit) that this rank owns,
   // as a range of its partition; {0, 0} when it owns none of it.
   Range owned_part(size_t offset, size_t size) const;
+  // Where owned_part(offset, size)'s elements begin within that range: the index of their first in it.
+  size_t owned_within(size_t offset) const;
 
  private:
   std::vector<Unit> units_;

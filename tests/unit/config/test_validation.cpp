@@ -32,7 +32,7 @@ TEST_CASE("unknown keys: suggestion in optimizer params") {
         "ds_config.json: optimizer.params.betas: unknown key");
   CHECK(error_of(with(R"("optimizer": {"tpye": "Adam"})")) ==
         "ds_config.json: optimizer.tpye: unknown key (did you mean 'type'?)\n"
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
 }
 
 TEST_CASE("unknown keys: suggestion in zero_optimization and its offload blocks") {
@@ -261,12 +261,12 @@ TEST_CASE("optimizer: names and DeepSpeed quirks") {
 
   CHECK(error_of(with(R"("optimizer": {"type": "sgd"})")) ==
         "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, SGD, "
-        "Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
+        "Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
   CHECK(error_of(with(R"("optimizer": {"type": "RMSprop"})")) ==
         "ds_config.json: optimizer.type: \"RMSprop\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, "
-        "SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   CHECK(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")) ==
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   CHECK(error_of(with(R"("optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}})")) ==
         "ds_config.json: optimizer.params.max_grad_norm: not supported as an optimizer parameter; use the "
         "top-level 'gradient_clipping'");
@@ -341,4 +341,46 @@ TEST_CASE("offload_param to nvme: stage 3 only (ignored below with a warning), a
                          "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/tmp"}})")) ==
         "ds_config.json: zero_optimization.offload_param.device: \"nvme\" keeps an fp32 master copy apart from the "
         "swapped parameters, which bf16.bf16_master_weights_and_grads does without; use one or the other");
+}
+
+// MuonWithAuxAdam's two groups from one params block: lr for both unless muon_lr / adam_lr say otherwise, the code's
+// defaults (0.02 and 3e-4, not the docs' 0.001), and the keys DeepSpeed would drop without a word refused.
+TEST_CASE("optimizer Muon: the two groups' learning rates, defaults, and what it refuses") {
+  const auto defaults = parse(with(R"("optimizer": {"type": "muon"})")).optimizer;
+  CHECK(defaults.type == ds::OptimizerType::Muon);
+  CHECK(defaults.lr == 0.02);
+  const auto& d = std::get<ds::MuonParams>(defaults.params);
+  CHECK(d.adam_lr == 3e-4);
+  CHECK(d.momentum == 0.95);
+  CHECK(d.weight_decay == 0.0);
+  CHECK(d.beta1 == 0.9);
+  CHECK(d.beta2 == 0.95);
+  CHECK(d.eps == 1e-10);
+  const auto one_lr = parse(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0.01}})")).optimizer;
+  CHECK(one_lr.lr == 0.01);
+  CHECK(std::get<ds::MuonParams>(one_lr.params).adam_lr == 0.01);  // (DeepSpeed gives both groups `lr`)
+  const auto both = parse(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0.01, "muon_lr": 0.03, "adam_lr": 1e-3,
+      "momentum": 0.9, "betas": [0.8, 0.9], "eps": 1e-8, "weight_decay": 0.1, "ns_method": "standard"}})")).optimizer;
+  CHECK(both.lr == 0.03);
+  CHECK(std::get<ds::MuonParams>(both.params).adam_lr == 1e-3);
+  CHECK(std::get<ds::MuonParams>(both.params).momentum == 0.9);
+  CHECK(std::get<ds::MuonParams>(both.params).beta1 == 0.8);
+  CHECK(std::get<ds::MuonParams>(both.params).weight_decay == 0.1);
+
+  CHECK(error_of(with(R"("optimizer": {"type": "Muon", "params": {"nesterov": false}})")) ==
+        "ds_config.json: optimizer.params.nesterov: unknown key");
+  CHECK(error_of(with(R"("optimizer": {"type": "Muon", "params": {"ns_method": "svd"}})")).find("ns_method") !=
+        std::string::npos);
+  CHECK(error_of(with(R"("optimizer": {"type": "Muon", "params": {"momentum": 1.0}})")) ==
+        "ds_config.json: optimizer.params.momentum: 1 must be < 1");
+  CHECK(error_of(with(R"("optimizer": {"type": "Muon", "params": {"lr": 0}})")).find("optimizer.params.lr: 0 must be > 0") !=
+        std::string::npos);
+  CHECK(error_of(with(R"("optimizer": {"type": "Muon"}, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}})"))
+            .find("zero_optimization.offload_optimizer.device: nvme: optimizer Muon") != std::string::npos);
+  CHECK(error_of(with(R"("optimizer": {"type": "Muon"}, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true},
+      "zero_optimization": {"stage": 1})"))
+            .find("bf16.bf16_master_weights_and_grads: true: optimizer Muon") != std::string::npos);
+  CHECK(error_of(R"({"train_batch_size": 8, "optimizer": {"type": "Muon"}, "tensor_parallel": {"autotp_size": 2}})", 2)
+            .find("tensor_parallel.autotp_size: 2: optimizer Muon") != std::string::npos);
 }

@@ -27,6 +27,8 @@ inline const std::string kLamb = R"({"type": "Lamb", "params": {"lr": 0.01, "wei
 inline const std::string kAdagrad =
     R"({"type": "Adagrad", "params": {"lr": 0.05, "lr_decay": 0.01, "weight_decay": 0.01, "initial_accumulator_value": 0.1}})";
 inline const std::string kLion = R"({"type": "Lion", "params": {"lr": 0.002, "weight_decay": 0.01}})";
+inline const std::string kMuon =
+    R"({"type": "Muon", "params": {"lr": 0.02, "adam_lr": 0.005, "weight_decay": 0.01, "momentum": 0.9}})";
 
 inline std::string plugin_path() { return std::string(DS_TEST_PLUGIN_DIR) + "/libds_model_mlp.so"; }
 

@@ -124,7 +124,19 @@ TEST_CASE("engine: Lion lowers the loss and ends every ZeRO stage with the param
   CHECK(run.steps.back().loss < 0.5 * run.steps.front().loss);
 }
 
-// Adagrad at every stage (it steps on the CPU only): stage 0's bits where the sums cannot differ, as Lion's above.
+// Muon at every stage: on a partition each rank orthogonalizes the matrices it holds a part of from every rank's
+// update, gathered, and steps its part: stage 0's bits where the sums cannot differ, as Lion's above.
+TEST_CASE("engine: Muon lowers the loss and ends every ZeRO stage with the parameters of stage 0") {
+  check_stages_bitwise(kMuon);
+  RunSpec spec;  // (the specs' WarmupLR runs the Muon group at 0.01, the Adam group at a quarter of it)
+  spec.optimizer = kMuon;
+  spec.micro = 16;
+  spec.steps = 300;
+  const Run run = run_training(spec);
+  CHECK(run.steps.back().loss < 0.5 * run.steps.front().loss);
+}
+
+// Adagrad at every stage: stage 0's bits where the sums cannot differ, as Lion's above.
 TEST_CASE("engine: Adagrad ends every ZeRO stage with the parameters of stage 0") {
   check_stages_bitwise(kAdagrad);
 }
