@@ -20,9 +20,13 @@ def corpus(tmp_path):
     return path
 
 
-def config(tmp_path, corpus, ckpt_dir, stage=2, bf16=False, name="c.json", **model):
+ADAMW = {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}}
+MUON = {"type": "Muon", "params": {"lr": 0.02, "adam_lr": 0.003, "weight_decay": 0.1}}
+
+
+def config(tmp_path, corpus, ckpt_dir, stage=2, bf16=False, name="c.json", optimizer=ADAMW, **model):
     c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "steps_per_print": 100,
-         "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}},
+         "optimizer": optimizer,
          "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.003, "warmup_num_steps": 5}},
          "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}, "bf16": {"enabled": bf16},
          "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "seq_len": 32, "vocab_size": 256, **model},
@@ -43,13 +47,15 @@ def losses(path):
     return [json.loads(line)["loss"] for line in open(path) if '"loss"' in line]
 
 
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_a_resumed_run_is_bit_identical_to_a_straight_one(dsrun, clean_env, tmp_path, corpus, stage, bf16):
-    straight = config(tmp_path, corpus, tmp_path / "a", stage, bf16, "a.json")
+# (Muon too, whose state on a partition is the ranks' parts of the matrices' momentum)
+@pytest.mark.parametrize("bf16,stage,optimizer", [(bf16, stage, ADAMW) for bf16 in (False, True) for stage in range(4)]
+                         + [(True, 0, MUON), (True, 2, MUON)],
+                         ids=[f"{p}-{s}" for p in ("fp32", "bf16") for s in range(4)] + ["muon-0", "muon-2"])
+def test_a_resumed_run_is_bit_identical_to_a_straight_one(dsrun, clean_env, tmp_path, corpus, stage, bf16, optimizer):
+    straight = config(tmp_path, corpus, tmp_path / "a", stage, bf16, "a.json", optimizer)
     r = train(dsrun, clean_env, straight, 20, tmp_path / "a.jsonl")
     assert r.returncode == 0, r.stderr
-    split = config(tmp_path, corpus, tmp_path / "b", stage, bf16, "b.json")
+    split = config(tmp_path, corpus, tmp_path / "b", stage, bf16, "b.json", optimizer)
     r = train(dsrun, clean_env, split, 10, tmp_path / "b.jsonl")
     assert r.returncode == 0, r.stderr
     r = train(dsrun, clean_env, split, 20, tmp_path / "b.jsonl")
