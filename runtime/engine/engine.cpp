@@ -187,12 +187,20 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
     open_swap([&](size_t n) { return make_optimizer(n, reducer); });
   else
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
-  if (optimizer_ && optimizer_->reads_whole_tensors() && layout_->world() > 1)
-    optimizer_->set_gather([this](const float* partition, std::vector<float>& full) {
+  if (optimizer_ && optimizer_->reads_whole_tensors() && layout_->world() > 1) {  // unit by unit, as the gradients
+    PartitionExchange exchange{group_.rank(), group_.size()};
+    exchange.gather = [this](const float* partition, std::vector<float>& full) {
       full.assign(layout_->full_size(), 0.0f);
       for (const zero::Unit& u : layout_->units())
         if (u.chunk > 0) group_.allgather(partition + u.part_offset, full.data() + u.begin, u.chunk, DataType::F32);
-    });
+    };
+    exchange.scatter = [this](const std::vector<float>& full, float* partition) {
+      for (const zero::Unit& u : layout_->units())
+        if (u.chunk > 0)
+          group_.reduce_scatter(full.data() + u.begin, partition + u.part_offset, u.chunk, DataType::F32, ReduceOp::Sum);
+    };
+    optimizer_->set_exchange(std::move(exchange));
+  }
   build_segments();
   if (config_.device != nullptr) build_device_layers();
   init_parameters();

@@ -2,8 +2,10 @@
 // which) step by Muon, the other tensors by Adam with decoupled weight decay. Per matrix, with β the momentum:
 //   m ← β·m + (1−β)·g;  u ← (1−β)·g + β·m (Nesterov);  O ← newton_schulz(u) · √max(1, rows/cols)
 //   p ← p·(1 − lr·wd) − lr·O
-// Newton–Schulz needs the whole u: on a partition each rank forms u on its part, the gather brings every rank's,
-// and each rank orthogonalizes the matrices it holds a part of and updates that part. The Adam group's lr is
+// Newton–Schulz needs the whole u: on a partition each rank forms u on its part and the exchange gathers every
+// rank's; the matrices are dealt out among the ranks (each orthogonalizes about 1/W of the work, the largest
+// first, to the least loaded rank) and a reduce-scatter of the results brings each rank its parts, from the one
+// rank that formed each (a sum with zeros: exact). The Adam group's lr is
 // adam_lr / muon_lr times the step's lr (the schedule scales both). State: exp_avg holds Muon's momentum for the
 // matrices and Adam's first moment for the rest, exp_avg_sq Adam's second moment (zero for the matrices). fp32.
 #include <algorithm>
@@ -37,30 +39,22 @@ class Muon final : public Optimizer {
     if (any_matrix) update_.assign(n, 0.0f);
     adam_and_momentum(tensors, places, lr * params_.adam_lr / muon_lr_, step);
     if (!any_matrix) return;
-    const std::vector<float>* whole = &update_;
-    if (gather_) {
-      gather_(update_.data(), gathered_);
-      whole = &gathered_;
-    }
+    if (exchange_.world > 1) orthogonalize_dealt(tensors);
+    else orthogonalize_own(tensors);
     const float decay = 1.0f - static_cast<float>(lr * params_.weight_decay);
-    for (size_t t = 0; t < tensors.size(); ++t) {
+    for (size_t t = 0; t < tensors.size(); ++t) {  // p ← p·(1 − lr·wd) − lr·scale·O on this rank's parts
       const TensorRange& r = tensors[t];
       if (r.rows == 0 || places[t].size == 0) continue;
-      if (r.whole + r.rows * r.cols > whole->size() || r.within + r.size > r.rows * r.cols)
-        throw std::invalid_argument(fmt::format("Muon: tensor {} lies outside its {} x {} matrix", t, r.rows, r.cols));
-      ortho_.resize(r.rows * r.cols);
-      cpu::newton_schulz(whole->data() + r.whole, ortho_.data(), static_cast<int64_t>(r.rows),
-                         static_cast<int64_t>(r.cols));
       const float scaled_lr = static_cast<float>(
           lr * std::sqrt(std::max(1.0, static_cast<double>(r.rows) / static_cast<double>(r.cols))));
       float* p = static_cast<float*>(places[t].segment->params) + places[t].within;
-      const float* o = ortho_.data() + r.within;
+      const float* o = ortho_.data() + r.offset;
       for (size_t i = 0; i < r.size; ++i) p[i] = p[i] * decay - scaled_lr * o[i];
     }
   }
 
   bool reads_whole_tensors() const override { return true; }
-  void set_gather(PartitionGather gather) override { gather_ = std::move(gather); }
+  void set_exchange(PartitionExchange exchange) override { exchange_ = std::move(exchange); }
 
   std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
 
@@ -71,6 +65,53 @@ class Muon final : public Optimizer {
   }
 
  private:
+  // ortho_ [n]: each matrix's part orthogonalized, from update_ holding the whole matrices (one rank, or stage 0).
+  void orthogonalize_own(const std::vector<TensorRange>& tensors) {
+    ortho_.assign(update_.size(), 0.0f);
+    std::vector<float> matrix;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const TensorRange& r = tensors[t];
+      if (r.rows == 0 || r.size == 0) continue;
+      check_matrix(t, r, update_.size());
+      matrix.resize(r.rows * r.cols);
+      cpu::newton_schulz(update_.data() + r.whole, matrix.data(), static_cast<int64_t>(r.rows),
+                         static_cast<int64_t>(r.cols));
+      std::copy_n(matrix.data() + r.within, r.size, ortho_.data() + r.offset);
+    }
+  }
+
+  // The same on a partition: every rank's update gathered, each matrix orthogonalized by the rank it is dealt to
+  // into a buffer of the gathered layout (zero elsewhere), and the sums over the ranks scattered into ortho_.
+  void orthogonalize_dealt(const std::vector<TensorRange>& tensors) {
+    exchange_.gather(update_.data(), gathered_);
+    std::vector<float> formed(gathered_.size(), 0.0f);
+    std::vector<double> load(static_cast<size_t>(exchange_.world), 0.0);
+    std::vector<size_t> order;  // the matrices, the costliest first (rows·cols·min(rows, cols) multiply-adds)
+    for (size_t t = 0; t < tensors.size(); ++t)
+      if (tensors[t].rows > 0) order.push_back(t);
+    auto cost = [&](size_t t) {
+      const TensorRange& r = tensors[t];
+      return static_cast<double>(r.rows * r.cols) * static_cast<double>(std::min(r.rows, r.cols));
+    };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost(a) > cost(b); });
+    for (size_t t : order) {  // (every rank deals alike: the same tensors in the same order)
+      const auto to = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[to] += cost(t);
+      if (to != static_cast<size_t>(exchange_.rank)) continue;
+      const TensorRange& r = tensors[t];
+      check_matrix(t, r, gathered_.size());
+      cpu::newton_schulz(gathered_.data() + r.whole, formed.data() + r.whole, static_cast<int64_t>(r.rows),
+                         static_cast<int64_t>(r.cols));
+    }
+    ortho_.assign(update_.size(), 0.0f);
+    exchange_.scatter(formed, ortho_.data());
+  }
+
+  static void check_matrix(size_t t, const TensorRange& r, size_t whole_size) {
+    if (r.whole + r.rows * r.cols > whole_size || r.within + r.size > r.rows * r.cols)
+      throw std::invalid_argument(fmt::format("Muon: tensor {} lies outside its {} x {} matrix", t, r.rows, r.cols));
+  }
+
   // Adam's update of the other tensors at adam_lr; for the matrices the momentum, and u in update_.
   void adam_and_momentum(const std::vector<TensorRange>& tensors, const std::vector<TensorPlace>& places,
                          double adam_lr, int64_t step) {
@@ -100,8 +141,8 @@ class Muon final : public Optimizer {
   double muon_lr_;
   StateBuffer exp_avg_;     // [n]: Muon's momentum (matrices), Adam's m (the rest)
   StateBuffer exp_avg_sq_;  // [n]: Adam's v
-  PartitionGather gather_;  // on a partition: every rank's update_
-  std::vector<float> update_, gathered_, ortho_;  // u [n]; every rank's u; one matrix orthogonalized
+  PartitionExchange exchange_;  // on a partition: the ranks' updates and results
+  std::vector<float> update_, gathered_, ortho_;  // u [n]; every rank's u; the matrices' parts orthogonalized [n]
 };
 
 }  // namespace

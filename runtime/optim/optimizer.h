@@ -44,7 +44,7 @@ namespace ds {
 struct TensorRange {
   size_t offset, size;  // one parameter tensor among the n elements (offsets count across segments)
   // For Muon, which orthogonalizes a matrix whole: the tensor as a rows × cols matrix (0 × 0: not one Muon
-  // takes), its first element in the gathered buffer (PartitionGather's; without one, among the n) and where this
+  // takes), its first element in the gathered buffer (PartitionExchange's; without one, among the n) and where this
   // part begins within it (row-major).
   size_t rows = 0, cols = 0, whole = 0, within = 0;
 };
@@ -54,9 +54,14 @@ struct TensorRange {
 // ones so, and orthogonalizes 3-D ones as batches of matrices). {rows, cols}, or {0, 0} for the others.
 std::pair<size_t, size_t> muon_matrix(std::string_view name, std::span<const int64_t> dims);
 
-// Muon on a partition: fills `full` with every rank's partition (n elements each, the caller's ZeRO layout) at
-// the places TensorRange::whole counts; every rank calls it at each step.
-using PartitionGather = std::function<void(const float* partition, std::vector<float>& full)>;
+// Muon on a partition: how the ranks share whole tensors. gather fills `full` with every rank's partition (n
+// elements each, the caller's ZeRO layout) at the places TensorRange::whole counts; scatter sums such a buffer
+// over the ranks and leaves this rank its partition of the sums. Every rank calls both at each step.
+struct PartitionExchange {
+  int rank = 0, world = 1;
+  std::function<void(const float* partition, std::vector<float>& full)> gather;
+  std::function<void(const std::vector<float>& full, float* partition)> scatter;
+};
 
 // A contiguous piece of the elements a step updates: params[0..size) and their grads. State element
 // k belongs to the k-th element of the segments taken in order.
@@ -151,10 +156,10 @@ class Optimizer {
   // throws std::logic_error.
   virtual void set_betas(double beta1, double beta2);
 
-  // Whether step() reads whole tensors (Muon's matrices): on a partition the caller then passes the gather
-  // that brings every rank's part (set_gather), before the first step.
+  // Whether step() reads whole tensors (Muon's matrices): on a partition the caller then passes the exchange
+  // that brings every rank's part (set_exchange), before the first step.
   virtual bool reads_whole_tensors() const { return false; }
-  virtual void set_gather(PartitionGather /*gather*/) {}
+  virtual void set_exchange(PartitionExchange /*exchange*/) {}
 
   // Whether update number `step` (as step()'s) wants gradients averaged across the ranks by the
   // engine (DeepSpeed's enable_backward_allreduce). Else each rank passes its own gradients.

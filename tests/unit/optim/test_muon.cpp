@@ -1,11 +1,14 @@
 // Muon (DeepSpeed's MuonWithAuxAdam) on a 2×3 matrix, a bias and a 4×3 matrix: the matrices move by their
 // Nesterov momentum orthogonalized (cpu::newton_schulz, tested on its own), scaled by √max(1, rows/cols), after
-// decoupled decay; the bias by AdamW at adam_lr/muon_lr times the step's lr. On a partition (two ranks simulated
-// in one process, the tall matrix split between them) the ranks' parts are the one-rank step's bits.
+// decoupled decay; the bias by AdamW at adam_lr/muon_lr times the step's lr. On a partition (two ranks as threads,
+// the tall matrix split between them, the matrices dealt out) the ranks' parts are the one-rank step's bits.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cpu/newton_schulz.h"
@@ -69,9 +72,12 @@ TEST_CASE("muon: the matrices by Newton–Schulz of the Nesterov momentum, the r
   CHECK(ds::test::values(state[1])[0] == 0.0f);  // (a matrix's: unused)
 }
 
-TEST_CASE("muon: on a partition the gathered update gives each rank its part of the one-rank step, bit for bit") {
+// Two ranks as two threads, exchanging through memory: the full buffer is rank 0's 11 elements then rank 1's 10.
+// The matrices are dealt B (the costlier) to rank 0 and A to rank 1, so each rank's parts of B and A come from the
+// one rank that orthogonalized them.
+TEST_CASE("muon: on a partition the ranks deal out the matrices and each gets its parts of the one-rank step, bit for bit") {
   const std::vector<float> p0 = randoms(21, 3);
-  std::vector<std::vector<float>> grads = {randoms(21, 4), randoms(21, 5), randoms(21, 6)};
+  const std::vector<std::vector<float>> grads = {randoms(21, 4), randoms(21, 5), randoms(21, 6)};
   // Rank 0 holds [0, 11): A, the bias and B's first 2 elements; rank 1 [11, 21): B's other 10.
   const std::vector<std::vector<ds::TensorRange>> ranges = {
       {{0, 6, 2, 3, 0, 0}, {6, 3}, {9, 2, 4, 3, 9, 0}}, {{0, 0, 2, 3, 0, 0}, {0, 0}, {0, 10, 4, 3, 9, 2}}};
@@ -79,38 +85,43 @@ TEST_CASE("muon: on a partition the gathered update gives each rank its part of 
 
   std::vector<float> whole = p0;
   auto one = muon(21);
+  for (int64_t step = 1; step <= 3; ++step) one->step(whole.data(), grads[step - 1].data(), 21, kWhole, 0.02, step);
+
+  std::barrier sync(2);
+  std::vector<float> shared(21);
+  std::vector<std::vector<float>> contributions(2);
   std::vector<std::vector<float>> part(2);
-  std::vector<std::unique_ptr<ds::Optimizer>> ranks;
-  for (int r : {0, 1}) {
+  std::vector<size_t> formed(2, 0);  // matrices each rank orthogonalized (nonzero elements it contributed)
+  auto rank = [&](int r) {
     part[r].assign(p0.begin() + begin[r], p0.begin() + begin[r] + size[r]);
-    ranks.push_back(muon(size[r]));
-  }
-  // Each step: every rank's update, as the first pass's gathers saw them, is what the second pass's gathers bring.
-  for (int64_t step = 1; step <= 3; ++step) {
-    one->step(whole.data(), grads[step - 1].data(), 21, kWhole, 0.02, step);
-    std::vector<float> updates(21, 0.0f);
-    std::vector<std::vector<float>> kept = part;
-    std::vector<std::vector<float>> states;
-    for (int r : {0, 1}) {
-      auto probe = muon(size[r]);
-      for (size_t k = 0; k < 2; ++k)  // (the same state as the rank's)
-        std::copy_n(static_cast<float*>(ranks[r]->state()[k].data), size[r], static_cast<float*>(probe->state()[k].data));
-      probe->set_gather([&, r](const float* mine, std::vector<float>& full) {
-        std::copy_n(mine, size[r], updates.begin() + begin[r]);
-        full.assign(21, 0.0f);
-      });
-      std::vector<float> scratch = part[r];
-      probe->step(scratch.data(), grads[step - 1].data() + begin[r], size[r], ranges[r], 0.02, step);
-    }
-    for (int r : {0, 1}) {
-      ranks[r]->set_gather([&](const float*, std::vector<float>& full) { full = updates; });
-      ranks[r]->step(part[r].data(), grads[step - 1].data() + begin[r], size[r], ranges[r], 0.02, step);
-    }
-  }
+    auto opt = muon(size[r]);
+    ds::PartitionExchange exchange{r, 2};
+    exchange.gather = [&, r](const float* mine, std::vector<float>& full) {
+      std::copy_n(mine, size[r], shared.begin() + begin[r]);
+      sync.arrive_and_wait();
+      full = shared;
+      sync.arrive_and_wait();
+    };
+    exchange.scatter = [&, r](const std::vector<float>& full, float* mine) {
+      contributions[r] = full;
+      formed[r] += static_cast<size_t>(std::count_if(full.begin(), full.end(), [](float x) { return x != 0.0f; }));
+      sync.arrive_and_wait();
+      for (size_t i = 0; i < size[r]; ++i) mine[i] = contributions[0][begin[r] + i] + contributions[1][begin[r] + i];
+      sync.arrive_and_wait();
+    };
+    opt->set_exchange(exchange);
+    for (int64_t step = 1; step <= 3; ++step)
+      opt->step(part[r].data(), grads[step - 1].data() + begin[r], size[r], ranges[r], 0.02, step);
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
   std::vector<float> joined = part[0];
   joined.insert(joined.end(), part[1].begin(), part[1].end());
   CHECK(joined == whole);
   CHECK(joined != p0);
+  CHECK(formed[0] == 3 * 12);  // B, each step
+  CHECK(formed[1] == 3 * 6);   // A
 }
 
 TEST_CASE("muon_matrix: DeepSpeed's rule, 2-D and up without embed or lm_head in the name") {
