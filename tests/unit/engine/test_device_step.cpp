@@ -731,17 +731,30 @@ TEST_CASE("device step: GPT's tied embedding and head on two ranks at stage 3") 
   gpt_host_and_device(2, 3, fake_device_group, amp::Storage::F32, 100'000);
 }
 
-// stage3_param_persistence_threshold on the device: a layer of at most that many elements (while the kept
-// layers add up to at most stage3_model_persistence_threshold) is gathered at its first use after an update and
-// stays, in views of its own, until the next: once per step, where the others are gathered at each use (each
-// micro-batch's forward and backward). The values are the same gathered bits either way.
-TEST_CASE("device step: at stage 3 the persistent layers are gathered once per update") {
+namespace {
+
+// An MLP of 16 blocks (many small units) on two ranks with the fake NCCL group as the device group:
+// f(group, cuda, plugin, nccl, config) on each rank, Adam's config for two ranks.
+template <class F>
+void on_deep_mlp(F f) {
   const std::string model = R"({"in_features": 12, "hidden": 24, "layers": 16, "classes": 5, "num_samples": 256})";
   const DsConfig config = adam_config(2);
   run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
     backend::Cuda cuda(0);
     auto plugin = Plugin::load(plugin_path(), model, cuda.table());
     auto nccl = fake_device_group(store, group.rank(), group.size());
+    f(group, cuda, *plugin, *nccl, config);
+  });
+}
+
+}  // namespace
+
+// stage3_param_persistence_threshold on the device: a layer of at most that many elements (while the kept
+// layers add up to at most stage3_model_persistence_threshold) is gathered at its first use after an update and
+// stays, in views of its own, until the next: once per step, where the others are gathered at each use (each
+// micro-batch's forward and backward). The values are the same gathered bits either way.
+TEST_CASE("device step: at stage 3 the persistent layers are gathered once per update") {
+  on_deep_mlp([](ProcessGroup& group, backend::Cuda& cuda, Plugin& plugin, auto& nccl, const DsConfig& config) {
     struct Result {
       int64_t gathers = 0;  // in the last step
       std::vector<float> losses, params;
@@ -749,16 +762,16 @@ TEST_CASE("device step: at stage 3 the persistent layers are gathered once per u
     };
     size_t units = 0, psi = 0;
     auto train = [&](int64_t persistence, int64_t model_persistence) {
-      EngineConfig e = units_per_layer(cuda, 3, nccl.get());
+      EngineConfig e = units_per_layer(cuda, 3, &nccl);
       e.stage3.persistence = persistence;
       e.stage3.model_persistence = model_persistence;
-      Engine engine = make_engine(e, *plugin, group, config);
+      Engine engine = make_engine(e, plugin, group, config);
       REQUIRE(engine.optimizer_place().find("gathered there") != std::string::npos);
       Result r;
       for (int s = 0; s < 4; ++s) {
-        const int64_t before = nccl->comms().stats("allgather").count;
+        const int64_t before = nccl.comms().stats("allgather").count;
         r.losses.push_back(engine.step().loss);
-        r.gathers = nccl->comms().stats("allgather").count - before;
+        r.gathers = nccl.comms().stats("allgather").count - before;
       }
       units = 0;
       for (const zero::Unit& u : engine.layout().units()) units += u.size > 0;  // (a ReLU's has none)
@@ -791,23 +804,18 @@ TEST_CASE("device step: at stage 3 the persistent layers are gathered once per u
 // layers' (and one landing gather), where stages 1-2 hold every layer's. The optimizer's state is the
 // partition's at all three.
 TEST_CASE("device step: at stages 2 and 3 the device keeps the partition's gradients and parameters") {
-  const std::string model = R"({"in_features": 12, "hidden": 24, "layers": 16, "classes": 5, "num_samples": 256})";
-  const DsConfig config = adam_config(2);
-  run_ranks(2, [&](ProcessGroup& group, std::shared_ptr<Store> store) {
-    backend::Cuda cuda(0);
-    auto plugin = Plugin::load(plugin_path(), model, cuda.table());
-    auto nccl = fake_device_group(store, group.rank(), group.size());
+  on_deep_mlp([](ProcessGroup& group, backend::Cuda& cuda, Plugin& plugin, auto& nccl, const DsConfig& config) {
     uint64_t sent = 0;  // by the device group in the last step
     auto device_memory = [&](int stage, size_t& psi, size_t& partition, size_t& largest_unit,
                              amp::Storage precision = amp::Storage::F32) {
-      EngineConfig e = units_per_layer(cuda, stage, nccl.get());
+      EngineConfig e = units_per_layer(cuda, stage, &nccl);
       e.precision = precision;
-      Engine engine = make_engine(e, *plugin, group, config);
+      Engine engine = make_engine(e, plugin, group, config);
       REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
       engine.step();
-      const uint64_t before = nccl->comms().sent_bytes();
+      const uint64_t before = nccl.comms().sent_bytes();
       engine.step();
-      sent = nccl->comms().sent_bytes() - before;
+      sent = nccl.comms().sent_bytes() - before;
       psi = engine.gather_parameters().size();
       partition = engine.layout().partition_size();
       largest_unit = 0;
