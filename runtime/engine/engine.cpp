@@ -286,6 +286,7 @@ void Engine::build_layers() {
       const ParamInfo& init = all[source].info;
       ParamSlot slot;
       slot.name = names[g];
+      slot.tied_to = p.info.tied_to;
       slot.shape = p.info.shape;
       slot.size = elements(p.info.shape);
       slot.stream = source;
@@ -617,7 +618,8 @@ void Engine::build_partition() {
   for (const ParamSlot& slot : slots_)
     if (slot.owner < 0) {
       const zero::Range mine = layout_->owned_part(slot.offset, slot.size);
-      const auto [rows, cols] = muon_matrix(slot.name, std::span<const int64_t>(slot.shape.dims, slot.shape.ndim));
+      const auto [rows, cols] = muon_matrix(slot.replica ? slot.tied_to : slot.name,
+                                            std::span<const int64_t>(slot.shape.dims, slot.shape.ndim));
       tensor_ranges_.push_back(TensorRange{mine.offset, mine.size, rows, cols, slot.offset,
                                            mine.size > 0 ? layout_->owned_within(slot.offset) : 0});
     }

@@ -142,6 +142,7 @@ struct ParamSlot {
   float a = 0.0f, b = 0.0f;  // the init's parameters (ParamInfo)
   bool replica = false;      // pipeline: a tied parameter whose owner is on an earlier stage, kept here
                              // as a copy of its own
+  std::string tied_to;       // a tied parameter: its owner's full name (rules by name, as Muon's, go by it)
   std::vector<int> tie_stages;  // pipeline: the stages that hold this parameter or a replica of it, when
                                 // more than one (their gradients are summed)
   size_t global_offset = 0;     // where its values are in the whole model's canonical flat order (a
