@@ -149,6 +149,14 @@ TEST_CASE("cuda adam on the emulator gives the CPU optimizer's bits") {
 
 namespace {
 
+// A multi-tensor kernel's launch over its blocks (segment_blocks), 64 threads each, the blocks in `order`.
+template <class Kernel>
+void launch_blocks(size_t blocks, Order order, Kernel kernel) {
+  LaunchOptions o;
+  o.order = order;
+  ds::simt::launch(static_cast<unsigned>(blocks), 64, o, kernel);
+}
+
 // Tensors of `sizes` elements side by side in one buffer, `gap` elements after each (a block running past its
 // tensor writes there; a gap of one shifts the next tensor's alignment): where each starts, and the length.
 struct SideBySide {
@@ -212,9 +220,7 @@ TEST_CASE("cuda multi-tensor adam: one launch gives each tensor's one-launch bit
         const int64_t at = starts[s];
         segments[s] = {&got_p[at], &g[at], &got_m[at], &got_v[at], sizes[s]};
       }
-      LaunchOptions o;
-      o.order = order;
-      ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o, [&] {
+      launch_blocks(blocks.size(), order, [&] {
         if (decoupled) ds::cuda::adam_multi_kernel<true>(segments.data(), blocks.data(), args);
         else ds::cuda::adam_multi_kernel<false>(segments.data(), blocks.data(), args);
       });
@@ -285,10 +291,7 @@ TEST_CASE("cuda multi-tensor scaling: scale_kernel's bits in each tensor, nothin
     segments.clear();
     for (size_t s = 0; s < sizes.size(); ++s) segments.push_back({&got[starts[s]], sizes[s]});
     const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
-    LaunchOptions o;
-    o.order = order;
-    ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o,
-                     [&] { ds::cuda::scale_multi_kernel(segments.data(), blocks.data(), factor); });
+    launch_blocks(blocks.size(), order, [&] { ds::cuda::scale_multi_kernel(segments.data(), blocks.data(), factor); });
     CHECK(got == want);
     CHECK(got != src);
   }
@@ -432,10 +435,7 @@ void check_one_state_kernel(Update update, CpuStep cpu_step, Prepare prepare) {
     std::vector<ds::cuda::OneStateSegment> segments;
     for (size_t k = 0; k < sizes.size(); ++k) segments.push_back({&p[starts[k]], &g[starts[k]], &s[starts[k]], sizes[k]});
     const auto blocks = ds::cuda::segment_blocks(segments.data(), segments.size());
-    LaunchOptions o;
-    o.order = order;
-    ds::simt::launch(static_cast<unsigned>(blocks.size()), 64, o,
-                     [&] { ds::cuda::one_state_multi_kernel(segments.data(), blocks.data(), update); });
+    launch_blocks(blocks.size(), order, [&] { ds::cuda::one_state_multi_kernel(segments.data(), blocks.data(), update); });
     CHECK(p == want_p);
     CHECK(s == want_s);
     CHECK(p != p0);
