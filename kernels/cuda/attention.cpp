@@ -1,12 +1,16 @@
 // Causal self-attention on the GPU as batched GEMMs and row kernels (launch.h's attention_forward and
 // attention_backward; the kernels: attention.cuh). Host code over the launchers, so the same sequence
 // runs on the GPU (launch.cu, cuBLASLt) and on the emulator (launch_emulated.cpp, the CPU reference GEMM).
-// Per group of `chunk` heads, with Q, K, V, dO [heads, T, D] and S [chunk, T, T] in the workspace:
-//   forward   S = QKᵀ/√D, P = causal softmax rows of S (stats kept), O = P·V
-//   backward  S = QKᵀ/√D, P from the stats, dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(P∘dP)),
-//             dQ = dS·K/√D, dK = dSᵀ·Q/√D
-// The causal mask is applied by the row kernels (P = 0 above the diagonal), so the products run over
-// whole T×T blocks: twice the flops a masked kernel needs, at cuBLAS's rate. With 16-bit products
+// Per group of `chunk` heads, with Q, K, V, dO [heads, T, D] in the workspace, and per query chunk c
+// (query_chunk.h: the queries Q_c against the keys of their causal prefix, K_p and V_p), its scores
+// S [heads, rows, width] in the workspace's block:
+//   forward   S = Q_c·K_pᵀ/√D, P = causal softmax rows of S (stats kept), O_c = P·V_p
+//   backward  S = Q_c·K_pᵀ/√D, P from the stats, dV_p += Pᵀ·dO_c, dP = dO_c·V_pᵀ,
+//             dS = P∘(dP − rowsum(P∘dP)), dQ_c = dS·K_p/√D, dK_p += dSᵀ·Q_c/√D
+// (backward takes the chunks last first: the last one's prefix is every key, so its dK and dV products
+// overwrite, and the others add to a prefix of them). The rest of the causal mask, within a chunk's
+// rows, is applied by the row kernels (P = 0 above the diagonal), so the products do (n + 1)/2n of the
+// whole T×T's flops with n chunks, where a masked kernel needs half, at cuBLAS's rate. With 16-bit products
 // (bf16 or fp16) each GEMM takes 16-bit copies of its operands and writes fp32: Q, K, V and dO made
 // once by the conversion kernel; P and dS per group by the row kernels that form them, which write the
 // 16-bit values themselves (the forward's and dS's fp32 values are not written at all).
@@ -26,9 +30,9 @@ namespace {
 
 constexpr auto F32 = GemmType::F32;
 
-// The workspace's parts, in floats: seven [B, H, T, D] arrays, then two [chunk, T, T] blocks; with
-// 16-bit products then the 16-bit copies: four [B, H, T, D] arrays (Q, K, V, dO) and one
-// [chunk, T, T] block (P, then dS).
+// The workspace's parts, in floats: seven [B, H, T, D] arrays, then two blocks of [chunk, T, T] floats
+// (a query chunk's S or P, and dP); with 16-bit products then the 16-bit copies: four [B, H, T, D]
+// arrays (Q, K, V, dO) and one block (P, then dS).
 struct Workspace {
   float *q, *k, *v, *o, *dq, *dk, *dv, *s, *dp;
   std::optional<amp::Half> products;
@@ -48,12 +52,12 @@ struct Workspace {
   size_t element_bytes() const { return products ? 2 : 4; }
 };
 
-// c[heads][m, n] = alpha · op(a) · op(b) over `heads` consecutive heads (contiguous per head), a and
-// b of `type`.
-void per_head(const void* a, const void* b, float* c, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
-              float alpha, int64_t heads, GemmType type, void* stream) {
-  gemm(a, b, c, m, n, k, trans_a, trans_b, type, F32, alpha, 0.0f, heads, trans_a ? k * m : m * k,
-       trans_b ? n * k : k * n, m * n, stream);
+// c[h][m, n] = alpha · op(a[h]) · op(b[h]) + beta · c[h] over `heads` heads, each operand's heads
+// `stride_*` elements apart; a and b of `type`.
+void per_head(const void* a, int64_t stride_a, const void* b, int64_t stride_b, float* c, int64_t stride_c, int64_t m,
+              int64_t n, int64_t k, bool trans_a, bool trans_b, float alpha, float beta, int64_t heads, GemmType type,
+              void* stream) {
+  gemm(a, b, c, m, n, k, trans_a, trans_b, type, F32, alpha, beta, heads, stride_a, stride_b, stride_c, stream);
 }
 
 // The operand a product reads: x itself, or its 16-bit copy x16 (made now).
@@ -104,13 +108,20 @@ void attention_forward(const float* qkv, float* out, float* stats, float* worksp
   const auto* k = static_cast<const char*>(operand(w, w.k, w.k16, n, stream));
   const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, stream));
   const size_t elem = w.element_bytes();
+  const int64_t HD = T * D, query_rows = attention_query_rows(T);  // a head's elements in [B, H, T, D]
   for (int64_t first = 0; first < heads; first += chunk) {
-    const int64_t count = std::min(chunk, heads - first), at = first * T * D;
-    const size_t off = static_cast<size_t>(at) * elem;
-    per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
-    attention_softmax_rows(w.s, stats + 2 * first * T, count * T, T, w.s16, w.half(), stream);  // P
-    const void* p = w.products ? static_cast<const void*>(w.s16) : w.s;
-    per_head(p, v + off, w.o + at, T, D, T, false, false, 1.0f, count, type, stream);
+    const int64_t count = std::min(chunk, heads - first), at = first * HD;
+    float* group_stats = stats + 2 * first * T;
+    for (int64_t q0 = 0; q0 < T; q0 += query_rows) {
+      const QueryChunk c{T, q0, std::min(query_rows, T - q0)};
+      const int64_t R = c.rows, W = c.width();
+      const size_t qc = static_cast<size_t>(at + q0 * D) * elem, kp = static_cast<size_t>(at) * elem;
+      per_head(q + qc, HD, k + kp, HD, w.s, R * W, R, W, D, false, true, scale, 0.0f, count, type, stream);  // S
+      attention_softmax_rows(w.s, group_stats, count, c, w.s16, w.half(), stream);  // P
+      const void* p = w.products ? static_cast<const void*>(w.s16) : w.s;
+      per_head(p, R * W, v + kp, HD, w.o + at + q0 * D, HD, R, D, W, false, false, 1.0f, 0.0f, count, type,
+               stream);  // O_c = P·V_p
+    }
   }
   attention_heads_to_rows(w.o, out, C, B, T, H, D, stream);
 }
@@ -136,18 +147,29 @@ void attention_backward(const float* qkv, const float* out, const float* stats, 
   const auto* v = static_cast<const char*>(operand(w, w.v, w.v16, n, stream));
   const auto* dout_h = static_cast<const char*>(operand(w, w.o, w.o16, n, stream));
   const size_t elem = w.element_bytes();
+  const int64_t HD = T * D, query_rows = attention_query_rows(T), last = (T - 1) / query_rows * query_rows;
   for (int64_t first = 0; first < heads; first += chunk) {
-    const int64_t count = std::min(chunk, heads - first), at = first * T * D;
-    const size_t off = static_cast<size_t>(at) * elem;
-    per_head(q + off, k + off, w.s, T, T, D, false, true, scale, count, type, stream);
-    attention_probs_from_stats(w.s, stats + 2 * first * T, count * T, T, w.s16, w.half(), stream);  // P
-    const void* p = w.products ? static_cast<const void*>(w.s16) : w.s;
-    per_head(p, dout_h + off, w.dv + at, T, D, T, true, false, 1.0f, count, type, stream);  // dV = Pᵀ·dO
-    per_head(dout_h + off, v + off, w.dp, T, T, D, false, true, 1.0f, count, type, stream);  // dP = dO·Vᵀ
-    attention_softmax_backward(w.s, w.dp, count * T, T, w.s16, w.half(), stream);  // dS (over P's 16-bit copy)
-    const void* ds = w.products ? static_cast<const void*>(w.s16) : w.dp;
-    per_head(ds, k + off, w.dq + at, T, D, T, false, false, scale, count, type, stream);  // dQ = dS·K/√D
-    per_head(ds, q + off, w.dk + at, T, D, T, true, false, scale, count, type, stream);   // dK = dSᵀ·Q/√D
+    const int64_t count = std::min(chunk, heads - first), at = first * HD;
+    const float* group_stats = stats + 2 * first * T;
+    for (int64_t q0 = last; q0 >= 0; q0 -= query_rows) {  // the last chunk first: its dK, dV cover every key
+      const QueryChunk c{T, q0, std::min(query_rows, T - q0)};
+      const int64_t R = c.rows, W = c.width();
+      const float add = q0 == last ? 0.0f : 1.0f;
+      const size_t qc = static_cast<size_t>(at + q0 * D) * elem, kp = static_cast<size_t>(at) * elem;
+      per_head(q + qc, HD, k + kp, HD, w.s, R * W, R, W, D, false, true, scale, 0.0f, count, type, stream);  // S
+      attention_probs_from_stats(w.s, group_stats, count, c, w.s16, w.half(), stream);  // P
+      const void* p = w.products ? static_cast<const void*>(w.s16) : w.s;
+      per_head(p, R * W, dout_h + qc, HD, w.dv + at, HD, W, D, R, true, false, 1.0f, add, count, type,
+               stream);  // dV_p += Pᵀ·dO_c
+      per_head(dout_h + qc, HD, v + kp, HD, w.dp, R * W, R, W, D, false, true, 1.0f, 0.0f, count, type,
+               stream);  // dP = dO_c·V_pᵀ
+      attention_softmax_backward(w.s, w.dp, count, c, w.s16, w.half(), stream);  // dS (over P's 16-bit copy)
+      const void* ds = w.products ? static_cast<const void*>(w.s16) : w.dp;
+      per_head(ds, R * W, k + kp, HD, w.dq + at + q0 * D, HD, R, D, W, false, false, scale, 0.0f, count, type,
+               stream);  // dQ_c = dS·K_p/√D
+      per_head(ds, R * W, q + qc, HD, w.dk + at, HD, W, D, R, true, false, scale, add, count, type,
+               stream);  // dK_p += dSᵀ·Q_c/√D
+    }
   }
   attention_heads_to_rows(w.dq, dqkv, 3 * C, B, T, H, D, stream);
   attention_heads_to_rows(w.dk, dqkv + C, 3 * C, B, T, H, D, stream);

@@ -1,7 +1,7 @@
 // The element and row kernels of causal self-attention on the GPU (the whole: attention.cpp, which
 // runs the products as batched cuBLASLt GEMMs between them; formulas and layouts: kernels/cpu/attention.h).
-// Per (b, h) the head's rows live apart in [B, H, T, D] ("heads"); scores and probabilities in
-// [rows, T] blocks of T×T per head ("scores"), row t of head bh at (bh·T + t)·T:
+// Per (b, h) the head's rows live apart in [B, H, T, D] ("heads"); scores and probabilities in one
+// query chunk's blocks (query_chunk.h: per head the chunk's queries against their causal prefix):
 //   rows_to_heads / heads_to_rows   qkv's or out's interleaved rows <-> [B, H, T, D]
 //   softmax_rows        forward: m_t = max_{j≤t} s_tj, P_tj = exp(s_tj − m_t)/Σ, 0 for j > t;
 //                       stats (m_t, l_t = log Σ), as the CPU keeps them
@@ -17,6 +17,7 @@
 
 #include "cuda/block_reduce.cuh"
 #include "cuda/convert.cuh"
+#include "cuda/query_chunk.h"
 
 namespace ds::cuda {
 
@@ -42,16 +43,18 @@ DS_KERNEL void heads_to_rows_kernel(const float* heads, float* rows, int64_t row
 }
 
 // With 16-bit products the kernels below also give the values the next product reads in 16 bits
-// (out16, in `type`, [rows, T] as the fp32 ones): rounded as the conversion kernel rounds them, so the
-// products see the same bits as from a separate conversion, one fewer pass over the T×T block.
+// (out16, in `type`, laid out as the fp32 ones): rounded as the conversion kernel rounds them, so the
+// products see the same bits as from a separate conversion, one fewer pass over the scores.
+// Each works on one query chunk's scores (query_chunk.h): blocks [heads, rows, width] of the chunk's
+// causal prefix; QueryChunk{T, 0, T} is every row of [heads·T, T].
 
-// Forward softmax of each causal row: grid.x = the rows (heads·T), block.x a multiple of 32. scores
-// [rows, T] (already scaled by 1/√D); stats [rows, 2] = (m, l). P replaces the scores, or with out16
-// goes there only (the scores stay).
-DS_KERNEL void softmax_rows_kernel(float* scores, float* stats, int64_t T, uint16_t* out16, amp::Half type) {
+// Forward softmax of each causal row: grid.x = the chunk's rows (heads·rows), block.x a multiple of
+// 32. scores [heads, rows, width] (already scaled by 1/√D); stats [heads·T, 2] = (m, l). P replaces
+// the scores, or with out16 goes there only (the scores stay).
+DS_KERNEL void softmax_rows_kernel(float* scores, float* stats, QueryChunk chunk, uint16_t* out16, amp::Half type) {
   DS_SHARED(float, scratch, 32);
-  const int64_t row = blockIdx.x, t = row % T;
-  float* s = scores + row * T;
+  const int64_t row = blockIdx.x, t = chunk.query(row), width = chunk.width();
+  float* s = scores + row * width;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) m = fmaxf(m, s[j]);
   m = block_max(m, scratch);
@@ -59,43 +62,45 @@ DS_KERNEL void softmax_rows_kernel(float* scores, float* stats, int64_t T, uint1
   for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) sum += expf(s[j] - m);
   sum = block_sum(sum, scratch);
   const float inv = 1.0f / sum;
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
     const float p = j <= t ? expf(s[j] - m) * inv : 0.0f;
-    if (out16 != nullptr) out16[row * T + j] = to_half_bits(type, p);
+    if (out16 != nullptr) out16[row * width + j] = to_half_bits(type, p);
     else s[j] = p;
   }
   if (threadIdx.x == 0) {
-    stats[2 * row] = m;
-    stats[2 * row + 1] = logf(sum);
+    const int64_t at = chunk.stats_row(row);
+    stats[2 * at] = m;
+    stats[2 * at + 1] = logf(sum);
   }
 }
 
-// Backward: P from recomputed scores and the forward's stats, in place over scores [rows, T], and with
+// Backward: P from recomputed scores [heads, rows, width] and the forward's stats, in place, and with
 // out16 in 16 bits there too; any grid and block.
-DS_KERNEL void probs_from_stats_kernel(float* scores, const float* stats, int64_t rows, int64_t T, uint16_t* out16,
-                                       amp::Half type) {
-  const int64_t n = rows * T, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+DS_KERNEL void probs_from_stats_kernel(float* scores, const float* stats, int64_t heads, QueryChunk chunk,
+                                       uint16_t* out16, amp::Half type) {
+  const int64_t width = chunk.width(), n = heads * chunk.rows * width,
+                stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t row = i / T, j = i % T;
-    scores[i] = j <= row % T ? expf(scores[i] - stats[2 * row] - stats[2 * row + 1]) : 0.0f;
+    const int64_t row = i / width, j = i % width, at = chunk.stats_row(row);
+    scores[i] = j <= chunk.query(row) ? expf(scores[i] - stats[2 * at] - stats[2 * at + 1]) : 0.0f;
     if (out16 != nullptr) out16[i] = to_half_bits(type, scores[i]);
   }
 }
 
-// Backward softmax: dS from P [rows, T] and dP [rows, T], replacing dP, or with out16 there only;
-// grid.x = the rows, block.x a multiple of 32.
-DS_KERNEL void softmax_backward_kernel(const float* probs, float* dprobs, int64_t T, uint16_t* out16,
+// Backward softmax: dS from P and dP [heads, rows, width], replacing dP, or with out16 there only;
+// grid.x = the chunk's rows, block.x a multiple of 32.
+DS_KERNEL void softmax_backward_kernel(const float* probs, float* dprobs, QueryChunk chunk, uint16_t* out16,
                                        amp::Half type) {
   DS_SHARED(float, scratch, 32);
-  const int64_t row = blockIdx.x, t = row % T;
-  const float* p = probs + row * T;
-  float* dp = dprobs + row * T;
+  const int64_t row = blockIdx.x, t = chunk.query(row), width = chunk.width();
+  const float* p = probs + row * width;
+  float* dp = dprobs + row * width;
   float partial = 0.0f;
   for (int64_t j = threadIdx.x; j <= t; j += blockDim.x) partial += p[j] * dp[j];
   const float total = block_sum(partial, scratch);
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
     const float ds = j <= t ? p[j] * (dp[j] - total) : 0.0f;
-    if (out16 != nullptr) out16[row * T + j] = to_half_bits(type, ds);
+    if (out16 != nullptr) out16[row * width + j] = to_half_bits(type, ds);
     else dp[j] = ds;
   }
 }

@@ -219,27 +219,27 @@ void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride
   check(cudaGetLastError(), "attention heads_to_rows launch");
 }
 
-void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, uint16_t* out16, amp::Half type,
-                            void* stream) {
-  if (rows <= 0 || T <= 0) return;
-  softmax_rows_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(
-      scores, stats, T, out16, type);
+void attention_softmax_rows(float* scores, float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
+                            amp::Half type, void* stream) {
+  if (heads <= 0 || chunk.rows <= 0) return;
+  softmax_rows_kernel<<<static_cast<unsigned>(heads * chunk.rows), row_threads(chunk.width()), 0,
+                        static_cast<cudaStream_t>(stream)>>>(scores, stats, chunk, out16, type);
   check(cudaGetLastError(), "attention softmax_rows launch");
 }
 
-void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, uint16_t* out16,
+void attention_probs_from_stats(float* scores, const float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void* stream) {
-  if (rows <= 0 || T <= 0) return;
-  probs_from_stats_kernel<<<element_blocks(rows * T), kElementThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      scores, stats, rows, T, out16, type);
+  if (heads <= 0 || chunk.rows <= 0) return;
+  probs_from_stats_kernel<<<element_blocks(heads * chunk.rows * chunk.width()), kElementThreads, 0,
+                            static_cast<cudaStream_t>(stream)>>>(scores, stats, heads, chunk, out16, type);
   check(cudaGetLastError(), "attention probs_from_stats launch");
 }
 
-void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, uint16_t* out16,
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void* stream) {
-  if (rows <= 0 || T <= 0) return;
-  softmax_backward_kernel<<<static_cast<unsigned>(rows), row_threads(T), 0, static_cast<cudaStream_t>(stream)>>>(
-      probs, dprobs, T, out16, type);
+  if (heads <= 0 || chunk.rows <= 0) return;
+  softmax_backward_kernel<<<static_cast<unsigned>(heads * chunk.rows), row_threads(chunk.width()), 0,
+                            static_cast<cudaStream_t>(stream)>>>(probs, dprobs, chunk, out16, type);
   check(cudaGetLastError(), "attention softmax_backward launch");
 }
 

@@ -14,6 +14,7 @@
 
 #include "amp/half.h"
 #include "cpu/adam_element.h"
+#include "cuda/query_chunk.h"
 #include "cuda/segments.h"
 #include "cpu/lamb_element.h"
 #include "cpu/adagrad_element.h"
@@ -98,7 +99,8 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
 
 // Causal self-attention (kernels/cpu/attention.h's formulas and layouts), attention.cpp: the
 // products are batched GEMMs (gemm.h: QKᵀ, PV forward; QKᵀ again, PᵀdO, dO·Vᵀ, dS·K, dSᵀ·Q backward)
-// over the heads in groups of attention_chunk_heads, with the softmax rows between them.
+// over the heads in groups of attention_chunk_heads and the queries in chunks of attention_query_rows
+// (query_chunk.h: each chunk against its causal prefix of keys only), with the softmax rows between them.
 //   forward:  out[B, T, H, D] and stats[B, H, T, 2] from qkv[B, T, 3, H, D]
 //   backward: dqkv[B, T, 3, H, D] (overwritten) from qkv, the forward's out and stats and dout[B, T, H, D]
 //             (out: the fused kernel's Δ = rowsum(dout∘out); the GEMM form reads it not and takes nullptr)
@@ -148,13 +150,14 @@ void attention_rows_to_heads(const float* rows, int64_t row_stride, float* heads
                              int64_t D, void* stream);
 void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride, int64_t B, int64_t T, int64_t H,
                              int64_t D, void* stream);
+// Over one query chunk's scores [heads, chunk.rows, chunk.width()] (query_chunk.h), stats [heads·T, 2].
 // With out16 (not nullptr) the rows' results also go there in 16 bits of `type` (softmax_rows' P and
 // softmax_backward's dS only there; probs_from_stats' P to both).
-void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, uint16_t* out16, amp::Half type,
-                            void* stream);
-void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, uint16_t* out16,
+void attention_softmax_rows(float* scores, float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
+                            amp::Half type, void* stream);
+void attention_probs_from_stats(float* scores, const float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void* stream);
-void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, uint16_t* out16,
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void* stream);
 
 // Bias and residual (kernels/cpu/bias.h, elementwise.h): y[rows, cols] += bias[cols] (or = bias[cols]);

@@ -287,24 +287,25 @@ void attention_heads_to_rows(const float* heads, float* rows, int64_t row_stride
                [&] { heads_to_rows_kernel(heads, rows, row_stride, B, T, H, D); });
 }
 
-void attention_softmax_rows(float* scores, float* stats, int64_t rows, int64_t T, uint16_t* out16, amp::Half type,
-                            void*) {
-  if (rows <= 0 || T <= 0) return;
-  simt::launch(static_cast<unsigned>(rows), row_threads(T), {}, [&] { softmax_rows_kernel(scores, stats, T, out16, type); });
+void attention_softmax_rows(float* scores, float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
+                            amp::Half type, void*) {
+  if (heads <= 0 || chunk.rows <= 0) return;
+  simt::launch(static_cast<unsigned>(heads * chunk.rows), row_threads(chunk.width()), {},
+               [&] { softmax_rows_kernel(scores, stats, chunk, out16, type); });
 }
 
-void attention_probs_from_stats(float* scores, const float* stats, int64_t rows, int64_t T, uint16_t* out16,
+void attention_probs_from_stats(float* scores, const float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void*) {
-  if (rows <= 0 || T <= 0) return;
-  simt::launch(element_blocks(rows * T), kElementThreads, {},
-               [&] { probs_from_stats_kernel(scores, stats, rows, T, out16, type); });
+  if (heads <= 0 || chunk.rows <= 0) return;
+  simt::launch(element_blocks(heads * chunk.rows * chunk.width()), kElementThreads, {},
+               [&] { probs_from_stats_kernel(scores, stats, heads, chunk, out16, type); });
 }
 
-void attention_softmax_backward(const float* probs, float* dprobs, int64_t rows, int64_t T, uint16_t* out16,
+void attention_softmax_backward(const float* probs, float* dprobs, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void*) {
-  if (rows <= 0 || T <= 0) return;
-  simt::launch(static_cast<unsigned>(rows), row_threads(T), {},
-               [&] { softmax_backward_kernel(probs, dprobs, T, out16, type); });
+  if (heads <= 0 || chunk.rows <= 0) return;
+  simt::launch(static_cast<unsigned>(heads * chunk.rows), row_threads(chunk.width()), {},
+               [&] { softmax_backward_kernel(probs, dprobs, chunk, out16, type); });
 }
 
 namespace {

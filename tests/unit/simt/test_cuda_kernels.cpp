@@ -686,6 +686,7 @@ TEST_CASE("cuda attention's softmax rows on the emulator: causal, stats, recompu
       CAPTURE(T);
       CAPTURE(threads);
       const int64_t rows = 2 * T;  // two heads
+      const ds::cuda::QueryChunk whole{T, 0, T};
       std::vector<float> scores(rows * T), dp(rows * T);
       for (auto& v : scores) v = normal(rng);
       for (auto& v : dp) v = normal(rng);
@@ -698,16 +699,16 @@ TEST_CASE("cuda attention's softmax rows on the emulator: causal, stats, recompu
         stats[i].assign(2 * rows, NAN);
         ds[i] = dp;
         ds::simt::launch(static_cast<unsigned>(rows), threads, o,
-                         [&] { ds::cuda::softmax_rows_kernel(p[i].data(), stats[i].data(), T, nullptr, kBf16); });
+                         [&] { ds::cuda::softmax_rows_kernel(p[i].data(), stats[i].data(), whole, nullptr, kBf16); });
         ds::simt::launch(static_cast<unsigned>(rows), threads, o,
-                         [&] { ds::cuda::softmax_backward_kernel(p[i].data(), ds[i].data(), T, nullptr, kBf16); });
+                         [&] { ds::cuda::softmax_backward_kernel(p[i].data(), ds[i].data(), whole, nullptr, kBf16); });
       }
       CHECK(p[0] == p[1]);
       CHECK(stats[0] == stats[1]);
       CHECK(ds[0] == ds[1]);
       recomputed = scores;
       ds::simt::launch(3, 64, {},
-                       [&] { ds::cuda::probs_from_stats_kernel(recomputed.data(), stats[0].data(), rows, T, nullptr, kBf16); });
+                       [&] { ds::cuda::probs_from_stats_kernel(recomputed.data(), stats[0].data(), 2, whole, nullptr, kBf16); });
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = r % T;
         const float* s = scores.data() + r * T;
@@ -738,7 +739,8 @@ TEST_CASE("cuda attention's row kernels in 16 bits: the conversion's bits of the
   for (ds::amp::Half type : {ds::amp::Half::BF16, ds::amp::Half::F16}) {
     for (int64_t T : {1, 33, 70}) {
       CAPTURE(T);
-      const int64_t rows = 2 * T, n = rows * T;
+      const int64_t rows = 2 * T, n = rows * T;  // two heads
+      const ds::cuda::QueryChunk whole{T, 0, T};
       std::vector<float> scores(n), dp(n);
       for (auto& v : scores) v = normal(rng);
       for (auto& v : dp) v = normal(rng);
@@ -751,28 +753,99 @@ TEST_CASE("cuda attention's row kernels in 16 bits: the conversion's bits of the
       const auto per_row = [&](const std::function<void()>& kernel) {
         ds::simt::launch(static_cast<unsigned>(rows), 64, {}, kernel);
       };
-      per_row([&] { ds::cuda::softmax_rows_kernel(p32.data(), stats.data(), T, nullptr, type); });
-      per_row([&] { ds::cuda::softmax_backward_kernel(p32.data(), ds32.data(), T, nullptr, type); });
+      per_row([&] { ds::cuda::softmax_rows_kernel(p32.data(), stats.data(), whole, nullptr, type); });
+      per_row([&] { ds::cuda::softmax_backward_kernel(p32.data(), ds32.data(), whole, nullptr, type); });
       std::vector<float> s16_scores = scores, stats16(2 * rows), dp16 = dp;
       std::vector<uint16_t> p16(n, 0xFFFF), ds16(n, 0xFFFF);
-      per_row([&] { ds::cuda::softmax_rows_kernel(s16_scores.data(), stats16.data(), T, p16.data(), type); });
+      per_row([&] { ds::cuda::softmax_rows_kernel(s16_scores.data(), stats16.data(), whole, p16.data(), type); });
       CHECK(p16 == convert(p32));
       CHECK(stats16 == stats);
       CHECK(s16_scores == scores);  // the scores stay
-      per_row([&] { ds::cuda::softmax_backward_kernel(p32.data(), dp16.data(), T, ds16.data(), type); });
+      per_row([&] { ds::cuda::softmax_backward_kernel(p32.data(), dp16.data(), whole, ds16.data(), type); });
       CHECK(ds16 == convert(ds32));
       CHECK(dp16 == dp);  // dP stays
       std::vector<float> recomputed = scores, recomputed16 = scores;
       std::vector<uint16_t> r16(n, 0xFFFF);
       ds::simt::launch(3, 64, {}, [&] {
-        ds::cuda::probs_from_stats_kernel(recomputed.data(), stats.data(), rows, T, nullptr, type);
+        ds::cuda::probs_from_stats_kernel(recomputed.data(), stats.data(), 2, whole, nullptr, type);
       });
       ds::simt::launch(3, 64, {}, [&] {
-        ds::cuda::probs_from_stats_kernel(recomputed16.data(), stats.data(), rows, T, r16.data(), type);
+        ds::cuda::probs_from_stats_kernel(recomputed16.data(), stats.data(), 2, whole, r16.data(), type);
       });
       CHECK(recomputed16 == recomputed);
       CHECK(r16 == convert(recomputed));
     }
+  }
+}
+
+TEST_CASE("cuda attention's row kernels on a query chunk: the whole rows' values on the chunk's rows and prefix") {
+  // The GEMM form forms each query chunk's scores against its causal prefix only (query_chunk.h): over
+  // such a block [heads, rows, width] the row kernels must give the values they give on those rows of
+  // the whole [heads·T, T] (the columns past the chunk are 0 there), the stats at the chunk's rows
+  // and no others.
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int64_t T = 45, heads = 3;
+  const ds::cuda::QueryChunk whole{T, 0, T};
+  std::vector<float> scores(heads * T * T), dp(heads * T * T);
+  for (auto& v : scores) v = normal(rng);
+  for (auto& v : dp) v = normal(rng);
+  std::vector<float> p_all = scores, stats_all(2 * heads * T), ds_all = dp, r_all = scores;
+  ds::simt::launch(static_cast<unsigned>(heads * T), 64, {},
+                   [&] { ds::cuda::softmax_rows_kernel(p_all.data(), stats_all.data(), whole, nullptr, kBf16); });
+  ds::simt::launch(static_cast<unsigned>(heads * T), 64, {},
+                   [&] { ds::cuda::softmax_backward_kernel(p_all.data(), ds_all.data(), whole, nullptr, kBf16); });
+  ds::simt::launch(4, 64, {},
+                   [&] { ds::cuda::probs_from_stats_kernel(r_all.data(), stats_all.data(), heads, whole, nullptr, kBf16); });
+  for (const ds::cuda::QueryChunk chunk : {ds::cuda::QueryChunk{T, 0, 16}, ds::cuda::QueryChunk{T, 16, 16},
+                                           ds::cuda::QueryChunk{T, 32, 13}, ds::cuda::QueryChunk{T, 44, 1}}) {
+    for (Order order : {Order::forward, Order::reverse}) {
+      CAPTURE(chunk.first);
+      CAPTURE(chunk.rows);
+      const int64_t R = chunk.rows, W = chunk.width();
+      const auto block = [&](const std::vector<float>& x) {  // the chunk's block of a whole [heads·T, T]
+        std::vector<float> out(heads * R * W);
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t j = 0; j < W; ++j) out[(h * R + r) * W + j] = x[(h * T + chunk.first + r) * T + j];
+        return out;
+      };
+      LaunchOptions o;
+      o.order = order;
+      std::vector<float> p = block(scores), stats(2 * heads * T, NAN), ds = block(dp), r = block(scores);
+      // (the rows' sums with the whole rows' block size: the same sums in the same order)
+      ds::simt::launch(static_cast<unsigned>(heads * R), 64, o,
+                       [&] { ds::cuda::softmax_rows_kernel(p.data(), stats.data(), chunk, nullptr, kBf16); });
+      ds::simt::launch(static_cast<unsigned>(heads * R), 64, o,
+                       [&] { ds::cuda::softmax_backward_kernel(p.data(), ds.data(), chunk, nullptr, kBf16); });
+      ds::simt::launch(3, 32, o,
+                       [&] { ds::cuda::probs_from_stats_kernel(r.data(), stats_all.data(), heads, chunk, nullptr, kBf16); });
+      CHECK(p == block(p_all));
+      CHECK(ds == block(ds_all));
+      CHECK(r == block(r_all));
+      for (int64_t row = 0; row < heads * T; ++row) {
+        const bool in_chunk = row % T >= chunk.first && row % T < W;
+        for (int i : {0, 1}) {
+          if (in_chunk) CHECK(stats[2 * row + i] == stats_all[2 * row + i]);
+          else CHECK(std::isnan(stats[2 * row + i]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention_query_rows: whole 16-row tiles, 4 to 16 chunks, every query in one") {
+  CHECK(ds::cuda::attention_query_rows(1) == 16);
+  CHECK(ds::cuda::attention_query_rows(37) == 16);  // 16, 16, 5
+  CHECK(ds::cuda::attention_query_rows(70) == 32);  // 32, 32, 6
+  CHECK(ds::cuda::attention_query_rows(1024) == 256);  // GPT-2: 4 chunks, 62.5% of the T×T products
+  CHECK(ds::cuda::attention_query_rows(2048) == 256);
+  CHECK(ds::cuda::attention_query_rows(8192) == 512);  // 16 chunks
+  for (int64_t T = 1; T <= 9000; T += 37) {
+    const int64_t rows = ds::cuda::attention_query_rows(T), chunks = (T + rows - 1) / rows;
+    REQUIRE(rows % 16 == 0);
+    REQUIRE(chunks <= 16);
+    REQUIRE(chunks * rows >= T);
   }
 }
 
