@@ -68,15 +68,14 @@ class Muon final : public Optimizer {
   // ortho_ [n]: each matrix's part orthogonalized, from update_ holding the whole matrices (one rank, or stage 0).
   void orthogonalize_own(const std::vector<TensorRange>& tensors) {
     ortho_.assign(update_.size(), 0.0f);
-    std::vector<float> matrix;
     for (size_t t = 0; t < tensors.size(); ++t) {
       const TensorRange& r = tensors[t];
       if (r.rows == 0 || r.size == 0) continue;
       check_matrix(t, r, update_.size());
-      matrix.resize(r.rows * r.cols);
-      cpu::newton_schulz(update_.data() + r.whole, matrix.data(), static_cast<int64_t>(r.rows),
+      matrix_.resize(r.rows * r.cols);
+      cpu::newton_schulz(update_.data() + r.whole, matrix_.data(), static_cast<int64_t>(r.rows),
                          static_cast<int64_t>(r.cols));
-      std::copy_n(matrix.data() + r.within, r.size, ortho_.data() + r.offset);
+      std::copy_n(matrix_.data() + r.within, r.size, ortho_.data() + r.offset);
     }
   }
 
@@ -84,7 +83,7 @@ class Muon final : public Optimizer {
   // into a buffer of the gathered layout (zero elsewhere), and the sums over the ranks scattered into ortho_.
   void orthogonalize_dealt(const std::vector<TensorRange>& tensors) {
     exchange_.gather(update_.data(), gathered_);
-    std::vector<float> formed(gathered_.size(), 0.0f);
+    formed_.assign(gathered_.size(), 0.0f);
     std::vector<double> load(static_cast<size_t>(exchange_.world), 0.0);
     std::vector<size_t> order;  // the matrices, the costliest first (rows·cols·min(rows, cols) multiply-adds)
     for (size_t t = 0; t < tensors.size(); ++t)
@@ -100,11 +99,11 @@ class Muon final : public Optimizer {
       if (to != static_cast<size_t>(exchange_.rank)) continue;
       const TensorRange& r = tensors[t];
       check_matrix(t, r, gathered_.size());
-      cpu::newton_schulz(gathered_.data() + r.whole, formed.data() + r.whole, static_cast<int64_t>(r.rows),
+      cpu::newton_schulz(gathered_.data() + r.whole, formed_.data() + r.whole, static_cast<int64_t>(r.rows),
                          static_cast<int64_t>(r.cols));
     }
     ortho_.assign(update_.size(), 0.0f);
-    exchange_.scatter(formed, ortho_.data());
+    exchange_.scatter(formed_, ortho_.data());
   }
 
   static void check_matrix(size_t t, const TensorRange& r, size_t whole_size) {
@@ -142,7 +141,9 @@ class Muon final : public Optimizer {
   StateBuffer exp_avg_;     // [n]: Muon's momentum (matrices), Adam's m (the rest)
   StateBuffer exp_avg_sq_;  // [n]: Adam's v
   PartitionExchange exchange_;  // on a partition: the ranks' updates and results
-  std::vector<float> update_, gathered_, ortho_;  // u [n]; every rank's u; the matrices' parts orthogonalized [n]
+  // Kept from step to step (their pages stay faulted in): u [n]; every rank's u; the matrices' parts
+  // orthogonalized [n]; the dealt matrices orthogonalized in the gathered layout; one matrix orthogonalized whole.
+  std::vector<float> update_, gathered_, ortho_, formed_, matrix_;
 };
 
 }  // namespace
