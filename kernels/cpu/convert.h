@@ -25,6 +25,7 @@ void add(amp::Storage s, const void* in, void* out, size_t n);         // out[i]
 void scale(amp::Storage s, void* data, size_t n, double factor);       // data[i] = data[i]·factor (in double)
 double sum_squares(amp::Storage s, const void* data, size_t n, double start = 0.0);  // start + Σ data[i]²
 void round_to(amp::Storage s, float* data, size_t n);                  // each value rounded to s's precision
+void round_to(amp::Storage s, const float* in, float* out, size_t n);  // out[i] = in[i] rounded (in == out allowed)
 
 // The same on raw 16-bit patterns: out[i] = half(float(out[i]) + in[i]) for accumulate.
 void to_float(amp::Half type, const uint16_t* in, float* out, size_t n);

@@ -115,11 +115,14 @@ void round_columns(amp::Half type, const float* x, int64_t rows, int64_t cols, i
 void matmul_rounded(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                     bool trans_a, bool trans_b, bool accumulate) {
   const amp::Storage storage = type == amp::Half::BF16 ? amp::Storage::BF16 : amp::Storage::F16;
-  thread_local std::vector<float> a, b;  // kept: a fresh buffer per product would fault its pages in each time
-  a.assign(A, A + M * K);
-  b.assign(B, B + K * N);
-  round_to(storage, a.data(), a.size());
-  round_to(storage, b.data(), b.size());
+  // Kept, and only grown (resizing down and up again would zero-fill the difference): a fresh buffer per
+  // product would fault its pages in each time.
+  thread_local std::vector<float> a, b;
+  const auto na = static_cast<size_t>(M * K), nb = static_cast<size_t>(K * N);
+  if (a.size() < na) a.resize(na);
+  if (b.size() < nb) b.resize(nb);
+  round_to(storage, A, a.data(), na);  // rounded as copied: one pass over each operand
+  round_to(storage, B, b.data(), nb);
   matmul(a.data(), b.data(), C, M, N, K, trans_a, trans_b, accumulate);
 }
 

@@ -188,7 +188,7 @@ Engine::Engine(const EngineConfig& config, Plugin& plugin, ProcessGroup& group, 
   else
     optimizer_ = make_optimizer(layout_->partition_size(), reducer);
   if (optimizer_ && optimizer_->reads_whole_tensors() && layout_->world() > 1) {  // unit by unit, as the gradients
-    PartitionExchange exchange{group_.rank(), group_.size()};
+    PartitionExchange exchange{group_.rank(), group_.size(), {}, {}};
     exchange.gather = [this](const float* partition, std::vector<float>& full) {
       full.assign(layout_->full_size(), 0.0f);
       for (const zero::Unit& u : layout_->units())

@@ -101,6 +101,9 @@ TEST_CASE("storage: the threaded operations give their references' bits at 1-3 t
         CHECK(ds::test::bit_identical(wide, wide_ref));
         round_to(s, rounded.data(), n);
         CHECK(ds::test::bit_identical(rounded, rounded_ref));
+        std::vector<float> copied(n, NAN);
+        round_to(s, x.data(), copied.data(), n);  // rounded as copied
+        CHECK(ds::test::bit_identical(copied, rounded_ref));
         auto added = b, sum = b, scaled = a;
         add_float(s, x.data(), added.data(), n);
         CHECK(added == added_ref);

@@ -95,7 +95,7 @@ TEST_CASE("muon: on a partition the ranks deal out the matrices and each gets it
   auto rank = [&](int r) {
     part[r].assign(p0.begin() + begin[r], p0.begin() + begin[r] + size[r]);
     auto opt = muon(size[r]);
-    ds::PartitionExchange exchange{r, 2};
+    ds::PartitionExchange exchange{r, 2, {}, {}};
     exchange.gather = [&, r](const float* mine, std::vector<float>& full) {
       std::copy_n(mine, size[r], shared.begin() + begin[r]);
       sync.arrive_and_wait();
