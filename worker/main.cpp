@@ -191,6 +191,8 @@ std::unique_ptr<backend::Device> select_device(const DsConfig& config, std::stri
 const ds_backend* cpu_table(const DsConfig& config, std::string& note) {
   if (!config.bf16.enabled && !config.fp16.enabled) return backend::cpu();
   note = "the layers run on the CPU" + arithmetic(config, config.bf16.enabled ? " on " + cpu::matmul_bf16_kernel() : "");
+  if (config.bf16.enabled && !cpu::bf16_units())
+    note += "; this CPU has no AMX or AVX-512-BF16 units: bf16 is no faster than fp32 here";
   return backend::cpu(config.bf16.enabled ? amp::Half::BF16 : amp::Half::F16);
 }
 

@@ -138,6 +138,8 @@ std::string matmul_bf16_kernel() {
   return name.empty() ? "sgemm on rounded operands" : name;
 }
 
+bool bf16_units() { return !onednn_bf16().empty(); }
+
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " (" +

@@ -29,6 +29,9 @@ void matmul_half_reference(amp::Half type, const float* A, const float* B, float
 // What runs bf16 products here: oneDNN's implementation name (e.g. "brg:avx512_core_amx_bf16"), or
 // "sgemm on rounded operands" when this CPU has no bf16 units (AMX or AVX-512-BF16) for oneDNN to use.
 std::string matmul_bf16_kernel();
+// Whether oneDNN has bf16 units here to multiply on (AMX or AVX-512-BF16): without them bf16 products cost
+// fp32's sgemm plus the rounding, no faster than fp32.
+bool bf16_units();
 // The oneDNN library loaded, e.g. "2.6.3 (OpenMP)": its CPU runtime must be OpenMP, our threads' pool.
 std::string onednn_version();
 

@@ -391,3 +391,24 @@ def test_initialising_the_parameters_holds_no_fp32_copy_of_the_whole_model(dsrun
     params16, states, activations, peak = mib("params"), mib(r"\(model states"), mib("activations"), mib("peak RSS")
     fp32_model = 2 * params16
     assert peak - states - activations < fp32_model / 2, line
+
+
+def test_bf16_start_line_names_the_kernel_and_says_when_bf16_is_no_faster(clean_env, tmp_path):
+    """In bf16 dsworker names what multiplies the products; where the CPU has no bf16 units (here: oneDNN held
+    to AVX2, as on such a CPU) it adds that bf16 is no faster than fp32 there. With the units, no such line."""
+    with open(CONFIG) as f:
+        cfg = json.load(f)
+    cfg["bf16"] = {"enabled": True}
+    path = tmp_path / "bf16.json"
+    path.write_text(json.dumps(cfg))
+    hint = "; this CPU has no AMX or AVX-512-BF16 units: bf16 is no faster than fp32 here"
+    r = run([DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "1"],
+            dict(clean_env, ONEDNN_MAX_CPU_ISA="AVX2"), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "(bf16 matmuls with fp32 accumulation on sgemm on rounded operands, the other ops in fp32)" + hint \
+        in r.stderr, r.stderr
+    flags = open("/proc/cpuinfo").read()
+    units = re.search(r"\b(amx_bf16|avx512_bf16)\b", flags) is not None
+    r = run([DSWORKER, "--model", "mlp", "--config", str(path), "--steps", "1"], clean_env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (hint in r.stderr) == (not units), r.stderr

@@ -44,6 +44,7 @@ TEST_CASE("matmul_half matches the reference on rounded operands, small and spli
   // ctest runs these again with oneDNN held to AVX2 (tests/unit/CMakeLists.txt): the sgemm path.
   const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
   if (isa != nullptr && std::string(isa) == "AVX2") CHECK(ds::cpu::matmul_bf16_kernel() == "sgemm on rounded operands");
+  CHECK(ds::cpu::bf16_units() == (ds::cpu::matmul_bf16_kernel() != "sgemm on rounded operands"));
   Rng rng(11);
   // Small ones run as one call; from 2^24 multiply-adds by rows (M >= N) or by columns, ragged last blocks.
   const Dims shapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 128, 32}, {1000, 70, 300}, {70, 1000, 300},
