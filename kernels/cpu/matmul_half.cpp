@@ -149,7 +149,7 @@ std::string onednn_version() {
 void matmul_half(amp::Half type, const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
                  bool trans_a, bool trans_b, bool accumulate) {
   check_matmul_sizes("matmul_half", M, N, K);
-  if (M == 0 || N == 0 || K == 0 || type == amp::Half::F16 || onednn_bf16().empty()) {
+  if (M == 0 || N == 0 || K == 0 || type == amp::Half::F16 || !bf16_units()) {
     matmul_rounded(type, A, B, C, M, N, K, trans_a, trans_b, accumulate);
     return;
   }
