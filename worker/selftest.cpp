@@ -167,8 +167,8 @@ double largest(std::span<const float> x) {
 // 16-bit products: each output and gradient within 8 roundings of its tensor's largest (a few roundings
 // of Q, K, V, dO, P and dS, each 2^-9 relative in bf16 and 2^-12 in fp16: bounds 2^-6 and 2^-9; the
 // unit tests see 3.4e-3 and 1.9e-3 in bf16). `kernel`: the fused kernel or the GEMMs (16-bit only).
-void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::optional<amp::Half> products,
-               cuda::AttentionKernel kernel, std::mt19937& rng) {
+void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, int64_t group_heads,
+               std::optional<amp::Half> products, cuda::AttentionKernel kernel, std::mt19937& rng) {
   const auto rows = static_cast<size_t>(B * H * T), n = static_cast<size_t>(B * T * H * D);
   const auto qkv = random_floats(rng, 3 * n, 0.0f, 1.5f), dout = random_floats(rng, n, 0.0f, 1.0f);
   std::vector<float> ref_out(n), ref_stats(2 * rows), ref_dqkv(3 * n);
@@ -178,9 +178,9 @@ void attention(Check& c, int64_t B, int64_t T, int64_t H, int64_t D, std::option
       d_workspace(
           std::vector<float>(static_cast<size_t>(cuda::attention_workspace_floats(B, T, H, D, products, kernel)), NAN));
   cuda::attention_forward(d_qkv.get(), d_out.get(), d_stats.get(), d_workspace.get(), B, T, H, D, nullptr, products,
-                          kernel);
+                          kernel, group_heads);
   cuda::attention_backward(d_qkv.get(), d_out.get(), d_stats.get(), d_dout.get(), d_dqkv.get(), d_workspace.get(), B,
-                           T, H, D, nullptr, products, kernel);
+                           T, H, D, nullptr, products, kernel, group_heads);
   if (products) {
     const double bound = *products == amp::Half::BF16 ? 0x1p-6 : 0x1p-9;
     compare(c, d_out.to_host(), ref_out, bound * largest(ref_out), 0.0);
@@ -608,28 +608,34 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
     add("gelu", fmt::format("{}", n), [=](Check& c, std::mt19937& rng) { gelu(c, n, rng); });
   struct AttentionShape {
     int64_t B, T, H, D;
+    int64_t group_heads = 0;  // the GEMM form's heads per group (0: as many as fit its score block)
+    std::string name() const {
+      const std::string shape = fmt::format("{}x{}x{}x{}", B, T, H, D);
+      return group_heads ? fmt::format("{}, heads in groups of {}", shape, group_heads) : shape;
+    }
   };
-  std::vector<AttentionShape> attention_shapes{{1, 1, 1, 1}, {2, 37, 3, 16}};
+  std::vector<AttentionShape> attention_shapes{{1, 1, 1, 1}, {2, 37, 3, 16}, {2, 37, 3, 16, 4}};
   if (!cuda::emulated()) {  // seconds to minutes on the emulator
-    attention_shapes.push_back({1, 1024, 2, 64});  // GPT-2's context
-    attention_shapes.push_back({1, 4096, 5, 8});   // 4 heads' scores per chunk: a second, partial chunk
-    attention_shapes.push_back({2, 300, 3, 40});   // the fused kernel: a partial tile, D padded to 48
-    attention_shapes.push_back({1, 200, 2, 80});   // D padded to 96: its dK/dV columns in two blocks
-    attention_shapes.push_back({2, 1024, 4, 128}); // D = 128 (GPT-3's, Llama's heads)
+    attention_shapes.push_back({1, 1024, 2, 64});     // GPT-2's context
+    attention_shapes.push_back({1, 4096, 5, 8, 4});   // 16 query chunks; a second, partial group of heads
+    attention_shapes.push_back({2, 300, 3, 40});      // the fused kernel: a partial tile, D padded to 48
+    attention_shapes.push_back({1, 200, 2, 80});      // D padded to 96: its dK/dV columns in two blocks
+    attention_shapes.push_back({2, 1024, 4, 128});    // D = 128 (GPT-3's, Llama's heads)
   }
   for (const auto s : attention_shapes)
-    add("attention", fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D), [=](Check& c, std::mt19937& rng) {
-      attention(c, s.B, s.T, s.H, s.D, std::nullopt, cuda::AttentionKernel::gemm, rng);
+    add("attention", s.name(), [=](Check& c, std::mt19937& rng) {
+      attention(c, s.B, s.T, s.H, s.D, s.group_heads, std::nullopt, cuda::AttentionKernel::gemm, rng);
     });
   // 16-bit training's products, through the fused kernel (flash attention) and through the GEMMs
   for (const auto type : {amp::Half::BF16, amp::Half::F16})
     for (const auto kernel : {cuda::AttentionKernel::fused, cuda::AttentionKernel::gemm})
       for (const auto s : attention_shapes)
-        if (s.T > 1)
+        if (s.T > 1 && !(s.group_heads && kernel == cuda::AttentionKernel::fused))  // (the fused kernel has no groups)
           add(fmt::format("attention_{}{}", type == amp::Half::BF16 ? "bf16" : "fp16",
                           kernel == cuda::AttentionKernel::gemm ? "_gemm" : ""),
-              fmt::format("{}x{}x{}x{}", s.B, s.T, s.H, s.D),
-              [=](Check& c, std::mt19937& rng) { attention(c, s.B, s.T, s.H, s.D, type, kernel, rng); });
+              s.name(), [=](Check& c, std::mt19937& rng) {
+                attention(c, s.B, s.T, s.H, s.D, s.group_heads, type, kernel, rng);
+              });
   // The backend's 16-bit matmul op: every transpose at sizes of no aligned row, and GPT-2's LM head's three
   // products (vocabulary 50257: its forward, its input's gradient and its weight's) at 64 tokens of 96.
   for (const auto type : {amp::Half::BF16, amp::Half::F16}) {

@@ -30,9 +30,10 @@ namespace {
 
 constexpr auto F32 = GemmType::F32;
 
-// The workspace's parts, in floats: seven [B, H, T, D] arrays, then two blocks of [chunk, T, T] floats
-// (a query chunk's S or P, and dP); with 16-bit products then the 16-bit copies: four [B, H, T, D]
-// arrays (Q, K, V, dO) and one block (P, then dS).
+// The workspace's parts, in floats: seven [B, H, T, D] arrays, then two blocks of
+// chunk · attention_block_per_head(T) floats (a query chunk's S or P, and dP, [heads, rows, width]);
+// with 16-bit products then the 16-bit copies: four [B, H, T, D] arrays (Q, K, V, dO) and one block
+// (P, then dS).
 struct Workspace {
   float *q, *k, *v, *o, *dq, *dk, *dv, *s, *dp;
   std::optional<amp::Half> products;
@@ -84,6 +85,16 @@ bool fused(int64_t B, int64_t H, int64_t D, std::optional<amp::Half> products, s
   return true;
 }
 
+// The heads per group: group_heads where given (1..attention_chunk_heads), else attention_chunk_heads.
+int64_t heads_per_group(int64_t B, int64_t T, int64_t H, int64_t group_heads) {
+  const int64_t most = attention_chunk_heads(B, T, H);
+  if (group_heads == 0) return most;
+  if (group_heads < 0 || group_heads > most)
+    throw std::invalid_argument("attention: group_heads " + std::to_string(group_heads) + " is not in 1.." +
+                                std::to_string(most));
+  return group_heads;
+}
+
 }  // namespace
 
 AttentionKernel attention_kernel(int64_t B, int64_t H, int64_t D, std::optional<amp::Half> products) {
@@ -96,11 +107,12 @@ AttentionKernel attention_kernel(int64_t B, int64_t H, int64_t D, std::optional<
 }
 
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
-                       int64_t D, void* stream, std::optional<amp::Half> products, std::optional<AttentionKernel> kernel) {
+                       int64_t D, void* stream, std::optional<amp::Half> products, std::optional<AttentionKernel> kernel,
+                       int64_t group_heads) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   if (fused(B, H, D, products, kernel)) return flash_attention_forward(qkv, out, stats, B, T, H, D, *products, stream);
-  const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
-  const Workspace w(workspace, n, chunk * T * T, products);
+  const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = heads_per_group(B, T, H, group_heads);
+  const Workspace w(workspace, n, chunk * attention_block_per_head(T), products);
   const GemmType type = w.type();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   split_qkv(qkv, w, B, T, H, D, stream);
@@ -128,7 +140,8 @@ void attention_forward(const float* qkv, float* out, float* stats, float* worksp
 
 void attention_backward(const float* qkv, const float* out, const float* stats, const float* dout, float* dqkv,
                         float* workspace, int64_t B, int64_t T, int64_t H, int64_t D, void* stream,
-                        std::optional<amp::Half> products, std::optional<AttentionKernel> kernel) {
+                        std::optional<amp::Half> products, std::optional<AttentionKernel> kernel,
+                        int64_t group_heads) {
   if (B <= 0 || T <= 0 || H <= 0 || D <= 0) return;
   if (fused(B, H, D, products, kernel)) {
     if (out == nullptr) throw std::invalid_argument("attention_backward: the fused kernel needs the forward's output");
@@ -136,8 +149,8 @@ void attention_backward(const float* qkv, const float* out, const float* stats, 
     flash_attention_backward_dq(qkv, stats, dout, workspace, dqkv, B, T, H, D, *products, stream);
     return flash_attention_backward_dkdv(qkv, stats, dout, workspace, dqkv, B, T, H, D, *products, stream);
   }
-  const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = attention_chunk_heads(B, T, H);
-  const Workspace w(workspace, n, chunk * T * T, products);
+  const int64_t C = H * D, n = B * T * C, heads = B * H, chunk = heads_per_group(B, T, H, group_heads);
+  const Workspace w(workspace, n, chunk * attention_block_per_head(T), products);
   const GemmType type = w.type();
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   split_qkv(qkv, w, B, T, H, D, stream);

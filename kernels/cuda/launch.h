@@ -108,8 +108,14 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, void* 
 // `products` bf16 or fp16: every product's operands (Q, K, V, dO, P and dS) are rounded to that type
 // and multiplied on the tensor cores with fp32 accumulation, as a 16-bit flash attention does; the
 // softmax and its backward stay fp32. None: fp32 products.
-inline int64_t attention_chunk_heads(int64_t B, int64_t T, int64_t H) {  // T×T scores of at most 256 MiB
-  const int64_t heads = B * H, fit = (int64_t{1} << 26) / (T > 0 ? T * T : 1);
+// A query chunk's scores for one head, the most of any chunk (attention_query_rows(T) rows, or T where
+// fewer, by all T keys), and the heads per group whose chunk scores fit 256 MiB (at least one).
+inline int64_t attention_block_per_head(int64_t T) {
+  const int64_t rows = attention_query_rows(T);
+  return (rows < T ? rows : T) * T;
+}
+inline int64_t attention_chunk_heads(int64_t B, int64_t T, int64_t H) {
+  const int64_t heads = B * H, fit = (int64_t{1} << 26) / (T > 0 ? attention_block_per_head(T) : 1);
   return fit < 1 ? 1 : fit > heads ? heads : fit;
 }
 //
@@ -123,17 +129,19 @@ inline int64_t attention_workspace_floats(int64_t B, int64_t T, int64_t H, int64
                                           std::optional<amp::Half> products = std::nullopt,
                                           std::optional<AttentionKernel> kernel = std::nullopt) {
   if (kernel.value_or(attention_kernel(B, H, D, products)) == AttentionKernel::fused) return B * H * T;
-  const int64_t n = B * T * H * D, block = attention_chunk_heads(B, T, H) * T * T;
+  const int64_t n = B * T * H * D, block = attention_chunk_heads(B, T, H) * attention_block_per_head(T);
   return 7 * n + 2 * block + (products ? 2 * n + (block + 1) / 2 : 0);  // 16-bit Q, K, V, dO and one block
 }
+// `group_heads`: the GEMM form's heads per group, 1..attention_chunk_heads (0: that; fewer only to test
+// the groups at shapes whose heads all fit one).
 void attention_forward(const float* qkv, float* out, float* stats, float* workspace, int64_t B, int64_t T, int64_t H,
                        int64_t D, void* stream, std::optional<amp::Half> products = std::nullopt,
-                       std::optional<AttentionKernel> kernel = std::nullopt);
+                       std::optional<AttentionKernel> kernel = std::nullopt, int64_t group_heads = 0);
 void attention_backward(const float* qkv, const float* out, const float* stats, const float* dout, float* dqkv,
                         float* workspace,
                         int64_t B, int64_t T, int64_t H, int64_t D, void* stream,
                         std::optional<amp::Half> products = std::nullopt,
-                        std::optional<AttentionKernel> kernel = std::nullopt);
+                        std::optional<AttentionKernel> kernel = std::nullopt, int64_t group_heads = 0);
 // The fused kernels (flash_attention.cuh), for attention.cpp: D ≤ 128, B·H ≤ 65535.
 void flash_attention_forward(const float* qkv, float* out, float* stats, int64_t B, int64_t T, int64_t H, int64_t D,
                              amp::Half products, void* stream);

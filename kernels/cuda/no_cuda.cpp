@@ -96,12 +96,13 @@ void gelu_backward(const float*, const float*, float*, int64_t, void*) {
 AttentionKernel attention_kernel(int64_t, int64_t, int64_t, std::optional<amp::Half>) { return AttentionKernel::gemm; }
 
 void attention_forward(const float*, float*, float*, float*, int64_t, int64_t, int64_t, int64_t, void*,
-                       std::optional<amp::Half>, std::optional<AttentionKernel>) {
+                       std::optional<amp::Half>, std::optional<AttentionKernel>, int64_t) {
   throw std::runtime_error("cuda: attention_forward: dsrun was built without CUDA");
 }
 
 void attention_backward(const float*, const float*, const float*, const float*, float*, float*, int64_t, int64_t,
-                        int64_t, int64_t, void*, std::optional<amp::Half>, std::optional<AttentionKernel>) {
+                        int64_t, int64_t, void*, std::optional<amp::Half>, std::optional<AttentionKernel>,
+                        int64_t) {
   throw std::runtime_error("cuda: attention_backward: dsrun was built without CUDA");
 }
 

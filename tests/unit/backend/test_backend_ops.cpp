@@ -672,4 +672,25 @@ TEST_CASE("attention keeps the GEMMs by default, DS_CUDA_ATTENTION=fused picks t
   CHECK_THROWS_WITH(ds::cuda::attention_forward(qkv.data(), out.data(), stats.data(), ws.data(), 1, 1, 1, 160, nullptr,
                                                 Half::BF16, AttentionKernel::fused),
                     "attention: the fused kernel needs 16-bit products, D <= 128 and B*H <= 65535 (D=160, B*H=1)");
+  CHECK_THROWS_WITH(ds::cuda::attention_forward(qkv.data(), out.data(), stats.data(), ws.data(), 1, 1, 1, 160, nullptr,
+                                                std::nullopt, AttentionKernel::gemm, 2),
+                    "attention: group_heads 2 is not in 1..1");
+}
+
+TEST_CASE("cuda attention: the GEMM form's heads in groups sized by a query chunk's scores, not the whole T x T") {
+  using ds::cuda::attention_block_per_head;
+  using ds::cuda::attention_chunk_heads;
+  using ds::cuda::AttentionKernel;
+  using ds::amp::Half;
+  CHECK(attention_block_per_head(1024) == 256 * 1024);  // GPT-2: 4 chunks of 256 queries, the last one's 1024 keys
+  CHECK(attention_block_per_head(4096) == 256 * 4096);  // 16 chunks
+  CHECK(attention_block_per_head(5) == 5 * 5);          // one chunk of every query (a 16-row tile holds them)
+  CHECK(attention_block_per_head(37) == 16 * 37);
+  CHECK(attention_chunk_heads(8, 1024, 12) == 96);      // every head in one group: 96 x 1 MiB of scores
+  CHECK(attention_chunk_heads(1, 4096, 66) == 64);      // 256 MiB of scores: 64 heads, then 2
+  CHECK(attention_chunk_heads(1, 65536, 1) == 1);       // a head's chunk over 256 MiB: still one head
+  const int64_t n = 8 * 1024 * 12 * 64, block = 96 * 256 * 1024;
+  CHECK(ds::cuda::attention_workspace_floats(8, 1024, 12, 64, std::nullopt, AttentionKernel::gemm) == 7 * n + 2 * block);
+  CHECK(ds::cuda::attention_workspace_floats(8, 1024, 12, 64, Half::BF16, AttentionKernel::gemm) ==
+        7 * n + 2 * block + 2 * n + block / 2);  // 16-bit Q, K, V, dO and a block
 }

@@ -66,8 +66,8 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
     }
   }
   CHECK(training == 1);
-  CHECK(attention == 2);       // 1x1x1x1 and 2x37x3x16; GPT-2's 1024 only on a GPU
-  CHECK(half_attention == 4);  // 16-bit products, bf16 and fp16, fused and GEMMs: 2x37x3x16
+  CHECK(attention == 3);       // 1x1x1x1, 2x37x3x16 and it in groups of 4 heads; GPT-2's 1024 only on a GPU
+  CHECK(half_attention == 6);  // 16-bit products, bf16 and fp16: 2x37x3x16 fused and GEMMs, in groups GEMMs
   CHECK(gemm == 23);  // f32, bf16, fp16: 1x1x1, 17x33x65 x 4 transposes, a batch; f32: k 0; bf16->f32 and
                       // fp16->f32: 2 each; the big: GPU
   CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
