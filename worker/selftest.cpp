@@ -473,11 +473,11 @@ void sgd(Check& c, size_t n, float momentum, bool nesterov, std::mt19937& rng) {
   c.differing = differing(got_p, cpu_p.data()) + differing(d_buf.to_host(), cpu_buf.data());
 }
 
-// Three steps of an optimizer with one state buffer (Lion, Adagrad) over `sizes` tensors (all in each launch, as
-// the device step runs it) against the CPU optimizer: parameters and state bit for bit. launch(segments, count,
-// table, step) runs update number `step` at lr 1e-3 on the device. A fifth of the gradients are 0 at the first
-// step, where the state starts at 0: Lion only decays those parameters (sign 0); Adagrad's sum there is its
-// initial value.
+// Three steps of an optimizer with one state buffer (Lion, Adagrad, plain RMSprop) over `sizes` tensors (all in
+// each launch, as the device step runs it) against the CPU optimizer: parameters and state bit for bit.
+// launch(segments, count, table, step) runs update number `step` at lr 1e-3 on the device. A fifth of the
+// gradients are 0 at the first step, where the state starts at 0: Lion only decays those parameters (sign 0);
+// Adagrad's sum there is its initial value; RMSprop's square_avg only their weight decay's square.
 template <class Launch>
 void one_state(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng,
                std::unique_ptr<Optimizer> (*make)(size_t n), Launch launch) {
@@ -511,6 +511,7 @@ void one_state(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng,
 
 constexpr LionParams kSelftestLion{0.9, 0.99, 0.1};
 constexpr AdagradParams kSelftestAdagrad{0.01, 0.1, 0.5, 1e-10};  // lr_decay, weight decay, initial value, eps
+constexpr RmspropParams kSelftestRmsprop{0.9, 1e-8, 0.1, 0.0, false};  // alpha, eps, weight decay (the device's: plain)
 
 void lion(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
   one_state(c, sizes, rng, [](size_t n) { return optim::make_lion(kSelftestLion, n, amp::Storage::F32); },
@@ -523,6 +524,13 @@ void adagrad(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
   one_state(c, sizes, rng, [](size_t n) { return optim::make_adagrad(kSelftestAdagrad, n, amp::Storage::F32); },
             [](const cuda::OneStateSegment* s, size_t count, const void* table, int64_t step) {
               cuda::adagrad_steps(s, count, optim::adagrad_args(kSelftestAdagrad, 1e-3, step), table, nullptr);
+            });
+}
+
+void rmsprop(Check& c, const std::vector<size_t>& sizes, std::mt19937& rng) {
+  one_state(c, sizes, rng, [](size_t n) { return optim::make_rmsprop(kSelftestRmsprop, n, amp::Storage::F32); },
+            [](const cuda::OneStateSegment* s, size_t count, const void* table, int64_t step) {
+              cuda::rmsprop_steps(s, count, optim::rmsprop_args(kSelftestRmsprop, 1e-3, step), table, nullptr);
             });
 }
 
@@ -702,6 +710,8 @@ std::vector<std::pair<Check, std::function<void(Check&, std::mt19937&)>>> checks
       true);
   add("adagrad_steps", "65539+1+4097 x 3 steps",
       [](Check& c, std::mt19937& rng) { adagrad(c, {65'539, 1, 4097}, rng); }, true);
+  add("rmsprop_steps", "65539+1+4097 x 3 steps",
+      [](Check& c, std::mt19937& rng) { rmsprop(c, {65'539, 1, 4097}, rng); }, true);
   const std::vector<size_t> lamb_tensors{65'539, 1, 4097};
   add("lamb", "65539+1+4097 x 3 steps", [=](Check& c, std::mt19937& rng) { lamb(c, lamb_tensors, rng); }, true);
   // The device step's multi-tensor launches, against the one-tensor launchers above (selftest_multi.h).

@@ -17,6 +17,7 @@
 #include "cuda/query_chunk.h"
 #include "cuda/segments.h"
 #include "cpu/lamb_element.h"
+#include "cpu/rmsprop_element.h"
 #include "cpu/adagrad_element.h"
 #include "cpu/lion_element.h"
 #include "cpu/sgd_element.h"
@@ -242,11 +243,14 @@ void sgd_step(float* p, const float* g, float* buf, int64_t n, const cpu::SgdArg
 // The same step over the tensors segments[0, count) in one launch, `table` as adam_steps'.
 void sgd_steps(const SgdSegment* segments, size_t count, const cpu::SgdArgs& args, const void* table, void* stream);
 
-// One Lion or Adagrad step (one_state.cuh; each segment's s: Lion's momentum, Adagrad's sum) over the tensors
-// segments[0, count) in one launch, `table` as adam_steps'.
+// One Lion, Adagrad or RMSprop step (one_state.cuh; each segment's s: Lion's momentum, Adagrad's sum,
+// RMSprop's square_avg; RMSprop without momentum, not centered) over the tensors segments[0, count) in one
+// launch, `table` as adam_steps'.
 void lion_steps(const OneStateSegment* segments, size_t count, const cpu::LionArgs& args, const void* table,
                 void* stream);
 void adagrad_steps(const OneStateSegment* segments, size_t count, const cpu::AdagradArgs& args, const void* table,
+                   void* stream);
+void rmsprop_steps(const OneStateSegment* segments, size_t count, const cpu::RmspropArgs& args, const void* table,
                    void* stream);
 
 // LAMB over the tensors segments[0, count) (lamb.cuh; fp32 in place; `table` as adam_steps'; segments'

@@ -577,6 +577,12 @@ void adagrad_steps(const OneStateSegment* segments, size_t count, const cpu::Ada
   one_state_steps(segments, count, AdagradUpdate{args}, table);
 }
 
+void rmsprop_steps(const OneStateSegment* segments, size_t count, const cpu::RmspropArgs& args, const void* table,
+                   void*) {
+  if (args.momentum > 0.0f || args.centered) throw std::invalid_argument("rmsprop_steps: one state only");
+  one_state_steps(segments, count, RmspropUpdate{args}, table);
+}
+
 void lamb_moments(const LambSegment* segments, size_t count, const cpu::LambArgs& args, double* sums,
                   const void* table, double* partial, void*) {
   const auto t = locate_table(segments, count, table);

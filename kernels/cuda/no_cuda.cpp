@@ -231,6 +231,10 @@ void adagrad_steps(const OneStateSegment*, size_t, const cpu::AdagradArgs&, cons
   throw std::runtime_error("cuda: adagrad_steps: dsrun was built without CUDA");
 }
 
+void rmsprop_steps(const OneStateSegment*, size_t, const cpu::RmspropArgs&, const void*, void*) {
+  throw std::runtime_error("cuda: rmsprop_steps: dsrun was built without CUDA");
+}
+
 void round_copies(amp::Half, const RoundSegment*, size_t, const void*, void*) {
   throw std::runtime_error("cuda: round_copies: dsrun was built without CUDA");
 }

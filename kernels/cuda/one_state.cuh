@@ -1,6 +1,7 @@
 // The element-wise optimizers with one state buffer on the GPU, over many fp32 tensors in one launch
-// (segments.h): Lion (DeepSpeed's FusedLion: kernels/cpu/lion_element.h, the state its momentum) and Adagrad
-// (torch.optim.Adagrad: kernels/cpu/adagrad_element.h, the state its sum of squares). A block per 4096 elements
+// (segments.h): Lion (DeepSpeed's FusedLion: kernels/cpu/lion_element.h, the state its momentum), Adagrad
+// (torch.optim.Adagrad: kernels/cpu/adagrad_element.h, the state its sum of squares) and plain RMSprop
+// (torch.optim.RMSprop without momentum, not centered: kernels/cpu/rmsprop_element.h, the state square_avg). A block per 4096 elements
 // of a tensor, each element through the CPU loop's own body, so a step gives the CPU's bits. Written in the CUDA
 // subset: nvcc compiles it, the SIMT emulator runs it in the unit tests.
 #pragma once
@@ -8,6 +9,7 @@
 
 #include "cpu/adagrad_element.h"
 #include "cpu/lion_element.h"
+#include "cpu/rmsprop_element.h"
 #include "cuda/segments.h"
 #include "simt/cuda_subset.h"
 
@@ -21,6 +23,13 @@ struct LionUpdate {
 struct AdagradUpdate {
   cpu::AdagradArgs a;
   DS_HD void operator()(float& param, float grad, float& sum) const { cpu::adagrad_element(param, grad, sum, a); }
+};
+struct RmspropUpdate {  // a.momentum 0, a.centered false: square_avg is the only state
+  cpu::RmspropArgs a;
+  DS_HD void operator()(float& param, float grad, float& square_avg) const {
+    float unused_mean = 0.0f, unused_buf = 0.0f;
+    cpu::rmsprop_element(param, grad, square_avg, unused_mean, unused_buf, a);
+  }
 };
 
 // Block b updates blocks[b]'s part of its segment: p and s in place from g. Grid: the blocks' count; any block size.

@@ -10,6 +10,7 @@
 
 #include "amp/half.h"
 #include "cpu/adagrad_element.h"
+#include "cpu/rmsprop_element.h"
 #include "cpu/adam_element.h"
 #include "cpu/lamb_element.h"
 #include "cpu/lion_element.h"
@@ -161,6 +162,7 @@ class Device {
   };
   virtual void lion_steps(std::span<const OneStateTensor> tensors, const cpu::LionArgs& args) = 0;
   virtual void adagrad_steps(std::span<const OneStateTensor> tensors, const cpu::AdagradArgs& args) = 0;
+  virtual void rmsprop_steps(std::span<const OneStateTensor> tensors, const cpu::RmspropArgs& args) = 0;  // (plain)
   // LAMB over several tensors, in its two passes with the host between them: lamb_moments updates each
   // tensor's moments from g and writes its Σp² to sums[2i] and Σu² to sums[2i + 1] (device memory [2 ·
   // tensors]); lamb_apply moves each tensor's p by −scales[i]·u (host memory [tensors]). The CUDA backend
@@ -229,6 +231,7 @@ class Cuda : public Device {
   void sgd_steps(std::span<const SgdTensor> tensors, const cpu::SgdArgs& args) override;
   void lion_steps(std::span<const OneStateTensor> tensors, const cpu::LionArgs& args) override;
   void adagrad_steps(std::span<const OneStateTensor> tensors, const cpu::AdagradArgs& args) override;
+  void rmsprop_steps(std::span<const OneStateTensor> tensors, const cpu::RmspropArgs& args) override;
   void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) override;
   void lamb_apply(std::span<const LambTensor> tensors, const cpu::LambArgs& args, std::span<const float> scales) override;
   // Waits for every op so far; an asynchronous error (a kernel's fault) surfaces here.

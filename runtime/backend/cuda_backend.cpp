@@ -735,6 +735,12 @@ void Cuda::adagrad_steps(std::span<const OneStateTensor> tensors, const cpu::Ada
                       kStream);
 }
 
+void Cuda::rmsprop_steps(std::span<const OneStateTensor> tensors, const cpu::RmspropArgs& args) {
+  const auto segments = one_state_segments(tensors);
+  cuda::rmsprop_steps(segments.data(), segments.size(), args, state_->tables.find(segments.data(), segments.size()),
+                      kStream);
+}
+
 size_t Cuda::table_uploads() const { return state_->tables.uploads(); }
 
 void Cuda::sgd_step(float* p, const float* g, float* buf, size_t n, const cpu::SgdArgs& args) {

@@ -30,7 +30,7 @@ std::string_view dtype_name(Dtype dtype);  // "fp32", "fp16", "bf16"
 
 // ---- optimizer ---------------------------------------------------------------------------------
 
-enum class OptimizerType { Adam, AdamW, Adagrad, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
+enum class OptimizerType { Adam, AdamW, Adagrad, RMSprop, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb };
 std::string_view optimizer_type_name(OptimizerType type);  // "Adam", "AdamW", "SGD", "Lamb", "OneBitAdam", …
 
 // FusedAdam / DeepSpeedCPUAdam (reference §4.2).
@@ -55,6 +55,15 @@ struct AdagradParams {
   double weight_decay = 0.0;              // L2, added to the gradient
   double initial_accumulator_value = 0.0; // the sum of squares before the first step
   double eps = 1e-10;
+};
+
+// torch.optim.RMSprop (DeepSpeed's "RMSprop", a torch.optim class by name): lr 1e-2 (OptimizerConfig::lr).
+struct RmspropParams {
+  double alpha = 0.99;        // the squares' running average: s ← alpha·s + (1 − alpha)·d²
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // L2, added to the gradient
+  double momentum = 0.0;      // > 0: a momentum buffer over d/√s
+  bool centered = false;      // divide by √(s − mean(d)²)
 };
 
 // FusedLion / DeepSpeedCPULion: lr 1e-3 (OptimizerConfig::lr), no eps, decoupled weight decay.
@@ -121,9 +130,9 @@ struct OneBitLambParams : CompressedCommParams {
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::Adam;
-  double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it; Adagrad: 1e-2; Muon: 0.02
+  double lr = 1e-3;              // SGD: torch ≥ 2.2's default; older torch required it; Adagrad, RMSprop: 1e-2; Muon: 0.02
   // AdamParams for Adam and AdamW
-  std::variant<AdamParams, AdagradParams, SgdParams, LionParams, MuonParams, LambParams, OneBitAdamParams,
+  std::variant<AdamParams, AdagradParams, RmspropParams, SgdParams, LionParams, MuonParams, LambParams, OneBitAdamParams,
                ZeroOneAdamParams, OneBitLambParams>
       params;
   bool legacy_fusion = false;    // accepted; no effect in dsworker

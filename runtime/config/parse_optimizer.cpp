@@ -10,8 +10,8 @@
 namespace ds::cfg {
 namespace {
 
-const std::vector<std::string> kSupported = {"Adam", "AdamW", "Adagrad",    "SGD",         "Lion",
-                                             "Muon", "Lamb",  "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+const std::vector<std::string> kSupported = {"Adam", "AdamW",      "Adagrad",     "RMSprop",   "SGD", "Lion",
+                                             "Muon", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
   if (!name) s.fail("type", fmt::format("missing (one of {})", fmt::join(kSupported, ", ")));
@@ -28,6 +28,7 @@ OptimizerType parse_type(Section& s, const std::optional<std::string>& name) {
   if (lower == "zerooneadam") return OptimizerType::ZeroOneAdam;
   if (lower == "onebitlamb") return OptimizerType::OneBitLamb;
   if (*name == "SGD") return OptimizerType::SGD;
+  if (*name == "RMSprop") return OptimizerType::RMSprop;
   s.fail("type", fmt::format("\"{}\" is not supported by dsworker (supported: {}){}", *name, fmt::join(kSupported, ", "),
                              did_you_mean(*name, kSupported)));
 }
@@ -97,6 +98,19 @@ AdagradParams parse_adagrad(Section& p) {
   for (const char* speed_only : {"foreach", "differentiable", "fused"}) p.flag(speed_only, false);
   p.flag("fp32_optimizer_states", true);  // the sum is fp32 unless bf16.bf16_optimizer_states says otherwise
   return a;
+}
+
+// torch.optim.RMSprop's keywords; torch's checks (every number at least 0).
+RmspropParams parse_rmsprop(Section& p) {
+  RmspropParams r;
+  r.alpha = non_negative(p, "alpha", r.alpha);
+  r.eps = non_negative(p, "eps", r.eps);
+  r.weight_decay = non_negative(p, "weight_decay", r.weight_decay);
+  r.momentum = non_negative(p, "momentum", r.momentum);
+  r.centered = p.flag("centered", r.centered);
+  if (p.flag("maximize", false)) p.fail("maximize", "true is not supported by dsworker");
+  for (const char* speed_only : {"foreach", "differentiable", "capturable"}) p.flag(speed_only, false);
+  return r;
 }
 
 // FusedLion(params, lr, betas, weight_decay, set_grad_none): any other key is an error, as the constructor's
@@ -248,12 +262,14 @@ std::optional<OptimizerConfig> parse_optimizer(Section& top) {
   c.type = parse_type(s, type);
 
   reject_max_grad_norm(p);
-  c.lr = non_negative(p, "lr", c.type == OptimizerType::Adagrad ? 1e-2 : c.lr);  // (torch's and DeepSpeed's Adagrad)
+  const bool lr_1e2 = c.type == OptimizerType::Adagrad || c.type == OptimizerType::RMSprop;  // (torch's defaults)
+  c.lr = non_negative(p, "lr", lr_1e2 ? 1e-2 : c.lr);
   switch (c.type) {
     case OptimizerType::Adam:
     case OptimizerType::AdamW: c.params = parse_adam(p, c.type); break;
     case OptimizerType::SGD: c.params = parse_sgd(p); break;
     case OptimizerType::Adagrad: c.params = parse_adagrad(p); break;
+    case OptimizerType::RMSprop: c.params = parse_rmsprop(p); break;
     case OptimizerType::Lion: c.params = parse_lion(p); break;
     case OptimizerType::Muon: c.params = parse_muon(p, c.lr); break;
     case OptimizerType::Lamb: c.params = parse_lamb(p); break;

@@ -110,9 +110,11 @@ OneCycleParams parse_one_cycle(Section& p, const std::optional<OptimizerConfig>&
   o.cycle_min_lr = *min_lr;
   o.cycle_max_lr = *max_lr;
   // DeepSpeed cycles momentum through the optimizer's betas and disables it, with a warning, for
-  // optimizers without betas.
-  if (o.cycle_momentum && optimizer && optimizer->type == OptimizerType::SGD) {
-    p.warn("cycle_momentum", "disabled: SGD has no betas (as in DeepSpeed)");
+  // optimizers without betas (torch's SGD, Adagrad and RMSprop).
+  const auto type = optimizer ? optimizer->type : OptimizerType::Adam;
+  if (o.cycle_momentum &&
+      (type == OptimizerType::SGD || type == OptimizerType::Adagrad || type == OptimizerType::RMSprop)) {
+    p.warn("cycle_momentum", fmt::format("disabled: {} has no betas (as in DeepSpeed)", optimizer_type_name(type)));
     o.cycle_momentum = false;
   }
   return o;

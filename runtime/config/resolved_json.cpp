@@ -74,6 +74,12 @@ ojson optimizer_json(const OptimizerConfig& o) {
     p["weight_decay"] = a->weight_decay;
     p["initial_accumulator_value"] = a->initial_accumulator_value;
     p["eps"] = a->eps;
+  } else if (const auto* r = std::get_if<RmspropParams>(&o.params)) {
+    p["alpha"] = r->alpha;
+    p["eps"] = r->eps;
+    p["weight_decay"] = r->weight_decay;
+    p["momentum"] = r->momentum;
+    p["centered"] = r->centered;
   } else if (const auto* n = std::get_if<LionParams>(&o.params)) {
     p["betas"] = {n->beta1, n->beta2};
     p["weight_decay"] = n->weight_decay;
@@ -193,6 +199,7 @@ std::string_view optimizer_type_name(OptimizerType type) {
     case OptimizerType::Adam: return "Adam";
     case OptimizerType::AdamW: return "AdamW";
     case OptimizerType::Adagrad: return "Adagrad";
+    case OptimizerType::RMSprop: return "RMSprop";
     case OptimizerType::SGD: return "SGD";
     case OptimizerType::Lion: return "Lion";
     case OptimizerType::Muon: return "Muon";

@@ -21,10 +21,10 @@ void check_nvme_optimizer(const DsConfig& c, Context& ctx) {
   if (!o.nvme_path || o.nvme_path->empty())
     ctx.error(key + ".nvme_path", "required with device \"nvme\": the directory for the swap files");
   const OptimizerType t = c.optimizer.type;
-  if (t != OptimizerType::Adam && t != OptimizerType::AdamW && t != OptimizerType::Adagrad && t != OptimizerType::SGD &&
-      t != OptimizerType::Lion)
+  if (t != OptimizerType::Adam && t != OptimizerType::AdamW && t != OptimizerType::Adagrad &&
+      t != OptimizerType::RMSprop && t != OptimizerType::SGD && t != OptimizerType::Lion)
     ctx.error(key + ".device", fmt::format("\"nvme\" streams the optimizer state sub-group by sub-group, which needs an "
-                                           "element-wise optimizer (Adam, AdamW, Adagrad, SGD or Lion), not {}",
+                                           "element-wise optimizer (Adam, AdamW, Adagrad, RMSprop, SGD or Lion), not {}",
                                            optimizer_type_name(t)));
   if (c.zero_optimization.stage < 3)
     ctx.note(key, "device \"nvme\" at ZeRO stage 1-2: dsworker offloads the optimizer state to nvme_path (DeepSpeed "

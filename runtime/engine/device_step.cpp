@@ -192,9 +192,8 @@ double DeviceStep::sum_squares() {
 void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
   if (!loaded_) throw std::logic_error("DeviceStep: update() before load()");
   using Kind = DeviceUpdate::Kind;
-  const size_t states = u.kind == Kind::sgd                              ? (u.sgd.momentum != 0.0f ? 1u : 0u)
-                        : u.kind == Kind::lion || u.kind == Kind::adagrad ? 1u
-                                                                          : 2u;
+  const bool one_state = u.kind == Kind::lion || u.kind == Kind::adagrad || u.kind == Kind::rmsprop;
+  const size_t states = u.kind == Kind::sgd ? (u.sgd.momentum != 0.0f ? 1u : 0u) : one_state ? 1u : 2u;
   if (states != state_.size()) throw std::logic_error("DeviceStep: the update's state differs from the buffers held");
   std::vector<const Tensor*> mine;  // the tensors with a part to update
   for (const Tensor& t : tensors_)
@@ -230,14 +229,16 @@ void DeviceStep::update(const DeviceUpdate& u, double grad_scale) {
     sgd.reserve(mine.size());
     for (const Tensor* t : mine) sgd.push_back({p_of(*t), g_of(*t), states ? state_at(0, *t) : nullptr, t->count});
     device_.sgd_steps(sgd, u.sgd);
-  } else if (u.kind == Kind::lion || u.kind == Kind::adagrad) {  // likewise
+  } else if (one_state) {  // likewise
     std::vector<backend::Device::OneStateTensor> tensors;
     tensors.reserve(mine.size());
     for (const Tensor* t : mine) tensors.push_back({p_of(*t), g_of(*t), state_at(0, *t), t->count});
     if (u.kind == Kind::lion)
       device_.lion_steps(tensors, u.lion);
-    else
+    else if (u.kind == Kind::adagrad)
       device_.adagrad_steps(tensors, u.adagrad);
+    else
+      device_.rmsprop_steps(tensors, u.rmsprop);
   } else {  // every tensor in one call: one launch on a GPU
     std::vector<backend::Device::AdamTensor> adam;
     adam.reserve(mine.size());

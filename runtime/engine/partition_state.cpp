@@ -31,7 +31,7 @@ void Engine::open_swap(const std::function<std::unique_ptr<Optimizer>(size_t)>& 
   optimizer_ = make(0);
   if (!optimizer_->elementwise())
     throw ConfigError("zero_optimization.offload_optimizer: device \"nvme\" streams the optimizer state sub-group by "
-                      "sub-group, which needs an element-wise optimizer (Adam, AdamW, Adagrad, SGD or Lion)");
+                      "sub-group, which needs an element-wise optimizer (Adam, AdamW, Adagrad, RMSprop, SGD or Lion)");
   std::vector<size_t> stream_bytes;
   if (master_on_nvme_) stream_bytes.push_back(sizeof(float));
   for (const StateView& v : optimizer_->state()) stream_bytes.push_back(amp::storage_bytes(v.storage));

@@ -28,6 +28,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, size_t 
   if (const auto* sgd = std::get_if<SgdParams>(&config.params)) return optim::make_sgd(*sgd, n, state);
   if (const auto* lion = std::get_if<LionParams>(&config.params)) return optim::make_lion(*lion, n, state);
   if (const auto* adagrad = std::get_if<AdagradParams>(&config.params)) return optim::make_adagrad(*adagrad, n, state);
+  if (const auto* rmsprop = std::get_if<RmspropParams>(&config.params)) return optim::make_rmsprop(*rmsprop, n, state);
   if (const auto* lamb = std::get_if<LambParams>(&config.params))
     return optim::make_lamb(*lamb, n, std::move(reduce_norms), state);
   if (state != amp::Storage::F32)

@@ -34,6 +34,7 @@
 #include "comm/process_group.h"
 #include "config/ds_config.h"
 #include "cpu/adagrad_element.h"
+#include "cpu/rmsprop_element.h"
 #include "cpu/adam_element.h"
 #include "cpu/lamb_element.h"
 #include "cpu/lion_element.h"
@@ -100,11 +101,12 @@ using NormReducer = std::function<void(std::vector<double>& sums)>;
 // One update's arithmetic, for a device that runs the same element bodies as the CPU loops
 // (engine/device_step.h): the arguments of update number `step` at `lr`, as step() would use them.
 struct DeviceUpdate {
-  enum class Kind { adam, adamw, sgd, lamb, lion, adagrad } kind = Kind::adam;
+  enum class Kind { adam, adamw, sgd, lamb, lion, adagrad, rmsprop } kind = Kind::adam;
   cpu::AdamArgs adam{};  // adam, adamw
   cpu::SgdArgs sgd{};    // sgd (no state without momentum)
   cpu::LionArgs lion{};  // lion
   cpu::AdagradArgs adagrad{};  // adagrad
+  cpu::RmspropArgs rmsprop{};  // rmsprop (one state: no momentum, not centered)
   cpu::LambArgs lamb{};  // lamb: the moments, then per tensor lamb_step_size · trust_ratio(Σp², Σu²)
   float lamb_step_size = 0.0f;
   std::function<float(double p_sq, double u_sq)> trust_ratio;

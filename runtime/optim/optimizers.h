@@ -3,6 +3,7 @@
 #include "cpu/adagrad_element.h"
 #include "cpu/lamb_element.h"
 #include "cpu/lion_element.h"
+#include "cpu/rmsprop_element.h"
 #include "optim/optimizer.h"
 
 namespace ds::optim {
@@ -10,6 +11,7 @@ namespace ds::optim {
 std::unique_ptr<Optimizer> make_adam(const AdamParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_sgd(const SgdParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_adagrad(const AdagradParams& params, size_t n, amp::Storage state);
+std::unique_ptr<Optimizer> make_rmsprop(const RmspropParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_lion(const LionParams& params, size_t n, amp::Storage state);
 std::unique_ptr<Optimizer> make_muon(const MuonParams& params, double muon_lr, size_t n);
 std::unique_ptr<Optimizer> make_lamb(const LambParams& params, size_t n, NormReducer reduce_norms, amp::Storage state);
@@ -31,6 +33,8 @@ cpu::AdamArgs adam_args(const AdamParams& params, double lr, int64_t step);
 cpu::LionArgs lion_args(const LionParams& params, double lr);
 // Adagrad's element arguments for update number `step` at lr (adagrad.cpp; likewise).
 cpu::AdagradArgs adagrad_args(const AdagradParams& params, double lr, int64_t step);
+// RMSprop's element arguments for update number `step` at lr (rmsprop.cpp; likewise).
+cpu::RmspropArgs rmsprop_args(const RmspropParams& params, double lr, int64_t step);
 float lamb_step_size(const LambParams& params, double lr, int64_t step);
 float lamb_trust_ratio(const LambParams& params, double p_sq, double u_sq);
 

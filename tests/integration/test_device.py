@@ -101,7 +101,7 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
         assert abs(a - b) <= tolerance * abs(b), (on_device, on_cpu)
 
 
-# The other optimizers the device steps (every tensor in one launch: SGD's, Lion's and Adagrad's one, LAMB's three around
+# The other optimizers the device steps (every tensor in one launch: SGD's, Lion's, Adagrad's and RMSprop's one, LAMB's three around
 # the host's trust ratios) train as the CPU does; on a GPU (scripts/gpu-check.sh) this runs their multi-tensor
 # kernels through dsworker.
 @pytest.mark.parametrize("optimizer", [
@@ -110,7 +110,8 @@ def test_one_rank_steps_the_optimizer_on_the_device_unless_offloaded(dsrun, clea
     {"type": "Lion", "params": {"lr": 0.0005, "betas": [0.9, 0.99], "weight_decay": 0.1}},
     {"type": "Adagrad", "params": {"lr": 0.02, "lr_decay": 0.1, "weight_decay": 0.01,
                                    "initial_accumulator_value": 0.1}},
-], ids=["lamb", "sgd", "lion", "adagrad"])
+    {"type": "RMSprop", "params": {"lr": 0.001, "alpha": 0.9, "weight_decay": 0.01}},
+], ids=["lamb", "sgd", "lion", "adagrad", "rmsprop"])
 def test_other_optimizers_step_on_the_device_as_on_the_cpu(dsrun, clean_env, tmp_path, optimizer):
     cfg = dict(CONFIG, optimizer=optimizer)
     r, on_device = train(dsrun, clean_env, tmp_path, "device", DSWORKER_EMU, "cuda", cfg, gpus=1)

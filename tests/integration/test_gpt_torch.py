@@ -77,9 +77,10 @@ def read(path, typecode):
     return a
 
 
-def run_trace(tmp, model, precision, stage):
-    """gpt_trace's record of a run, with the binaries loaded as tensors."""
-    out = tmp / f"{model}-{precision}-stage{stage}".replace(" ", "_")
+def run_trace(tmp, model, precision, stage, optimizer=None):
+    """gpt_trace's record of a run, with the binaries loaded as tensors (`optimizer`: an optimizer section
+    for gpt_trace's --optimizer; none: AdamW with ADAMW's values)."""
+    out = tmp / f"{model}-{precision}-stage{stage}-{len(os.listdir(tmp))}".replace(" ", "_")
     out.mkdir()
     text = tmp / "corpus.txt"
     if not text.exists():
@@ -88,6 +89,8 @@ def run_trace(tmp, model, precision, stage):
             "--precision", precision, "--stage", str(stage), "--steps", str(STEPS), "--micro", str(MICRO),
             "--lr", str(ADAMW["lr"]), "--beta1", str(ADAMW["betas"][0]), "--beta2", str(ADAMW["betas"][1]),
             "--eps", str(ADAMW["eps"]), "--weight-decay", str(ADAMW["weight_decay"])]
+    if optimizer:
+        args += ["--optimizer", json.dumps(optimizer)]
     r = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     with open(out / "manifest.json") as f:
@@ -101,16 +104,17 @@ def run_trace(tmp, model, precision, stage):
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
-    """trace(model, precision="fp32", stage=0): one gpt_trace run, made once per module."""
+    """trace(model, precision="fp32", stage=0, optimizer=None): one gpt_trace run, made once per module."""
     for path in (TRACE, PLUGIN):
         if not os.path.exists(path):
             pytest.fail(f"{path} not found (build first, or set GPT_TRACE_BIN / DS_GPT_PLUGIN)")
     tmp, made = tmp_path_factory.mktemp("gpt_torch"), {}
 
-    def get(model, precision="fp32", stage=0):
-        if (model, precision, stage) not in made:
-            made[model, precision, stage] = run_trace(tmp, model, precision, stage)
-        return made[model, precision, stage]
+    def get(model, precision="fp32", stage=0, optimizer=None):
+        key = (model, precision, stage, json.dumps(optimizer))
+        if key not in made:
+            made[key] = run_trace(tmp, model, precision, stage, optimizer)
+        return made[key]
     return get
 
 
@@ -136,13 +140,17 @@ def torch_model(m, dtype, tied=True):
     return model
 
 
-def replay(m, dtype, steps=STEPS, tied=True):
-    """(losses, step-1 gradients by name) of torch running the trace's batches with AdamW."""
+def replay(m, dtype, steps=STEPS, tied=True, make_optimizer=None):
+    """(losses, step-1 gradients by name) of torch running the trace's batches with AdamW, or with
+    make_optimizer(parameters)."""
     model = torch_model(m, dtype, tied)
-    o = m["optimizer"]
-    assert o == dict(ADAMW, type="AdamW", betas=list(ADAMW["betas"]))
-    opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
-                            weight_decay=o["weight_decay"])
+    if make_optimizer:
+        opt = make_optimizer(model.parameters())
+    else:
+        o = m["optimizer"]
+        assert o == dict(ADAMW, type="AdamW", betas=list(ADAMW["betas"]))
+        opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
+                                weight_decay=o["weight_decay"])
     losses, grads = [], None
     for s in range(steps):
         x, y = m["batches"][s]
@@ -237,6 +245,26 @@ def test_fp32_losses_over_10_adamw_steps(trace, reference, model):
     ref = reference(model)[0]
     errors = [relative(a, b) for a, b in zip(mine, ref)]
     print(f"[{model}] fp32 losses {mine[0]:.6f} -> {mine[-1]:.6f}, torch {ref[0]:.6f} -> {ref[-1]:.6f}; "
+          f"worst relative error {max(errors):.2e} at step {errors.index(max(errors)) + 1}")
+    assert ref[-1] < ref[0] - 0.5  # it learns: the comparison covers real updates
+    assert max(errors) <= FP32_LOSSES
+
+
+# RMSprop (a torch.optim class DeepSpeed runs by name): our engine with "type": "RMSprop" against
+# torch.optim.RMSprop with the same keys, plain and with every option (three state buffers).
+RMSPROP = {"plain": {"lr": 1e-3},
+           "momentum, centered, decay": {"lr": 1e-3, "alpha": 0.9, "eps": 1e-6, "weight_decay": 0.01,
+                                         "momentum": 0.5, "centered": True}}
+
+
+@pytest.mark.parametrize("variant", RMSPROP)
+def test_fp32_losses_over_10_rmsprop_steps(trace, variant):
+    params = RMSPROP[variant]
+    m = trace("init 0.02", optimizer={"type": "RMSprop", "params": params})
+    mine = [s["loss"] for s in m["steps"]]
+    ref = replay(m, torch.float32, make_optimizer=lambda p: torch.optim.RMSprop(p, **params))[0]
+    errors = [relative(a, b) for a, b in zip(mine, ref)]
+    print(f"[RMSprop {variant}] fp32 losses {mine[0]:.6f} -> {mine[-1]:.6f}, torch {ref[0]:.6f} -> {ref[-1]:.6f}; "
           f"worst relative error {max(errors):.2e} at step {errors.index(max(errors)) + 1}")
     assert ref[-1] < ref[0] - 0.5  # it learns: the comparison covers real updates
     assert max(errors) <= FP32_LOSSES

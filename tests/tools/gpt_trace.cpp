@@ -6,7 +6,8 @@
 //   gpt_trace --plugin libds_model_gpt.so --text FILE --out DIR [--model JSON] [--precision bf16] ...
 //
 // Data: the bytes of FILE as tokens (vocab 256), cut by TokenDataset into non-overlapping windows.
-// Optimizer: AdamW (make_optimizer), constant lr, no clipping; world size 1, GAS 1.
+// Optimizer: AdamW (make_optimizer), or --optimizer's section of a ds_config.json; constant lr, no clipping;
+// world size 1, GAS 1.
 // DIR receives (all binaries little-endian, as x86 and ARM store them):
 //   manifest.json  model config, optimizer, precision, slots (name, shape, offset into params.bin and
 //                  grads.bin, or the slot a tied one is), per step: sample indices, loss, grad norm
@@ -128,6 +129,9 @@ int main(int argc, char** argv) {
   app.add_option("--beta1", adam.beta1);
   app.add_option("--beta2", adam.beta2);
   app.add_option("--eps", adam.eps);
+  std::string optimizer_json;
+  app.add_option("--optimizer", optimizer_json,
+                 "An optimizer section as in ds_config.json, JSON (instead of AdamW and the options above)");
   CLI11_PARSE(app, argc, argv);
   if (grad_dtype.empty()) grad_dtype = precision == "bf16" && stage == 0 ? "fp32" : precision;
 
@@ -153,13 +157,24 @@ int main(int argc, char** argv) {
     opt.type = ds::OptimizerType::AdamW;
     opt.lr = lr;
     opt.params = adam;
+    nlohmann::json optimizer_record = {{"type", "AdamW"},
+                                       {"lr", lr},
+                                       {"betas", {adam.beta1, adam.beta2}},
+                                       {"eps", adam.eps},
+                                       {"weight_decay", adam.weight_decay}};
+    if (!optimizer_json.empty()) {
+      optimizer_record = nlohmann::json::parse(optimizer_json);
+      opt = ds::parse_config({{"train_micro_batch_size_per_gpu", micro}, {"optimizer", optimizer_record}},
+                              "--optimizer", 1)
+                 .optimizer;
+    }
     std::vector<float> grads;
     ds::Engine engine(
         e, *plugin, *group,
         [&](size_t n, ds::NormReducer r) {
           return std::make_unique<RecordingOptimizer>(ds::make_optimizer(opt, n, std::move(r)), grads);
         },
-        ds::make_lr_schedule(std::nullopt, lr), &data);
+        ds::make_lr_schedule(std::nullopt, opt.lr), &data);
 
     // params.bin and grads.bin share one layout: non-tied slots back to back. At world size 1 that
     // is also the flat buffer the optimizer's segments cover (nothing padded); check it.
@@ -194,12 +209,7 @@ int main(int argc, char** argv) {
         {"zero_stage", stage},
         {"micro_batch", micro},
         {"seed", seed},
-        {"optimizer",
-         {{"type", "AdamW"},
-          {"lr", lr},
-          {"betas", {adam.beta1, adam.beta2}},
-          {"eps", adam.eps},
-          {"weight_decay", adam.weight_decay}}},
+        {"optimizer", optimizer_record},
         {"num_parameters", offset},
         {"slots", slots},
         {"steps", step_log},

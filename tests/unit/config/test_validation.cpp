@@ -1,6 +1,7 @@
 // Validation: unknown keys with suggestions at every depth, type and range errors naming key and
 // value, the ZeRO stage range, fp16 + bf16, and DeepSpeed keys dsworker ignores or refuses.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "config_test_util.h"
 
@@ -32,7 +33,7 @@ TEST_CASE("unknown keys: suggestion in optimizer params") {
         "ds_config.json: optimizer.params.betas: unknown key");
   CHECK(error_of(with(R"("optimizer": {"tpye": "Adam"})")) ==
         "ds_config.json: optimizer.tpye: unknown key (did you mean 'type'?)\n"
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, RMSprop, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
 }
 
 TEST_CASE("unknown keys: suggestion in zero_optimization and its offload blocks") {
@@ -259,14 +260,37 @@ TEST_CASE("optimizer: names and DeepSpeed quirks") {
   CHECK(error_of(with(R"("optimizer": {"type": "Lion", "params": {"eps": 1e-8}})")) ==
         "ds_config.json: optimizer.params.eps: unknown key");  // (FusedLion takes none: a TypeError in DeepSpeed)
 
+  auto rmsprop = parse(with(R"("optimizer": {"type": "RMSprop", "params": {"alpha": 0.9, "momentum": 0.5,
+                                                                          "centered": true, "foreach": false}})"));
+  CHECK(rmsprop.optimizer.type == ds::OptimizerType::RMSprop);
+  CHECK(rmsprop.optimizer.lr == 1e-2);  // torch's default
+  const auto& r = std::get<ds::RmspropParams>(rmsprop.optimizer.params);
+  CHECK(r.alpha == 0.9);
+  CHECK(r.momentum == 0.5);
+  CHECK(r.centered);
+  const auto r_defaults = std::get<ds::RmspropParams>(parse(with(R"("optimizer": {"type": "RMSprop"})")).optimizer.params);
+  CHECK(r_defaults.alpha == 0.99);  // torch.optim.RMSprop's defaults
+  CHECK(r_defaults.eps == 1e-8);
+  CHECK(r_defaults.weight_decay == 0.0);
+  CHECK(r_defaults.momentum == 0.0);
+  CHECK(!r_defaults.centered);
+  CHECK(error_of(with(R"("optimizer": {"type": "RMSprop", "params": {"momentum": -0.1, "maximize": true}})")) ==
+        "ds_config.json: optimizer.params.momentum: -0.1 must be >= 0\n"
+        "ds_config.json: optimizer.params.maximize: true is not supported by dsworker");
+  CHECK(error_of(with(R"("optimizer": {"type": "RMSprop", "params": {"betas": [0.9, 0.99]}})")) ==
+        "ds_config.json: optimizer.params.betas: unknown key");
+
   CHECK(error_of(with(R"("optimizer": {"type": "sgd"})")) ==
-        "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, SGD, "
-        "Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
-  CHECK(error_of(with(R"("optimizer": {"type": "RMSprop"})")) ==
-        "ds_config.json: optimizer.type: \"RMSprop\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, "
-        "SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: \"sgd\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, RMSprop, "
+        "SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'SGD'?)");
+  CHECK(error_of(with(R"("optimizer": {"type": "rmsprop"})")) ==  // a torch.optim class: its exact name, as DeepSpeed
+        "ds_config.json: optimizer.type: \"rmsprop\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, "
+        "RMSprop, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'RMSprop'?)");
+  CHECK(error_of(with(R"("optimizer": {"type": "NAdam"})")) ==
+        "ds_config.json: optimizer.type: \"NAdam\" is not supported by dsworker (supported: Adam, AdamW, Adagrad, "
+        "RMSprop, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb) (did you mean 'Adam'?)");
   CHECK(error_of(with(R"("optimizer": {"params": {"lr": 0.1}})")) ==
-        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+        "ds_config.json: optimizer.type: missing (one of Adam, AdamW, Adagrad, RMSprop, SGD, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   CHECK(error_of(with(R"("optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}})")) ==
         "ds_config.json: optimizer.params.max_grad_norm: not supported as an optimizer parameter; use the "
         "top-level 'gradient_clipping'");
@@ -312,6 +336,13 @@ TEST_CASE("scheduler: OneCycle momentum needs betas") {
   CHECK_FALSE(std::get<ds::OneCycleParams>(sgd.scheduler->params).cycle_momentum);
   CHECK(sgd.warnings == std::vector<std::string>{"ds_config.json: scheduler.params.cycle_momentum: disabled: SGD has "
                                                  "no betas (as in DeepSpeed)"});
+  for (const char* torch_type : {"Adagrad", "RMSprop"}) {  // (cycling them threw "optimizer has no betas" until 2026-11-30)
+    auto other = parse(with(fmt::format(R"("optimizer": {{"type": "{}"}}, )", torch_type) + one_cycle));
+    CHECK_FALSE(std::get<ds::OneCycleParams>(other.scheduler->params).cycle_momentum);
+    CHECK(other.warnings == std::vector<std::string>{fmt::format(
+                                "ds_config.json: scheduler.params.cycle_momentum: disabled: {} has no betas (as in "
+                                "DeepSpeed)", torch_type)});
+  }
   auto adam = parse(with(std::string(R"("optimizer": {"type": "Adam"}, )") + one_cycle));
   const auto& p = std::get<ds::OneCycleParams>(adam.scheduler->params);
   CHECK(p.cycle_momentum);

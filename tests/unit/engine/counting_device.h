@@ -129,6 +129,10 @@ class CountingDevice : public backend::Device {
     ++adagrad_calls;
     cuda_.adagrad_steps(tensors, args);
   }
+  void rmsprop_steps(std::span<const OneStateTensor> tensors, const cpu::RmspropArgs& args) override {
+    ++rmsprop_calls;
+    cuda_.rmsprop_steps(tensors, args);
+  }
   void lamb_moments(std::span<const LambTensor> tensors, const cpu::LambArgs& args, double* sums) override {
     ++lamb_calls;
     cuda_.lamb_moments(tensors, args, sums);
@@ -147,6 +151,7 @@ class CountingDevice : public backend::Device {
   size_t sgd_calls = 0;      // sgd_step and sgd_steps calls (likewise)
   size_t lion_calls = 0;     // lion_steps calls (likewise)
   size_t adagrad_calls = 0;  // adagrad_steps calls (likewise)
+  size_t rmsprop_calls = 0;  // rmsprop_steps calls (likewise)
   size_t lamb_calls = 0;     // lamb_moments and lamb_apply calls (each a launch or two)
   size_t move_calls = 0;     // copy_all, narrow_all and widen_all calls (likewise)
   size_t zeroed = 0;         // bytes zero() wrote

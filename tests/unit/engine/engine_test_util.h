@@ -26,6 +26,10 @@ inline const std::string kSgd = R"({"type": "SGD", "params": {"lr": 0.05, "momen
 inline const std::string kLamb = R"({"type": "Lamb", "params": {"lr": 0.01, "weight_decay": 0.01}})";
 inline const std::string kAdagrad =
     R"({"type": "Adagrad", "params": {"lr": 0.05, "lr_decay": 0.01, "weight_decay": 0.01, "initial_accumulator_value": 0.1}})";
+inline const std::string kRmsprop =  // plain: one state, which the device steps
+    R"({"type": "RMSprop", "params": {"lr": 0.01, "alpha": 0.9, "weight_decay": 0.01}})";
+inline const std::string kRmspropFull =  // momentum and centered: three states, on the host
+    R"({"type": "RMSprop", "params": {"lr": 0.01, "alpha": 0.9, "momentum": 0.5, "centered": true, "weight_decay": 0.01}})";
 inline const std::string kLion = R"({"type": "Lion", "params": {"lr": 0.002, "weight_decay": 0.01}})";
 inline const std::string kMuon =
     R"({"type": "Muon", "params": {"lr": 0.02, "adam_lr": 0.005, "weight_decay": 0.01, "momentum": 0.9}})";

@@ -120,8 +120,8 @@ void gpt_host_and_device(int world, int stage, const decltype(RunSpec::device_gr
 
 }  // namespace
 
-TEST_CASE("device step: Adam, AdamW, SGD, Lion, Adagrad and LAMB at stages 0, 2 and 3 give the host optimizer's bits") {
-  for (const std::string& optimizer : {kAdam, kPlainAdam, kSgd, kPlainSgd, kLion, kAdagrad, kLamb}) {
+TEST_CASE("device step: Adam, AdamW, SGD, Lion, Adagrad, RMSprop and LAMB at stages 0, 2 and 3 give the host optimizer's bits") {
+  for (const std::string& optimizer : {kAdam, kPlainAdam, kSgd, kPlainSgd, kLion, kAdagrad, kRmsprop, kLamb}) {
     for (int stage : {0, 2, 3}) {
       CAPTURE(optimizer);
       CAPTURE(stage);
@@ -222,8 +222,8 @@ TEST_CASE("device step: clipping by the device's norm") {
 // SGD, with momentum and without, updates every tensor in one call (one launch on a GPU), as Adam does.
 // SGD updates every tensor in one call, as Adam does; LAMB in two (the moments and sums, then the update, the
 // host forming the trust ratios between them), not two per tensor.
-TEST_CASE("device step: SGD, Lion and Adagrad step every tensor in one call, LAMB in two") {
-  for (const std::string& optimizer : {kSgd, kPlainSgd, kLion, kAdagrad, kLamb}) {
+TEST_CASE("device step: SGD, Lion, Adagrad and RMSprop step every tensor in one call, LAMB in two") {
+  for (const std::string& optimizer : {kSgd, kPlainSgd, kLion, kAdagrad, kRmsprop, kLamb}) {
     CAPTURE(optimizer);
     const DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
                                                         {"optimizer", nlohmann::json::parse(optimizer)}},
@@ -234,16 +234,35 @@ TEST_CASE("device step: SGD, Lion and Adagrad step every tensor in one call, LAM
       Engine engine = make_engine(on(device, true), *plugin, group, config);
       REQUIRE(engine.optimizer_place().find("on the device") != std::string::npos);
       engine.step();
-      device.sgd_calls = device.lion_calls = device.adagrad_calls = device.lamb_calls = 0;
+      device.sgd_calls = device.lion_calls = device.adagrad_calls = device.rmsprop_calls = device.lamb_calls = 0;
       engine.step();
-      const bool lamb = optimizer == kLamb, lion = optimizer == kLion, adagrad = optimizer == kAdagrad;
-      CHECK(device.sgd_calls == (lamb || lion || adagrad ? 0 : 1));
+      const bool lamb = optimizer == kLamb, lion = optimizer == kLion, adagrad = optimizer == kAdagrad,
+                 rmsprop = optimizer == kRmsprop;
+      CHECK(device.sgd_calls == (lamb || lion || adagrad || rmsprop ? 0 : 1));
       CHECK(device.lion_calls == (lion ? 1 : 0));
       CHECK(device.adagrad_calls == (adagrad ? 1 : 0));
+      CHECK(device.rmsprop_calls == (rmsprop ? 1 : 0));
       CHECK(device.lamb_calls == (lamb ? 2 : 0));
       CHECK(engine.slots().size() > 1);
     });
   }
+}
+
+// RMSprop with momentum or centered (two or three state buffers) has no device kernel: it steps on the host and
+// the start line says why.
+TEST_CASE("device step: RMSprop with momentum or centered steps on the CPU and says why") {
+  const DsConfig config = parse_config(nlohmann::json{{"train_micro_batch_size_per_gpu", 4},
+                                                      {"optimizer", nlohmann::json::parse(kRmspropFull)}},
+                                       "test", 1);
+  run_ranks(1, [&](ProcessGroup& group) {
+    CountingDevice device;
+    auto plugin = Plugin::load(plugin_path(), kModel, device.table());
+    Engine engine = make_engine(on(device, true), *plugin, group, config);
+    CHECK(engine.optimizer_place().find("this optimizer (or its bf16 state) runs on the host only") !=
+          std::string::npos);
+    engine.step();
+    CHECK(device.rmsprop_calls == 0);
+  });
 }
 
 // What crosses per step: the micro-batches up, each micro-batch's loss and the squared norm down; what the

@@ -141,6 +141,12 @@ TEST_CASE("engine: Adagrad ends every ZeRO stage with the parameters of stage 0"
   check_stages_bitwise(kAdagrad);
 }
 
+// RMSprop likewise, plain and with its three state buffers (momentum, centered).
+TEST_CASE("engine: RMSprop ends every ZeRO stage with the parameters of stage 0") {
+  check_stages_bitwise(kRmsprop);
+  check_stages_bitwise(kRmspropFull);
+}
+
 TEST_CASE("engine: ZeRO stage 1 ends with the parameters of stage 0") { check_stage_matches_stage0(1); }
 
 TEST_CASE("engine: ZeRO stage 2 ends with the parameters of stage 0") {

@@ -69,12 +69,12 @@ TEST_CASE("NVMe offload: every stage, precision, buffer count and world size giv
   }
 }
 
-TEST_CASE("NVMe offload: SGD with momentum, Adagrad and Lion too, and Lamb is refused") {
+TEST_CASE("NVMe offload: SGD with momentum, Adagrad, RMSprop (three state buffers) and Lion too, and Lamb is refused") {
   RunSpec spec;
   spec.stage = 2;
   spec.world = 2;
   spec.steps = 6;
-  for (const std::string& optimizer : {kSgd, kAdagrad, kLion}) {
+  for (const std::string& optimizer : {kSgd, kAdagrad, kRmspropFull, kLion}) {
     CAPTURE(optimizer);
     spec.optimizer = optimizer;
     spec.tweak = {};
@@ -83,7 +83,7 @@ TEST_CASE("NVMe offload: SGD with momentum, Adagrad and Lion too, and Lamb is re
     CHECK(run_training(spec).params == memory.params);
   }
   spec.optimizer = kLamb;
-  CHECK_THROWS_WITH_AS(run_training(spec), doctest::Contains("needs an element-wise optimizer (Adam, AdamW, Adagrad, SGD or Lion)"),
+  CHECK_THROWS_WITH_AS(run_training(spec), doctest::Contains("needs an element-wise optimizer (Adam, AdamW, Adagrad, RMSprop, SGD or Lion)"),
                        std::exception);  // run_ranks names the rank
 }
 

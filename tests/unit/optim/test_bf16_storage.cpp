@@ -40,6 +40,13 @@ std::unique_ptr<Optimizer> make(OptimizerType type, amp::Storage state) {
     a.weight_decay = 0.01;
     return make_optimizer(test::optimizer_config(type, 0.01, a), kN, {}, nullptr, state);
   }
+  if (type == OptimizerType::RMSprop) {  // every state buffer: square_avg, momentum_buffer, grad_avg
+    RmspropParams r;
+    r.weight_decay = 0.01;
+    r.momentum = 0.9;
+    r.centered = true;
+    return make_optimizer(test::optimizer_config(type, 0.01, r), kN, {}, nullptr, state);
+  }
   if (type == OptimizerType::Lion) {
     LionParams l;
     l.weight_decay = 0.01;
@@ -79,6 +86,7 @@ std::string name(OptimizerType type) {
   switch (type) {
     case OptimizerType::Adam: return "AdamW";
     case OptimizerType::Adagrad: return "Adagrad";
+    case OptimizerType::RMSprop: return "RMSprop";
     case OptimizerType::SGD: return "SGD";
     case OptimizerType::Lion: return "Lion";
     default: return "Lamb";
@@ -88,8 +96,8 @@ std::string name(OptimizerType type) {
 }  // namespace
 
 TEST_CASE("bf16 storage: bf16 parameters and gradients with fp32 state are the fp32 step, rounded") {
-  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::Adagrad, OptimizerType::SGD, OptimizerType::Lion,
-                              OptimizerType::Lamb}) {
+  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::Adagrad, OptimizerType::RMSprop, OptimizerType::SGD,
+                              OptimizerType::Lion, OptimizerType::Lamb}) {
     CAPTURE(name(type));
     auto low = make(type, amp::Storage::F32), reference = make(type, amp::Storage::F32);
     std::vector<uint16_t> p16 = to_bf16(initial_params());
@@ -108,12 +116,12 @@ TEST_CASE("bf16 storage: bf16 parameters and gradients with fp32 state are the f
   }
 }
 
-// Adam, Adagrad, SGD and Lion use each new state value before rounding it, so the oracle rounds its fp32 state
+// Adam, Adagrad, RMSprop, SGD and Lion use each new state value before rounding it, so the oracle rounds its fp32 state
 // after the step. Lamb recomputes its update from the stored (rounded) moments, which moves it by about 2^-8
 // relative: its parameters are compared to within two bf16 ulps.
 TEST_CASE("bf16 storage: bf16 optimizer states are the fp32 state rounded after every step") {
-  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::Adagrad, OptimizerType::SGD, OptimizerType::Lion,
-                              OptimizerType::Lamb}) {
+  for (OptimizerType type : {OptimizerType::Adam, OptimizerType::Adagrad, OptimizerType::RMSprop, OptimizerType::SGD,
+                              OptimizerType::Lion, OptimizerType::Lamb}) {
     CAPTURE(name(type));
     auto low = make(type, amp::Storage::BF16), reference = make(type, amp::Storage::F32);
     for (const StateView& v : low->state()) {

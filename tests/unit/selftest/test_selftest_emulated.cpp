@@ -73,7 +73,7 @@ TEST_CASE("selftest: every check passes on the emulated device and the JSON repo
   CHECK(nccl_rows == (nccl.ranks ? 12u : 0u));  // 4 collectives x F32, F16, BF16
   CHECK(multi == 9);  // the device step's multi-tensor launches: Adam, AdamW, SGD, scaling, rounding x 2,
                       // moves x 2, the sum of squares
-  CHECK(bitwise == 4 + 3 + 2 + 1 + 3 + 1 + 1 + 3 + 8 + nccl_rows);  // Adam x 4, SGD x 3, Lion, Adagrad, LAMB,
+  CHECK(bitwise == 4 + 3 + 3 + 1 + 3 + 1 + 1 + 3 + 8 + nccl_rows);  // Adam x 4, SGD x 3, Lion, Adagrad, RMSprop, LAMB,
                                                                     // bias+residual x 3, embedding, nonfinite,
                                                                     // relu+scale, 2 conversions, 8 multi-tensor
   CHECK((std::string(report["not_checked"]).find("NCCL") == std::string::npos) == (nccl.ranks > 0));

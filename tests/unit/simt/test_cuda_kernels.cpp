@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu/adagrad.h"
+#include "cpu/rmsprop.h"
 #include "cpu/cross_entropy.h"
 #include "cpu/gelu.h"
 #include "cpu/layernorm.h"
@@ -478,6 +479,27 @@ TEST_CASE("cuda multi-tensor adagrad: the CPU loop's bits in each tensor, first 
         },
         [](std::vector<float>& g, std::vector<float>& sum) {
           for (float& x : sum) x = x * x;  // a sum of squares
+          for (size_t i = 0; i < g.size(); i += 4) g[i] = 0.0f;
+        });
+  }
+}
+
+// Plain RMSprop (its one state: square_avg): the first step starts it at 0 whatever the buffer holds (here: random
+// values), later steps decay it. A quarter of the gradients are 0.
+TEST_CASE("cuda multi-tensor rmsprop: the CPU loop's bits in each tensor, first step and later, both block orders") {
+  const ds::cpu::RmspropArgs cases[] = {{0.01f, 0.99f, 1.0f - 0.99f, 1e-8f, 0.0f, 0.0f, false, true},
+                                        {0.003f, 0.9f, 1.0f - 0.9f, 1e-6f, 0.01f, 0.0f, false, false}};
+  for (const ds::cpu::RmspropArgs& a : cases) {
+    CAPTURE(a.first);
+    CAPTURE(a.weight_decay);
+    check_one_state_kernel(
+        ds::cuda::RmspropUpdate{a},
+        [&](float* p, const float* g, float* square_avg, size_t n) {
+          ds::cpu::rmsprop_step(p, ds::amp::Storage::F32, g, ds::amp::Storage::F32, ds::cpu::RmspropState{square_avg},
+                                ds::amp::Storage::F32, n, a);
+        },
+        [](std::vector<float>& g, std::vector<float>& square_avg) {
+          for (float& x : square_avg) x = x * x;  // an average of squares
           for (size_t i = 0; i < g.size(); i += 4) g[i] = 0.0f;
         });
   }
