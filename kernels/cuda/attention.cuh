@@ -75,15 +75,16 @@ DS_KERNEL void softmax_rows_kernel(float* scores, float* stats, QueryChunk chunk
 }
 
 // Backward: P from recomputed scores [heads, rows, width] and the forward's stats, in place, and with
-// out16 in 16 bits there too; any grid and block.
-DS_KERNEL void probs_from_stats_kernel(float* scores, const float* stats, int64_t heads, QueryChunk chunk,
-                                       uint16_t* out16, amp::Half type) {
-  const int64_t width = chunk.width(), n = heads * chunk.rows * width,
-                stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const int64_t row = i / width, j = i % width, at = chunk.stats_row(row);
-    scores[i] = j <= chunk.query(row) ? expf(scores[i] - stats[2 * at] - stats[2 * at + 1]) : 0.0f;
-    if (out16 != nullptr) out16[i] = to_half_bits(type, scores[i]);
+// out16 in 16 bits there too; grid.x = the chunk's rows (heads·rows), any block (a row's index
+// arithmetic once per thread, not one 64-bit division per element as an element-wise grid needs).
+DS_KERNEL void probs_from_stats_kernel(float* scores, const float* stats, QueryChunk chunk, uint16_t* out16,
+                                       amp::Half type) {
+  const int64_t row = blockIdx.x, t = chunk.query(row), width = chunk.width(), at = chunk.stats_row(row);
+  const float m = stats[2 * at], l = stats[2 * at + 1];
+  float* s = scores + row * width;
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+    s[j] = j <= t ? expf(s[j] - m - l) : 0.0f;
+    if (out16 != nullptr) out16[row * width + j] = to_half_bits(type, s[j]);
   }
 }
 

@@ -230,8 +230,8 @@ void attention_softmax_rows(float* scores, float* stats, int64_t heads, QueryChu
 void attention_probs_from_stats(float* scores, const float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void* stream) {
   if (heads <= 0 || chunk.rows <= 0) return;
-  probs_from_stats_kernel<<<element_blocks(heads * chunk.rows * chunk.width()), kElementThreads, 0,
-                            static_cast<cudaStream_t>(stream)>>>(scores, stats, heads, chunk, out16, type);
+  probs_from_stats_kernel<<<static_cast<unsigned>(heads * chunk.rows), row_threads(chunk.width()), 0,
+                            static_cast<cudaStream_t>(stream)>>>(scores, stats, chunk, out16, type);
   check(cudaGetLastError(), "attention probs_from_stats launch");
 }
 

@@ -297,8 +297,8 @@ void attention_softmax_rows(float* scores, float* stats, int64_t heads, QueryChu
 void attention_probs_from_stats(float* scores, const float* stats, int64_t heads, QueryChunk chunk, uint16_t* out16,
                                 amp::Half type, void*) {
   if (heads <= 0 || chunk.rows <= 0) return;
-  simt::launch(element_blocks(heads * chunk.rows * chunk.width()), kElementThreads, {},
-               [&] { probs_from_stats_kernel(scores, stats, heads, chunk, out16, type); });
+  simt::launch(static_cast<unsigned>(heads * chunk.rows), row_threads(chunk.width()), {},
+               [&] { probs_from_stats_kernel(scores, stats, chunk, out16, type); });
 }
 
 void attention_softmax_backward(const float* probs, float* dprobs, int64_t heads, QueryChunk chunk, uint16_t* out16,

@@ -729,8 +729,8 @@ TEST_CASE("cuda attention's softmax rows on the emulator: causal, stats, recompu
       CHECK(stats[0] == stats[1]);
       CHECK(ds[0] == ds[1]);
       recomputed = scores;
-      ds::simt::launch(3, 64, {},
-                       [&] { ds::cuda::probs_from_stats_kernel(recomputed.data(), stats[0].data(), 2, whole, nullptr, kBf16); });
+      ds::simt::launch(static_cast<unsigned>(rows), 64, {},
+                       [&] { ds::cuda::probs_from_stats_kernel(recomputed.data(), stats[0].data(), whole, nullptr, kBf16); });
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = r % T;
         const float* s = scores.data() + r * T;
@@ -788,12 +788,8 @@ TEST_CASE("cuda attention's row kernels in 16 bits: the conversion's bits of the
       CHECK(dp16 == dp);  // dP stays
       std::vector<float> recomputed = scores, recomputed16 = scores;
       std::vector<uint16_t> r16(n, 0xFFFF);
-      ds::simt::launch(3, 64, {}, [&] {
-        ds::cuda::probs_from_stats_kernel(recomputed.data(), stats.data(), 2, whole, nullptr, type);
-      });
-      ds::simt::launch(3, 64, {}, [&] {
-        ds::cuda::probs_from_stats_kernel(recomputed16.data(), stats.data(), 2, whole, r16.data(), type);
-      });
+      per_row([&] { ds::cuda::probs_from_stats_kernel(recomputed.data(), stats.data(), whole, nullptr, type); });
+      per_row([&] { ds::cuda::probs_from_stats_kernel(recomputed16.data(), stats.data(), whole, r16.data(), type); });
       CHECK(recomputed16 == recomputed);
       CHECK(r16 == convert(recomputed));
     }
@@ -817,8 +813,8 @@ TEST_CASE("cuda attention's row kernels on a query chunk: the whole rows' values
                    [&] { ds::cuda::softmax_rows_kernel(p_all.data(), stats_all.data(), whole, nullptr, kBf16); });
   ds::simt::launch(static_cast<unsigned>(heads * T), 64, {},
                    [&] { ds::cuda::softmax_backward_kernel(p_all.data(), ds_all.data(), whole, nullptr, kBf16); });
-  ds::simt::launch(4, 64, {},
-                   [&] { ds::cuda::probs_from_stats_kernel(r_all.data(), stats_all.data(), heads, whole, nullptr, kBf16); });
+  ds::simt::launch(static_cast<unsigned>(heads * T), 64, {},
+                   [&] { ds::cuda::probs_from_stats_kernel(r_all.data(), stats_all.data(), whole, nullptr, kBf16); });
   for (const ds::cuda::QueryChunk chunk : {ds::cuda::QueryChunk{T, 0, 16}, ds::cuda::QueryChunk{T, 16, 16},
                                            ds::cuda::QueryChunk{T, 32, 13}, ds::cuda::QueryChunk{T, 44, 1}}) {
     for (Order order : {Order::forward, Order::reverse}) {
@@ -840,8 +836,8 @@ TEST_CASE("cuda attention's row kernels on a query chunk: the whole rows' values
                        [&] { ds::cuda::softmax_rows_kernel(p.data(), stats.data(), chunk, nullptr, kBf16); });
       ds::simt::launch(static_cast<unsigned>(heads * R), 64, o,
                        [&] { ds::cuda::softmax_backward_kernel(p.data(), ds.data(), chunk, nullptr, kBf16); });
-      ds::simt::launch(3, 32, o,
-                       [&] { ds::cuda::probs_from_stats_kernel(r.data(), stats_all.data(), heads, chunk, nullptr, kBf16); });
+      ds::simt::launch(static_cast<unsigned>(heads * R), 32, o,
+                       [&] { ds::cuda::probs_from_stats_kernel(r.data(), stats_all.data(), chunk, nullptr, kBf16); });
       CHECK(p == block(p_all));
       CHECK(ds == block(ds_all));
       CHECK(r == block(r_all));
