@@ -5,32 +5,19 @@
 // (device_update: the same element body in kernels/cuda/one_state.cuh).
 #include "cpu/adagrad.h"
 #include "optim/optimizers.h"
-#include "optim/state_buffer.h"
+#include "optim/elementwise.h"
 
 namespace ds::optim {
 namespace {
 
-class Adagrad final : public Optimizer {
+// State: sum.
+class Adagrad final : public ElementwiseOptimizer {
  public:
-  Adagrad(const AdagradParams& params, size_t n, amp::Storage state) : params_(params), n_(n), sum_(n, state) {}
-
-  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
-    check_step_args("Adagrad", segments, n_, step);
-    update(segments, state(), lr, step);
-  }
-
-  bool elementwise() const override { return true; }
-  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
-                       int64_t step) override {
-    check_state_args("Adagrad", segments, state, this->state(), step);
-    update(segments, state, lr, step);
-  }
-
-  void hold_state(bool held) override { sum_.hold(held); }
-  std::vector<StateView> state() override { return {sum_.view("sum")}; }
+  Adagrad(const AdagradParams& params, size_t n, amp::Storage state)
+      : ElementwiseOptimizer("Adagrad", n, state, {"sum"}), params_(params) {}
 
   std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
-    if (sum_.storage() != amp::Storage::F32) return std::nullopt;
+    if (state_storage() != amp::Storage::F32) return std::nullopt;
     DeviceUpdate u;
     u.kind = DeviceUpdate::Kind::adagrad;
     u.adagrad = adagrad_args(params_, lr, step);
@@ -38,8 +25,8 @@ class Adagrad final : public Optimizer {
   }
 
  private:
-  // The segments' update, with the sum in state[0].
-  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+              int64_t step) const override {
     const cpu::AdagradArgs args = adagrad_args(params_, lr, step);
     each_segment(segments, state[0], [&](const Segment& s, std::byte* sum) {
       cpu::adagrad_step(s.params, s.param_type, s.grads, s.grad_type, sum, state[0].storage, s.size, args);
@@ -47,8 +34,6 @@ class Adagrad final : public Optimizer {
   }
 
   AdagradParams params_;
-  size_t n_;
-  StateBuffer sum_;  // [n]
 };
 
 }  // namespace

@@ -3,37 +3,20 @@
 #include <cmath>
 
 #include "cpu/adam.h"
-#include "optim/state_buffer.h"
+#include "optim/elementwise.h"
 #include "optim/optimizers.h"
 
 namespace ds::optim {
 namespace {
 
-class Adam final : public Optimizer {
+// State: exp_avg (m), exp_avg_sq (v).
+class Adam final : public ElementwiseOptimizer {
  public:
   Adam(const AdamParams& params, size_t n, amp::Storage state)
-      : params_(params), exp_avg_(n, state), exp_avg_sq_(n, state) {}
+      : ElementwiseOptimizer("Adam", n, state, {"exp_avg", "exp_avg_sq"}, true), params_(params) {}
 
-  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
-    check_step_args("Adam", segments, exp_avg_.size(), step, true);
-    update(segments, state(), lr, step);
-  }
-
-  bool elementwise() const override { return true; }
-  bool fuses_mixed_precision() const override { return true; }
-  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
-                       int64_t step) override {
-    check_state_args("Adam", segments, state, this->state(), step, true);
-    update(segments, state, lr, step);
-  }
-
-  void hold_state(bool held) override {
-    exp_avg_.hold(held);
-    exp_avg_sq_.hold(held);
-  }
-  std::vector<StateView> state() override { return {exp_avg_.view("exp_avg"), exp_avg_sq_.view("exp_avg_sq")}; }
   std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
-    if (exp_avg_.storage() != amp::Storage::F32) return std::nullopt;
+    if (state_storage() != amp::Storage::F32) return std::nullopt;
     DeviceUpdate u;
     u.kind = params_.adam_w_mode ? DeviceUpdate::Kind::adamw : DeviceUpdate::Kind::adam;
     u.adam = adam_args(params_, lr, step);
@@ -46,9 +29,8 @@ class Adam final : public Optimizer {
   }
 
  private:
-
-  // The segments' update with their moments in state[0] (m) and state[1] (v).
-  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+              int64_t step) const override {
     const cpu::AdamArgs args = adam_args(params_, lr, step);
     const size_t state_bytes = amp::storage_bytes(state[0].storage);
     size_t k = 0;  // state offset of the segment
@@ -67,8 +49,6 @@ class Adam final : public Optimizer {
   }
 
   AdamParams params_;
-  StateBuffer exp_avg_;     // m [n]
-  StateBuffer exp_avg_sq_;  // v [n]
 };
 
 }  // namespace

@@ -3,29 +3,16 @@
 // gradients and the momentum may each be fp32 or bf16.
 #include "cpu/lion.h"
 #include "optim/optimizers.h"
-#include "optim/state_buffer.h"
+#include "optim/elementwise.h"
 
 namespace ds::optim {
 namespace {
 
-class Lion final : public Optimizer {
+// State: exp_avg (the momentum).
+class Lion final : public ElementwiseOptimizer {
  public:
-  Lion(const LionParams& params, size_t n, amp::Storage state) : params_(params), n_(n), exp_avg_(n, state) {}
-
-  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
-    check_step_args("Lion", segments, n_, step);
-    update(segments, state(), lr);
-  }
-
-  bool elementwise() const override { return true; }
-  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
-                       int64_t step) override {
-    check_state_args("Lion", segments, state, this->state(), step);
-    update(segments, state, lr);
-  }
-
-  void hold_state(bool held) override { exp_avg_.hold(held); }
-  std::vector<StateView> state() override { return {exp_avg_.view("exp_avg")}; }
+  Lion(const LionParams& params, size_t n, amp::Storage state)
+      : ElementwiseOptimizer("Lion", n, state, {"exp_avg"}), params_(params) {}
 
   void set_betas(double beta1, double beta2) override {
     params_.beta1 = beta1;
@@ -33,7 +20,7 @@ class Lion final : public Optimizer {
   }
 
   std::optional<DeviceUpdate> device_update(double lr, int64_t) const override {
-    if (exp_avg_.storage() != amp::Storage::F32) return std::nullopt;
+    if (state_storage() != amp::Storage::F32) return std::nullopt;
     DeviceUpdate u;
     u.kind = DeviceUpdate::Kind::lion;
     u.lion = lion_args(params_, lr);
@@ -41,8 +28,8 @@ class Lion final : public Optimizer {
   }
 
  private:
-  // The segments' update, with the momentum in state[0].
-  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr) const {
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+              int64_t) const override {
     const cpu::LionArgs args = lion_args(params_, lr);
     each_segment(segments, state[0], [&](const Segment& s, std::byte* m) {
       cpu::lion_step(s.params, s.param_type, s.grads, s.grad_type, m, state[0].storage, s.size, args);
@@ -50,8 +37,6 @@ class Lion final : public Optimizer {
   }
 
   LionParams params_;
-  size_t n_;
-  StateBuffer exp_avg_;  // [n]
 };
 
 }  // namespace

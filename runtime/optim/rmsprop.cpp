@@ -6,46 +6,25 @@
 // body in kernels/cuda/one_state.cuh).
 #include "cpu/rmsprop.h"
 #include "optim/optimizers.h"
-#include "optim/state_buffer.h"
+#include "optim/elementwise.h"
 
 namespace ds::optim {
 namespace {
 
-class Rmsprop final : public Optimizer {
+std::vector<std::string> state_names(const RmspropParams& params) {
+  std::vector<std::string> names{"square_avg"};
+  if (params.momentum > 0.0) names.push_back("momentum_buffer");
+  if (params.centered) names.push_back("grad_avg");
+  return names;
+}
+
+class Rmsprop final : public ElementwiseOptimizer {
  public:
   Rmsprop(const RmspropParams& params, size_t n, amp::Storage state)
-      : params_(params),
-        n_(n),
-        square_avg_(n, state),
-        momentum_buffer_(params.momentum > 0.0 ? n : 0, state),
-        grad_avg_(params.centered ? n : 0, state) {}
-
-  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
-    check_step_args("RMSprop", segments, n_, step);
-    update(segments, state(), lr, step);
-  }
-
-  bool elementwise() const override { return true; }
-  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
-                       int64_t step) override {
-    check_state_args("RMSprop", segments, state, this->state(), step);
-    update(segments, state, lr, step);
-  }
-
-  void hold_state(bool held) override {
-    square_avg_.hold(held);
-    if (params_.momentum > 0.0) momentum_buffer_.hold(held);
-    if (params_.centered) grad_avg_.hold(held);
-  }
-  std::vector<StateView> state() override {
-    std::vector<StateView> views{square_avg_.view("square_avg")};
-    if (params_.momentum > 0.0) views.push_back(momentum_buffer_.view("momentum_buffer"));
-    if (params_.centered) views.push_back(grad_avg_.view("grad_avg"));
-    return views;
-  }
+      : ElementwiseOptimizer("RMSprop", n, state, state_names(params)), params_(params) {}
 
   std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
-    if (params_.momentum > 0.0 || params_.centered || square_avg_.storage() != amp::Storage::F32) return std::nullopt;
+    if (params_.momentum > 0.0 || params_.centered || state_storage() != amp::Storage::F32) return std::nullopt;
     DeviceUpdate u;
     u.kind = DeviceUpdate::Kind::rmsprop;
     u.rmsprop = rmsprop_args(params_, lr, step);
@@ -53,8 +32,8 @@ class Rmsprop final : public Optimizer {
   }
 
  private:
-  // The segments' update, with the state in state() order.
-  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+              int64_t step) const override {
     const cpu::RmspropArgs args = rmsprop_args(params_, lr, step);
     const amp::Storage storage = state[0].storage;
     const size_t bytes = amp::storage_bytes(storage);
@@ -72,10 +51,6 @@ class Rmsprop final : public Optimizer {
   }
 
   RmspropParams params_;
-  size_t n_;
-  StateBuffer square_avg_;       // [n]
-  StateBuffer momentum_buffer_;  // [n] when momentum > 0, else empty
-  StateBuffer grad_avg_;         // [n] when centered, else empty
 };
 
 }  // namespace

@@ -2,39 +2,22 @@
 // buffer on its first step; here "first" is step == 1, which also holds after a resume (the buffer then
 // comes from the checkpoint and step > 1). Parameters, gradients and the buffer may each be fp32 or bf16.
 #include "cpu/sgd_lamb.h"
-#include "optim/state_buffer.h"
+#include "optim/elementwise.h"
 #include "optim/optimizers.h"
 
 namespace ds::optim {
 namespace {
 
-class Sgd final : public Optimizer {
+// State: momentum_buffer when momentum ≠ 0, else none.
+class Sgd final : public ElementwiseOptimizer {
  public:
   Sgd(const SgdParams& params, size_t n, amp::Storage state)
-      : params_(params), n_(n), momentum_buffer_(params.momentum != 0.0 ? n : 0, state) {}
-
-  void step(std::span<const Segment> segments, const std::vector<TensorRange>&, double lr, int64_t step) override {
-    check_step_args("SGD", segments, n_, step);
-    update(segments, state(), lr, step);
-  }
-
-  bool elementwise() const override { return true; }
-  void step_with_state(std::span<const Segment> segments, std::span<const StateView> state, double lr,
-                       int64_t step) override {
-    check_state_args("SGD", segments, state, this->state(), step);
-    update(segments, state, lr, step);
-  }
-
-  void hold_state(bool held) override {
-    momentum_buffer_.hold(held);
-  }
-  std::vector<StateView> state() override {
-    if (params_.momentum == 0.0) return {};
-    return {momentum_buffer_.view("momentum_buffer")};
-  }
+      : ElementwiseOptimizer("SGD", n, state, params.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"}
+                                                                     : std::vector<std::string>{}),
+        params_(params) {}
 
   std::optional<DeviceUpdate> device_update(double lr, int64_t step) const override {
-    if (params_.momentum != 0.0 && momentum_buffer_.storage() != amp::Storage::F32) return std::nullopt;
+    if (params_.momentum != 0.0 && state_storage() != amp::Storage::F32) return std::nullopt;
     DeviceUpdate u;
     u.kind = DeviceUpdate::Kind::sgd;
     u.sgd = args(lr, step);
@@ -47,8 +30,8 @@ class Sgd final : public Optimizer {
             static_cast<float>(1.0 - params_.dampening), params_.nesterov, step == 1};
   }
 
-  // The segments' update, with the momentum buffer in state[0] (none without momentum).
-  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr, int64_t step) const {
+  void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
+              int64_t step) const override {
     const amp::Storage storage = state.empty() ? amp::Storage::F32 : state[0].storage;
     const cpu::SgdArgs args = this->args(lr, step);
     size_t k = 0;  // state offset of the segment
@@ -61,8 +44,6 @@ class Sgd final : public Optimizer {
   }
 
   SgdParams params_;
-  size_t n_;
-  StateBuffer momentum_buffer_;  // [n] when momentum ≠ 0, else empty
 };
 
 }  // namespace
