@@ -140,7 +140,13 @@ struct OptimizerConfig {
 
 // ---- LR scheduler (formulas in runtime/optim/lr_schedule.h) ------------------------------------
 
-enum class SchedulerType { WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle };
+// DeepSpeed's own schedules, then the torch.optim.lr_scheduler classes DeepSpeed builds by name (those a
+// JSON file can configure: no callables, no other schedulers, no metrics).
+enum class SchedulerType {
+  WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest,
+  StepLR, MultiStepLR, ConstantLR, LinearLR, ExponentialLR, PolynomialLR, CosineAnnealingLR,
+  CosineAnnealingWarmRestarts
+};
 std::string_view scheduler_type_name(SchedulerType type);
 enum class WarmupType { log, linear };
 
@@ -173,9 +179,34 @@ struct OneCycleParams {
   double decay_mom_rate = 0.0;
 };
 
+// LRRangeTest: lr = min_lr·(1 + step_rate·interval), interval = (t + 1)/step_size (floored with staircase).
+struct LrRangeTestParams {
+  double min_lr = 1e-3;     // lr_range_test_min_lr
+  int64_t step_size = 2000; // lr_range_test_step_size
+  double step_rate = 1.0;   // lr_range_test_step_rate
+  bool staircase = false;   // lr_range_test_staircase
+};
+
+// The torch.optim.lr_scheduler classes, over the optimizer's lr as their base; each type reads the fields
+// that name it (torch's keyword arguments and defaults).
+struct TorchScheduleParams {
+  int64_t step_size = 0;               // StepLR (required)
+  double gamma = 0.1;                  // StepLR, MultiStepLR; ExponentialLR (required there)
+  std::vector<int64_t> milestones;     // MultiStepLR (required), sorted
+  double factor = 1.0 / 3.0;           // ConstantLR
+  double start_factor = 1.0 / 3.0;     // LinearLR
+  double end_factor = 1.0;             // LinearLR
+  int64_t total_iters = 5;             // ConstantLR, LinearLR, PolynomialLR
+  double power = 1.0;                  // PolynomialLR
+  double T_max = 0.0;                  // CosineAnnealingLR (required)
+  double eta_min = 0.0;                // CosineAnnealingLR, CosineAnnealingWarmRestarts
+  int64_t T_0 = 0;                     // CosineAnnealingWarmRestarts (required)
+  int64_t T_mult = 1;                  // CosineAnnealingWarmRestarts
+};
+
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::WarmupLR;
-  std::variant<WarmupParams, WarmupCosineParams, OneCycleParams> params;
+  std::variant<WarmupParams, WarmupCosineParams, OneCycleParams, LrRangeTestParams, TorchScheduleParams> params;
 };
 
 // ---- precision ---------------------------------------------------------------------------------

@@ -129,6 +129,24 @@ ojson scheduler_json(const SchedulerConfig& s) {
          {"cycle_min_mom", o->cycle_min_mom},
          {"cycle_max_mom", o->cycle_max_mom},
          {"decay_mom_rate", o->decay_mom_rate}};
+  } else if (const auto* r = std::get_if<LrRangeTestParams>(&s.params)) {
+    p = {{"lr_range_test_min_lr", r->min_lr},
+         {"lr_range_test_step_size", r->step_size},
+         {"lr_range_test_step_rate", r->step_rate},
+         {"lr_range_test_staircase", r->staircase}};
+  } else if (const auto* t = std::get_if<TorchScheduleParams>(&s.params)) {
+    switch (s.type) {
+      case SchedulerType::StepLR: p = {{"step_size", t->step_size}, {"gamma", t->gamma}}; break;
+      case SchedulerType::MultiStepLR: p = {{"milestones", t->milestones}, {"gamma", t->gamma}}; break;
+      case SchedulerType::ConstantLR: p = {{"factor", t->factor}, {"total_iters", t->total_iters}}; break;
+      case SchedulerType::LinearLR:
+        p = {{"start_factor", t->start_factor}, {"end_factor", t->end_factor}, {"total_iters", t->total_iters}};
+        break;
+      case SchedulerType::ExponentialLR: p = {{"gamma", t->gamma}}; break;
+      case SchedulerType::PolynomialLR: p = {{"total_iters", t->total_iters}, {"power", t->power}}; break;
+      case SchedulerType::CosineAnnealingLR: p = {{"T_max", t->T_max}, {"eta_min", t->eta_min}}; break;
+      default: p = {{"T_0", t->T_0}, {"T_mult", t->T_mult}, {"eta_min", t->eta_min}}; break;
+    }
   }
   return {{"type", scheduler_type_name(s.type)}, {"params", p}};
 }
@@ -217,6 +235,15 @@ std::string_view scheduler_type_name(SchedulerType type) {
     case SchedulerType::WarmupDecayLR: return "WarmupDecayLR";
     case SchedulerType::WarmupCosineLR: return "WarmupCosineLR";
     case SchedulerType::OneCycle: return "OneCycle";
+    case SchedulerType::LRRangeTest: return "LRRangeTest";
+    case SchedulerType::StepLR: return "StepLR";
+    case SchedulerType::MultiStepLR: return "MultiStepLR";
+    case SchedulerType::ConstantLR: return "ConstantLR";
+    case SchedulerType::LinearLR: return "LinearLR";
+    case SchedulerType::ExponentialLR: return "ExponentialLR";
+    case SchedulerType::PolynomialLR: return "PolynomialLR";
+    case SchedulerType::CosineAnnealingLR: return "CosineAnnealingLR";
+    case SchedulerType::CosineAnnealingWarmRestarts: return "CosineAnnealingWarmRestarts";
   }
   return "?";
 }

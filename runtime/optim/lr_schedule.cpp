@@ -1,5 +1,5 @@
-// The schedules of lr_schedule.h. Each computes DeepSpeed's get_lr() at t = k − 2, with the same
-// floating-point expression order as lr_schedules.py.
+// The schedules of lr_schedule.h. DeepSpeed's each compute its get_lr() at t = k − 2, with the same
+// floating-point expression order as lr_schedules.py; torch's their closed form at epoch k − 1.
 #include "optim/lr_schedule.h"
 
 #include <algorithm>
@@ -147,6 +147,70 @@ class OneCycle final : public LrSchedule {
   bool skip_lr_decay_, skip_mom_decay_;
 };
 
+// LRRangeTest: min·(1 + rate·(t + 1)/size), the quotient floored with staircase (min at the first update).
+class RangeTest final : public LrSchedule {
+ public:
+  explicit RangeTest(const LrRangeTestParams& p) : p_(p) {}
+  double lr(int64_t k) const override {
+    const double interval = double(iteration(k) + 1) / double(p_.step_size);
+    return p_.min_lr * (1 + p_.step_rate * (p_.staircase ? std::floor(interval) : interval));
+  }
+
+ private:
+  LrRangeTestParams p_;
+};
+
+// The torch.optim.lr_scheduler classes at epoch e = k − 1 (torch steps a scheduler once when it is made,
+// which sets update 1's lr, and DeepSpeed once after each applied update), by torch's closed forms; torch's
+// own step() multiplies the previous lr instead, which differs in the last bits.
+class TorchSchedule final : public LrSchedule {
+ public:
+  TorchSchedule(SchedulerType type, const TorchScheduleParams& p, double base_lr) : type_(type), p_(p), base_(base_lr) {}
+
+  double lr(int64_t k) const override {
+    const int64_t epoch = iteration(k) + 1;
+    const double e = double(epoch);
+    switch (type_) {
+      case SchedulerType::StepLR: return base_ * std::pow(p_.gamma, double(epoch / p_.step_size));
+      case SchedulerType::MultiStepLR: {  // γ per milestone reached (a repeated one counts each time)
+        const auto passed = std::upper_bound(p_.milestones.begin(), p_.milestones.end(), epoch) - p_.milestones.begin();
+        return base_ * std::pow(p_.gamma, double(passed));
+      }
+      case SchedulerType::ConstantLR:
+        return base_ * (p_.factor + (epoch >= p_.total_iters ? 1.0 - p_.factor : 0.0));
+      case SchedulerType::LinearLR: {
+        const double total = double(p_.total_iters);
+        return base_ * (p_.start_factor + (p_.end_factor - p_.start_factor) * std::min(total, e) / total);
+      }
+      case SchedulerType::ExponentialLR: return base_ * std::pow(p_.gamma, e);
+      case SchedulerType::PolynomialLR: {
+        const double total = double(p_.total_iters);
+        return base_ * std::pow(1.0 - std::min(total, e) / total, p_.power);
+      }
+      case SchedulerType::CosineAnnealingLR: return cosine(e, p_.T_max);
+      case SchedulerType::CosineAnnealingWarmRestarts: {  // cycles of T_0, T_0·T_mult, T_0·T_mult², …
+        int64_t t_cur = epoch, t_i = p_.T_0;
+        if (p_.T_mult == 1) t_cur %= t_i;
+        while (t_cur >= t_i) {
+          t_cur -= t_i;
+          t_i *= p_.T_mult;
+        }
+        return cosine(double(t_cur), double(t_i));
+      }
+      default: throw std::logic_error("TorchSchedule: not a torch scheduler");
+    }
+  }
+
+ private:
+  double cosine(double t, double period) const {
+    return p_.eta_min + (base_ - p_.eta_min) * (1 + std::cos(std::numbers::pi * t / period)) / 2;
+  }
+
+  SchedulerType type_;
+  TorchScheduleParams p_;
+  double base_;
+};
+
 }  // namespace
 
 std::optional<Betas> LrSchedule::betas(int64_t k) const {
@@ -164,8 +228,10 @@ std::unique_ptr<LrSchedule> make_lr_schedule(const std::optional<SchedulerConfig
     case SchedulerType::WarmupCosineLR:
       return std::make_unique<WarmupCosine>(std::get<WarmupCosineParams>(config->params), base_lr);
     case SchedulerType::OneCycle: return std::make_unique<OneCycle>(std::get<OneCycleParams>(config->params));
+    case SchedulerType::LRRangeTest: return std::make_unique<RangeTest>(std::get<LrRangeTestParams>(config->params));
+    default:
+      return std::make_unique<TorchSchedule>(config->type, std::get<TorchScheduleParams>(config->params), base_lr);
   }
-  throw std::logic_error("make_lr_schedule: unknown scheduler type");
 }
 
 }  // namespace ds

@@ -7,7 +7,8 @@
 // last_batch_iteration t = −1, which sets the lr of update 1, and each applied update advances t, so
 // update k runs with the schedule's value at t = k − 2. E.g. WarmupLR gives warmup_min_lr to updates
 // 1 and 2 (t = −1 and t = 0), and WarmupCosineLR gives lr 0 to update 1 (DeepSpeed's value at t = −1,
-// reproduced). The same k is the `step` to pass to Optimizer::step.
+// reproduced). torch.optim.lr_scheduler's classes (DeepSpeed builds them by name) step once when made,
+// so update k runs with their value at epoch k − 1. The same k is the `step` to pass to Optimizer::step.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,8 +33,9 @@ class LrSchedule {
 };
 
 // The schedule `config` describes; nullopt: constant base_lr. base_lr (the optimizer's lr) is used by
-// WarmupCosineLR (ratios of it) and the constant schedule; WarmupLR, WarmupDecayLR and OneCycle set
-// absolute learning rates from their own parameters, as in DeepSpeed.
+// WarmupCosineLR (ratios of it), torch's schedulers (factors of it) and the constant schedule; WarmupLR,
+// WarmupDecayLR, OneCycle and LRRangeTest set absolute learning rates from their own parameters, as in
+// DeepSpeed.
 std::unique_ptr<LrSchedule> make_lr_schedule(const std::optional<SchedulerConfig>& config, double base_lr);
 
 }  // namespace ds

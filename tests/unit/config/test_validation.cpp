@@ -304,7 +304,8 @@ TEST_CASE("optimizer: names and DeepSpeed quirks") {
 TEST_CASE("scheduler: names and required parameters") {
   CHECK(error_of(with(R"("scheduler": {"type": "WarmupCosine", "params": {}})")) ==
         "ds_config.json: scheduler.type: \"WarmupCosine\" is not supported by dsworker (supported: WarmupLR, "
-        "WarmupDecayLR, WarmupCosineLR, OneCycle) (did you mean 'WarmupCosineLR'?)");
+        "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest, StepLR, MultiStepLR, ConstantLR, LinearLR, "
+        "ExponentialLR, PolynomialLR, CosineAnnealingLR, CosineAnnealingWarmRestarts) (did you mean 'WarmupCosineLR'?)");
   CHECK(error_of(with(R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}})")) ==
         "ds_config.json: scheduler.params.total_num_steps: missing (required by WarmupDecayLR)");
   CHECK(error_of(with(R"("scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 0.1}})")) ==
