@@ -101,13 +101,16 @@ def test_a_bad_model_block_exits_2_naming_the_key(dsrun, clean_env, tmp_path, mo
 
 
 def test_a_rank_that_dies_ends_the_job_with_its_status(dsrun, clean_env, tmp_path):
+    # The metrics path, unique to this test, tells its ranks from other tests' running beside it (ctest -j).
+    metrics = str(tmp_path / "dies.jsonl")
     proc = subprocess.Popen([dsrun, "--num_gpus", "2", "--kill_grace", "2", DSWORKER, "--model", "mlp",
-                             "--config", CONFIG, "--epochs", "1000"], env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--config", CONFIG, "--epochs", "1000", "--metrics", metrics],
+                            env=dict(clean_env, DSRUN_LOCAL_SLOTS="2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     deadline = time.monotonic() + 60
     victim = None
     while victim is None and time.monotonic() < deadline:  # find rank 1's pid
-        out = subprocess.run(["pgrep", "-f", f"{DSWORKER} --model mlp"], capture_output=True, text=True).stdout.split()
+        out = subprocess.run(["pgrep", "-f", metrics], capture_output=True, text=True).stdout.split()
         for pid in out:
             try:
                 with open(f"/proc/{pid}/environ", "rb") as f:
