@@ -28,8 +28,8 @@ class Adagrad final : public ElementwiseOptimizer {
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
               int64_t step) const override {
     const cpu::AdagradArgs args = adagrad_args(params_, lr, step);
-    each_segment(segments, state[0], [&](const Segment& s, std::byte* sum) {
-      cpu::adagrad_step(s.params, s.param_type, s.grads, s.grad_type, sum, state[0].storage, s.size, args);
+    each_segment(segments, state, [&](const Segment& s, std::span<std::byte* const> sum) {
+      cpu::adagrad_step(s.params, s.param_type, s.grads, s.grad_type, sum[0], state[0].storage, s.size, args);
     });
   }
 

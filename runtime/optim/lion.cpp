@@ -31,8 +31,8 @@ class Lion final : public ElementwiseOptimizer {
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
               int64_t) const override {
     const cpu::LionArgs args = lion_args(params_, lr);
-    each_segment(segments, state[0], [&](const Segment& s, std::byte* m) {
-      cpu::lion_step(s.params, s.param_type, s.grads, s.grad_type, m, state[0].storage, s.size, args);
+    each_segment(segments, state, [&](const Segment& s, std::span<std::byte* const> m) {
+      cpu::lion_step(s.params, s.param_type, s.grads, s.grad_type, m[0], state[0].storage, s.size, args);
     });
   }
 

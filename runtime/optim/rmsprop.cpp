@@ -35,19 +35,13 @@ class Rmsprop final : public ElementwiseOptimizer {
   void update(std::span<const Segment> segments, std::span<const StateView> state, double lr,
               int64_t step) const override {
     const cpu::RmspropArgs args = rmsprop_args(params_, lr, step);
-    const amp::Storage storage = state[0].storage;
-    const size_t bytes = amp::storage_bytes(storage);
-    size_t k = 0;  // the segment's first element in the state
-    for (const Segment& s : segments) {
-      check_not_fp16(s.param_type, s.grad_type);
-      auto at = [&](size_t i) { return static_cast<std::byte*>(state[i].data) + k * bytes; };
-      cpu::RmspropState parts{at(0)};
+    each_segment(segments, state, [&](const Segment& s, std::span<std::byte* const> at) {
+      cpu::RmspropState parts{at[0]};
       size_t next = 1;
-      if (params_.momentum > 0.0) parts.momentum_buffer = at(next++);
-      if (params_.centered) parts.grad_avg = at(next++);
-      cpu::rmsprop_step(s.params, s.param_type, s.grads, s.grad_type, parts, storage, s.size, args);
-      k += s.size;
-    }
+      if (params_.momentum > 0.0) parts.momentum_buffer = at[next++];
+      if (params_.centered) parts.grad_avg = at[next++];
+      cpu::rmsprop_step(s.params, s.param_type, s.grads, s.grad_type, parts, state[0].storage, s.size, args);
+    });
   }
 
   RmspropParams params_;

@@ -34,13 +34,10 @@ class Sgd final : public ElementwiseOptimizer {
               int64_t step) const override {
     const amp::Storage storage = state.empty() ? amp::Storage::F32 : state[0].storage;
     const cpu::SgdArgs args = this->args(lr, step);
-    size_t k = 0;  // state offset of the segment
-    for (const Segment& s : segments) {
-      check_not_fp16(s.param_type, s.grad_type);
-      std::byte* buf = state.empty() ? nullptr : static_cast<std::byte*>(state[0].data) + k * amp::storage_bytes(storage);
-      cpu::sgd_step(s.params, s.param_type, s.grads, s.grad_type, buf, storage, s.size, args);
-      k += s.size;
-    }
+    each_segment(segments, state, [&](const Segment& s, std::span<std::byte* const> buf) {
+      cpu::sgd_step(s.params, s.param_type, s.grads, s.grad_type, buf.empty() ? nullptr : buf[0], storage, s.size,
+                    args);
+    });
   }
 
   SgdParams params_;

@@ -9,6 +9,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "amp/storage.h"
 #include "optim/optimizer.h"
@@ -20,14 +21,18 @@ inline void check_not_fp16(amp::Storage params, amp::Storage grads) {
     throw std::invalid_argument("optimizer: fp16 parameters, gradients or state are not supported");
 }
 
-// An element-wise optimizer with one state buffer: step(segment, its part of `state`) for each segment, in order
-// (`state` holds the segments' elements one after another); fp16 parameters or gradients are refused.
+// An element-wise optimizer's segments: step(segment, its part of each of the `state` buffers, in order) for
+// each segment, in order (each buffer holds the segments' elements one after another); fp16 parameters or
+// gradients are refused.
 template <class Step>
-void each_segment(std::span<const Segment> segments, const StateView& state, Step&& step) {
+void each_segment(std::span<const Segment> segments, std::span<const StateView> state, Step&& step) {
+  std::vector<std::byte*> parts(state.size());
   size_t k = 0;  // the segment's first element in the state
   for (const Segment& s : segments) {
     check_not_fp16(s.param_type, s.grad_type);
-    step(s, static_cast<std::byte*>(state.data) + k * amp::storage_bytes(state.storage));
+    for (size_t i = 0; i < state.size(); ++i)
+      parts[i] = static_cast<std::byte*>(state[i].data) + k * amp::storage_bytes(state[i].storage);
+    step(s, std::span<std::byte* const>(parts));
     k += s.size;
   }
 }
